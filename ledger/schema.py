@@ -1,0 +1,208 @@
+"""The ledger's tables: the one source of truth for Alembic (SQLAlchemy Core, schema `ledger`).
+
+Every statement the ledger runs reads or writes these tables; migrations are generated from and
+checked against this module (`tests/migration` fails on drift).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+
+SCHEMA = "ledger"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(schema=SCHEMA, naming_convention=NAMING_CONVENTION)
+
+TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+EVENT_TYPES = (
+    "status",
+    "log",
+    "progress",
+    "terminal",
+    "step.started",
+    "step.progress",
+    "step.completed",
+    "dataset.lifecycle",
+    "activity.observed",
+    "log.gap",
+)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Column[object]:
+    return Column(
+        name,
+        TIMESTAMP(timezone=True),
+        nullable=nullable,
+        server_default=text("now()") if default_now else None,
+    )
+
+
+# -- warm pool (SPEC 2.1) ------------------------------------------------------------------------
+
+pool_entries = Table(
+    "pool_entries",
+    metadata,
+    Column("pool", Text, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    _ts("created_at", nullable=False),
+    _ts("ready_at"),
+    _ts("expires_at", nullable=False),
+    PrimaryKeyConstraint("pool", "id"),
+    CheckConstraint(_in("state", ("warming", "ready")), name="state"),
+    CheckConstraint("(state = 'ready') = (ready_at IS NOT NULL)", name="ready_at_iff_ready"),
+    CheckConstraint("version <> ''", name="version_not_empty"),
+    CheckConstraint("id <> ''", name="id_not_empty"),
+    # A claim takes the newest ready entry of a version: served by this index in order.
+    Index(
+        "ix_pool_entries_ready_newest",
+        "pool",
+        "version",
+        text("ready_at DESC"),
+        postgresql_where=text("state = 'ready'"),
+    ),
+    Index("ix_pool_entries_pool_expires_at", "pool", "expires_at"),
+)
+
+# -- run mappings (SPEC 2.2) ---------------------------------------------------------------------
+
+run_mappings = Table(
+    "run_mappings",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("pool", Text, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("blocked_instance_id", Text),
+    Column("version", Text, nullable=False),
+    _ts("claimed_at"),
+    _ts("started_at"),
+    _ts("created_at", nullable=False),
+    _ts("expires_at", nullable=False),
+    PrimaryKeyConstraint("run_id"),
+    CheckConstraint(_in("state", ("claimed", "started", "blocked")), name="state"),
+    CheckConstraint("state <> 'blocked' OR blocked_instance_id IS NOT NULL", name="blocked_has_instance"),
+    CheckConstraint("state <> 'started' OR started_at IS NOT NULL", name="started_has_started_at"),
+    CheckConstraint("run_id <> ''", name="run_id_not_empty"),
+    Index("ix_run_mappings_expires_at", "expires_at"),
+)
+
+# -- runs and their events (SPEC 2.3, 2.4, 2.7) -------------------------------------------------
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'running'")),
+    Column("play_name", Text),
+    _ts("created_at", nullable=False, default_now=True),
+    # Time of the last event: what the watchdog and "age" read.
+    _ts("updated_at", nullable=False, default_now=True),
+    Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
+    # Status ingestion (2.7): the fenced producer attempt and its positional channels.
+    Column("producer_attempt", Integer, nullable=False, server_default=text("0")),
+    Column("last_upload_seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("live_log_count", BigInteger, nullable=False, server_default=text("0")),
+    Column("live_node_progress", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("activity_watermarks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("replay_digest", Text),
+    # Terminal state (2.4): null until the first terminal wins.
+    Column("terminal_status", Text),
+    Column("terminal_result", JSONB),
+    Column("terminal_error", Text),
+    Column("terminal_total_rows", BigInteger),
+    Column("terminal_duration_ms", BigInteger),
+    Column("terminal_play_name", Text),
+    _ts("completed_at"),
+    PrimaryKeyConstraint("run_id"),
+    CheckConstraint("run_id <> ''", name="run_id_not_empty"),
+    CheckConstraint("status <> ''", name="status_not_empty"),
+    CheckConstraint("last_seq >= 0", name="last_seq_non_negative"),
+    CheckConstraint("producer_attempt >= 0", name="producer_attempt_non_negative"),
+    CheckConstraint(
+        f"terminal_status IS NULL OR {_in('terminal_status', TERMINAL_STATUSES)}", name="terminal_status"
+    ),
+    CheckConstraint("(terminal_status IS NULL) = (completed_at IS NULL)", name="completed_at_iff_terminal"),
+    # The watchdog scans non-terminal runs by idleness.
+    Index("ix_runs_active_updated_at", "updated_at", postgresql_where=text("terminal_status IS NULL")),
+    Index("ix_runs_created_at", "created_at"),
+)
+
+run_events = Table(
+    "run_events",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("type", Text, nullable=False),
+    _ts("ts", nullable=False, default_now=True),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    PrimaryKeyConstraint("run_id", "seq"),
+    ForeignKeyConstraint(["run_id"], ["ledger.runs.run_id"], ondelete="CASCADE"),
+    CheckConstraint("seq >= 1", name="seq_positive"),
+    CheckConstraint(_in("type", EVENT_TYPES), name="type"),
+)
+
+# -- data plane outcomes (SPEC 2.8) --------------------------------------------------------------
+
+sheet_rows = Table(
+    "sheet_rows",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("table_namespace", Text, nullable=False),
+    Column("row_key", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    _ts("updated_at", nullable=False, default_now=True),
+    PrimaryKeyConstraint("run_id", "table_namespace", "row_key"),
+    ForeignKeyConstraint(["run_id"], ["ledger.runs.run_id"], ondelete="CASCADE"),
+    CheckConstraint(_in("status", ("pending", "completed", "failed")), name="status"),
+    CheckConstraint("table_namespace <> ''", name="table_namespace_not_empty"),
+)
+
+node_observations = Table(
+    "node_observations",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("node_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("invocation_seq", Integer, nullable=False),
+    Column("invocation_id", Text),
+    Column("status", Text, nullable=False),
+    Column("inputs", JSONB),
+    Column("outputs", JSONB),
+    Column("error", Text),
+    _ts("started_at"),
+    _ts("settled_at"),
+    _ts("recorded_at", nullable=False, default_now=True),
+    PrimaryKeyConstraint("run_id", "node_id", "attempt", "invocation_seq"),
+    ForeignKeyConstraint(["run_id"], ["ledger.runs.run_id"], ondelete="CASCADE"),
+    CheckConstraint("node_id <> ''", name="node_id_not_empty"),
+    CheckConstraint("attempt >= 0 AND invocation_seq >= 0", name="ordering_non_negative"),
+)
+
+# Children before parents: the order a committed test deletes rows in.
+ALL_TABLES = (run_events, sheet_rows, node_observations, runs, run_mappings, pool_entries)

@@ -1,0 +1,1 @@
+"""The worker-side progress reporter: folds runner events into step progress and uploads it."""
