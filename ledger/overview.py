@@ -1,0 +1,81 @@
+"""Reading the inspection views (migration 0002) for the service and the CLI.
+
+`ledger runs` shows `run_overview`; the functions here return JSON-ready dicts (times in epoch
+milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger.db import Database
+from ledger.errors import InvalidInput
+
+MAX_LIST_LIMIT = 1000
+
+_MS = "(extract(epoch FROM {col}) * 1000)::bigint"
+
+LIST_RUNS = f"""
+SELECT
+    run_id, status, play_name,
+    {_MS.format(col="created_at")} AS created_at,
+    {_MS.format(col="updated_at")} AS updated_at,
+    {_MS.format(col="age")} AS age_ms,
+    last_seq, last_event_type,
+    terminal_status, terminal_error, terminal_total_rows,
+    steps_total, steps_done, rows_completed, rows_failed, rows_total
+FROM ledger.run_overview
+ORDER BY created_at DESC, run_id
+LIMIT %(limit)s
+"""
+
+LIST_STALLED = f"""
+SELECT run_id, status, play_name,
+    {_MS.format(col="updated_at")} AS updated_at,
+    {_MS.format(col="idle")} AS idle_ms,
+    last_seq
+FROM ledger.stalled_runs
+ORDER BY updated_at, run_id
+"""
+
+POOL_AVAILABILITY = f"""
+SELECT pool, version, available, warming, stale,
+    {_MS.format(col="newest_ready_at")} AS newest_ready_at
+FROM ledger.pool_availability
+ORDER BY pool, version
+"""
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidInput("limit", "must be an integer")
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidInput("limit", f"must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+    return limit
+
+
+async def list_runs(db: Database, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest `limit` runs from `ledger.run_overview`, newest first.
+
+    Each dict: run_id, status, play_name, created_at, updated_at (epoch ms), age_ms, last_seq,
+    last_event_type, terminal_status, terminal_error, terminal_total_rows, steps_total, steps_done,
+    rows_completed, rows_failed, rows_total.
+    """
+    _check_limit(limit)
+    async with db.connection() as conn:
+        cur = await conn.execute(LIST_RUNS, {"limit": limit})
+        return list(await cur.fetchall())
+
+
+async def list_stalled_runs(db: Database) -> list[dict[str, Any]]:
+    """Non-terminal runs idle past the watchdog's default limit, longest idle first."""
+    async with db.connection() as conn:
+        cur = await conn.execute(LIST_STALLED)
+        return list(await cur.fetchall())
+
+
+async def pool_availability(db: Database) -> list[dict[str, Any]]:
+    """Per pool and version: available, warming and stale unexpired entries."""
+    async with db.connection() as conn:
+        cur = await conn.execute(POOL_AVAILABILITY)
+        return list(await cur.fetchall())
