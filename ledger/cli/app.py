@@ -34,9 +34,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import db
+    from ledger.cli import db, serve
 
     cli.add_command(db.db)
+    cli.add_command(serve.serve)
 
 
 _register()

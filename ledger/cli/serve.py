@@ -1,0 +1,42 @@
+"""`ledger serve`: migrate, then serve the HTTP API (SPEC 4.1) with the listener and the watchdog."""
+
+from __future__ import annotations
+
+import click
+
+from ledger import auth, migrate
+from ledger.config import load_settings
+from ledger.db import resolve_url
+from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
+
+
+@click.command()
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+def serve(host: str, port: int) -> None:
+    """Serve the ledger over HTTP/JSON (OpenAPI at /docs); on the embedded Postgres by default."""
+    # The web stack is imported here, not at module level, so other `ledger` commands start fast.
+    from ledger.service.app import create_app
+    from ledger.service.logs import configure_json_logging
+    from ledger.service.server import build_server
+    from ledger.service.settings import load_service_settings
+
+    settings = load_settings()
+    service_settings = load_service_settings(host=host, port=port)
+    tokens = auth.configured_tokens()
+    if not tokens:
+        stored = auth.ensure_token_file(settings.data_dir)
+        verb = "generated and stored" if stored.created else "using the stored"
+        click.echo(f"API token: {verb} token in {stored.path} (mode 0600)", err=True)
+        tokens = [stored.token]
+    url, server = resolve_url(settings)
+    try:
+        if server is not None:
+            click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
+        migrate.upgrade(url)
+        configure_json_logging()
+        app = create_app(service_settings, url, tokens)
+        build_server(app, service_settings).run()
+    finally:
+        if server is not None:
+            server.stop()

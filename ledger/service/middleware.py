@@ -1,0 +1,134 @@
+"""ASGI middleware: request body limit, and per-request context (run id, metrics, access log).
+
+Both are plain ASGI (not Starlette's BaseHTTPMiddleware), so streaming responses (SSE) pass through
+untouched and a client disconnect still reaches the endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from urllib.parse import unquote
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.service.logs import current_run_id
+from ledger.service.metrics import ServiceMetrics
+
+log = logging.getLogger("ledger.service.access")
+
+_RUN_PATH = re.compile(r"^/v1/runs/([^/]+)")
+
+
+async def send_json_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimitMiddleware:
+    """Refuse a request body over `max_bytes` with 413, before anything parses it.
+
+    A declared `Content-Length` over the limit is refused without reading; otherwise the body is
+    read (and counted, for chunked uploads that declare nothing) up to the limit, then replayed to
+    the app. Later `receive()` calls go to the server, so disconnects are still seen.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"request body is larger than the limit of {self.max_bytes} bytes"
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await send_json_error(send, 400, "content-length: not a number")
+                    return
+                if declared > self.max_bytes:
+                    await send_json_error(send, 413, too_large)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # The client went away before sending its body: nothing to serve.
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await send_json_error(send, 413, too_large)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    # Unmatched paths share one label: arbitrary URLs must not create metric series.
+    return path if isinstance(path, str) else "unmatched"
+
+
+class RequestContextMiddleware:
+    """Set the run id for logs, count and time the request by route template, log one access line."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        match = _RUN_PATH.match(scope["path"])
+        token = current_run_id.set(unquote(match.group(1)) if match else None)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = _route_template(scope)
+            method = scope["method"]
+            self.metrics.observe_request(method, route, status, elapsed)
+            log.info(
+                "%s %s %s",
+                method,
+                scope["path"],
+                status,
+                extra={"route": route, "status": status, "duration_ms": round(elapsed * 1000, 2)},
+            )
+            current_run_id.reset(token)

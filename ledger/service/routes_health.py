@@ -1,0 +1,63 @@
+"""Operations endpoints: liveness, readiness, Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+
+from ledger.service.metrics import CONTENT_TYPE
+from ledger.service.security import require_token
+from ledger.service.state import Services, services
+
+router = APIRouter(tags=["operations"])
+
+READY_CHECK_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz", summary="Liveness: the process is up (no token needed)")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+async def _database_reachable(svc: Services) -> bool:
+    async def probe() -> None:
+        async with svc.db.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    try:
+        await asyncio.wait_for(probe(), READY_CHECK_TIMEOUT_S)
+    except Exception:
+        return False
+    return True
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the database answers and the listener is connected (no token needed)",
+    responses={503: {"description": "not ready; the body says which part is down"}},
+)
+async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
+    checks: dict[str, Any] = {"database": await _database_reachable(svc)}
+    listener = svc.listener
+    if listener is not None:
+        checks["listener"] = bool(listener.connected)
+    if svc.drain.draining:
+        checks["draining"] = True
+        return JSONResponse({"error": "shutting down", **checks}, status_code=503)
+    down = [name for name, ok in checks.items() if not ok]
+    if down:
+        return JSONResponse({"error": f"not ready: {', '.join(down)} down", **checks}, status_code=503)
+    return JSONResponse({"status": "ready", **checks})
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    dependencies=[Depends(require_token)],
+    response_class=Response,
+)
+async def metrics(svc: Annotated[Services, Depends(services)]) -> Response:
+    return Response(svc.metrics.render(), media_type=CONTENT_TYPE)

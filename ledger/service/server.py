@@ -1,0 +1,48 @@
+"""Running the app under uvicorn, with a shutdown that drains waiting readers first.
+
+uvicorn's graceful shutdown waits for in-flight requests before it runs the lifespan shutdown; a
+long-poll would hold that up for its whole timeout and an SSE stream forever. So the server tells
+the app to drain as soon as shutdown starts: waiters return what they have, streams end (clients
+resume with their cursor), ordinary requests finish, then the lifespan stops the listener.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from ledger.service.settings import ServiceSettings
+from ledger.service.state import Services
+
+
+class LedgerServer(uvicorn.Server):
+    """uvicorn's server, draining the app's waiters at the start of shutdown."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+        super().__init__(config)
+        self.ledger_app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        svc = getattr(self.ledger_app.state, "services", None)
+        if isinstance(svc, Services):
+            svc.drain.start()
+        await super().shutdown(sockets)
+
+
+def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        log_config=None,
+        # One JSON access line per request comes from our middleware instead.
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None,
+        server_header=False,
+        **overrides,
+    )
+    return LedgerServer(config, app)

@@ -1,0 +1,81 @@
+"""The HTTP service's own knobs, read from the environment once at start.
+
+Database and data-dir settings stay in `ledger.config`; tokens in `ledger.auth`. A bad value is a
+`ConfigError` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ledger.config import ConfigError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+MAX_BODY_VAR = "LEDGER_MAX_BODY_BYTES"
+KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
+PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
+POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
+SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What the service needs beyond the database URL and the tokens."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    # Request bodies above this are refused with 413 before they are parsed.
+    max_body_bytes: int = 1024 * 1024
+    # An idle SSE stream sends a comment this often, so proxies do not cut it.
+    sse_keepalive_s: float = 15.0
+    # /openapi.json and /docs without a token (the contract is public; the data is not).
+    public_docs: bool = True
+    # Connections for requests; waiting (long-poll, SSE) holds none of them.
+    db_pool_size: int = 10
+    # How long in-flight requests get to finish after SIGTERM before they are cancelled.
+    shutdown_grace_s: float = 10.0
+    # Run the stalled-run watchdog (SPEC 2.6) in this process.
+    watchdog: bool = True
+
+
+def _number(env: Mapping[str, str], var: str, default: float, *, minimum: float) -> float:
+    raw = env.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{var} must be a number (got {raw!r})") from None
+    if not value >= minimum:
+        raise ConfigError(f"{var} must be at least {minimum:g} (got {raw!r})")
+    return value
+
+
+def _flag(env: Mapping[str, str], var: str, default: bool) -> bool:
+    raw = env.get(var, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{var} must be true or false (got {raw!r})")
+
+
+def load_service_settings(
+    environ: Mapping[str, str] | None = None, *, host: str | None = None, port: int | None = None
+) -> ServiceSettings:
+    """Settings from the environment; `host`/`port` (command-line options) win over the defaults."""
+    env = os.environ if environ is None else environ
+    return ServiceSettings(
+        host=host or DEFAULT_HOST,
+        port=DEFAULT_PORT if port is None else port,
+        max_body_bytes=int(_number(env, MAX_BODY_VAR, 1024 * 1024, minimum=1)),
+        sse_keepalive_s=_number(env, KEEPALIVE_VAR, 15.0, minimum=0.01),
+        public_docs=_flag(env, PUBLIC_DOCS_VAR, True),
+        db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
+        shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
+    )

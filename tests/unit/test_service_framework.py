@@ -1,0 +1,154 @@
+"""The service's framework parts without a database: body limit, error wording, drain, JSON logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.types import Message, Receive, Scope, Send
+
+from ledger.service.errors import describe_validation_error
+from ledger.service.logs import JsonFormatter, current_run_id
+from ledger.service.middleware import BodyLimitMiddleware
+from ledger.service.state import Drain
+
+
+async def echo_size(scope: Scope, receive: Receive, send: Send) -> None:
+    """A bare ASGI app answering with the size of the body it read."""
+    size = 0
+    while True:
+        message = await receive()
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = json.dumps({"size": size}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+
+
+def limited_client(limit: int) -> httpx.AsyncClient:
+    app = BodyLimitMiddleware(echo_size, max_bytes=limit)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+
+
+async def test_a_body_at_the_limit_passes_through_whole() -> None:
+    async with limited_client(100) as client:
+        answer = await client.post("/", content=b"x" * 100)
+    assert answer.json() == {"size": 100}
+
+
+async def test_a_declared_length_over_the_limit_is_refused() -> None:
+    async with limited_client(100) as client:
+        answer = await client.post("/", content=b"x" * 101)
+    assert answer.status_code == 413
+    assert answer.json() == {"error": "request body is larger than the limit of 100 bytes"}
+
+
+async def test_a_streamed_body_is_counted_as_it_arrives() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b"y" * 30
+
+    async with limited_client(100) as client:
+        answer = await client.post("/", content=chunks())
+    assert answer.status_code == 413
+
+
+async def test_the_app_still_sees_a_disconnect_after_the_replayed_body() -> None:
+    seen: list[Message] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(await receive())
+        seen.append(await receive())
+
+    messages: list[Message] = [
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.request", "body": b"c", "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> Message:
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        raise AssertionError("nothing should be sent")
+
+    scope: Scope = {"type": "http", "headers": [], "method": "POST", "path": "/"}
+    await BodyLimitMiddleware(app, max_bytes=10)(scope, receive, send)
+    assert seen == [{"type": "http.request", "body": b"abc", "more_body": False}, {"type": "http.disconnect"}]
+
+
+def test_validation_errors_name_the_field_and_the_problem() -> None:
+    status, message = describe_validation_error(
+        [{"loc": ("body", "events", 2, "type"), "msg": "Field required", "type": "missing"}]
+    )
+    assert (status, message) == (422, "events[2].type: field required")
+    status, message = describe_validation_error(
+        [
+            {"loc": ("query", "timeout_ms"), "msg": "Input should be a valid integer", "type": "int_parsing"},
+            {"loc": ("query", "after"), "msg": "bad", "type": "value_error"},
+        ]
+    )
+    assert (status, message) == (422, "timeout_ms: input should be a valid integer (and 1 more)")
+
+
+def test_malformed_or_non_json_bodies_are_400() -> None:
+    status, message = describe_validation_error(
+        [
+            {
+                "loc": ("body", 3),
+                "msg": "JSON decode error",
+                "type": "json_invalid",
+                "ctx": {"error": "Expecting value"},
+            }
+        ]
+    )
+    assert (status, message) == (400, "body: invalid JSON (Expecting value)")
+    status, _ = describe_validation_error(
+        [{"loc": ("body",), "msg": "Input should be an object", "type": "model_type", "input": b"hi"}]
+    )
+    assert status == 400
+
+
+async def test_drain_returns_the_work_result_when_it_finishes_first() -> None:
+    drain = Drain()
+    assert await drain.race(asyncio.sleep(0, result="done")) == (True, "done")
+
+
+async def test_drain_releases_a_waiter_and_cancels_its_work() -> None:
+    drain = Drain()
+    never = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def wait_forever() -> str:
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "unreachable"
+
+    racing = asyncio.create_task(drain.race(wait_forever()))
+    await asyncio.sleep(0)
+    drain.start()
+    assert await racing == (False, None)
+    await asyncio.wait_for(cancelled.wait(), 5)
+    # Once draining, new work is not even started.
+    assert await drain.race(wait_forever()) == (False, None)
+
+
+def test_json_log_lines_carry_the_run_id_and_extra_fields() -> None:
+    record = logging.LogRecord("ledger.x", logging.INFO, __file__, 1, "hello %s", ("there",), None)
+    record.route = "/v1/runs/{run_id}"
+    token = current_run_id.set("run-7")
+    try:
+        entry = json.loads(JsonFormatter().format(record))
+    finally:
+        current_run_id.reset(token)
+    assert entry["message"] == "hello there"
+    assert entry["run_id"] == "run-7"
+    assert entry["route"] == "/v1/runs/{run_id}"
+    assert entry["level"] == "info"
