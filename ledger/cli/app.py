@@ -34,10 +34,12 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import db, serve
+    from ledger.cli import client, db, serve
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)
+    for command in client.COMMANDS:
+        cli.add_command(command)
 
 
 _register()

@@ -1,0 +1,87 @@
+"""Client commands: `ledger runs`, `ledger run`, `ledger events`, `ledger pool` (over HTTP).
+
+They talk to the service at `LEDGER_URL` (default http://127.0.0.1:8787) with the token from
+`LEDGER_TOKEN`, else the first of `LEDGER_API_TOKENS`, else the token file `ledger serve` stored in
+the data dir. Failures are one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from rich.console import Console
+
+from ledger.cli import render
+from ledger.cli.client_http import ServiceClient, ServiceError, client_from_env, segment
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@contextmanager
+def _client() -> Iterator[ServiceClient]:
+    try:
+        with client_from_env() as client:
+            yield client
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+@click.command()
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
+def runs(limit: int) -> None:
+    """List the newest runs: status, age, last event, steps done, rows."""
+    with _client() as client:
+        body = client.get("/v1/runs", {"limit": limit})
+    items: list[Any] = body.get("runs", []) if isinstance(body, dict) else body
+    if not items:
+        click.echo("no runs yet")
+        return
+    _console().print(render.runs_table(items, _now_ms()))
+
+
+@click.command()
+@click.argument("run_id")
+def run(run_id: str) -> None:
+    """Show one run: its steps with progress bars and counts, and its terminal state."""
+    with _client() as client:
+        body = client.get(f"/v1/runs/{segment(run_id)}")
+    _console().print(render.run_detail(body, _now_ms()))
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--follow", "-f", is_flag=True, help="Keep tailing (SSE) until the run's terminal event.")
+@click.option(
+    "--after", default="-1", show_default=True, help="Start after this seq (-1: from the start; now)."
+)
+def events(run_id: str, follow: bool, after: str) -> None:
+    """Print a run's events, one line each; with --follow, tail them live until the run ends."""
+    with _client() as client:
+        stream = client.tail(run_id, after) if follow else client.events(run_id, after)
+        for event in stream:
+            click.echo(render.event_line(event))
+
+
+@click.command()
+@click.argument("version")
+@click.option("--pool", "pool_name", default="default", show_default=True, help="The pool's name.")
+def pool(version: str, pool_name: str) -> None:
+    """Warm-pool availability of VERSION: available and warming counts, and the entries."""
+    path = f"/v1/pools/{segment(pool_name)}"
+    with _client() as client:
+        counts = client.get(f"{path}/counts", {"version": version})
+        entries = client.get(f"{path}/entries", {"version": version}).get("entries", [])
+    _console().print(render.pool_view(pool_name, version, counts, entries, _now_ms()))
+
+
+COMMANDS = (runs, run, events, pool)
