@@ -1,0 +1,359 @@
+"""Folding the runner's event stream into node progress (the hot path: synchronous, no I/O).
+
+`EventFolder.on_runner_event` takes one raw runner event (camelCase, as the runner writes it) and
+updates the `ProgressState`; after each fact it calls ``schedule(force)`` so the reporter can ask
+its uploader for a (throttled, or for one-shot facts forced) flush. Anything that is not a
+well-formed event is ignored without raising: a junk line from the runner must never kill a run.
+
+Counting rules worth knowing:
+
+* The map-start log line is emitted once per *source page* and its "already satisfied" number is
+  page-local, so it never lowers the cumulative ``completed``/``failed`` already folded.
+* ``map.progress`` keeps ``started_rows`` monotonic; active rows are started minus settled.
+* Docflow node events are ordered by ``(attempt, invocation sequence)`` where the sequence is the
+  last ``:``-separated part of ``invocationId``; an older event never overwrites a newer one.
+* Map events name their node by ``mapNodeId``, else by their table namespace through the static
+  pipeline (the inline runner sends ``mapNodeId: null``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from reporter import parsing
+from reporter.lifecycle import StepLifecycleTracker, StepTransition
+from reporter.pipeline import StaticPipeline
+from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message
+from reporter.state import ProgressState
+
+LogMode = Literal["progress_reporter", "direct_worker"]
+LOG_MODES: tuple[LogMode, ...] = ("progress_reporter", "direct_worker")
+
+
+def as_int(value: object) -> int | None:
+    """A finite integral number as int (bools and NaN are not numbers here), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def invocation_sequence(invocation_id: object) -> int:
+    """The trailing ``:<n>`` of a docflow invocation id, or -1."""
+    if not isinstance(invocation_id, str) or not invocation_id:
+        return -1
+    tail = invocation_id.rsplit(":", 1)[-1]
+    return int(tail) if tail.isascii() and tail.isdigit() else -1
+
+
+def is_durable_log(mode: LogMode, line: str, source: object) -> bool:
+    """In direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
+    return mode != "direct_worker" or source != "worker" or line.startswith(parsing.PERF_TRACE_MARKER)
+
+
+class EventFolder:
+    """Owns the fold from runner events to `ProgressState` and the step lifecycle."""
+
+    def __init__(
+        self,
+        state: ProgressState,
+        pipeline: StaticPipeline,
+        *,
+        mode: LogMode = "progress_reporter",
+        schedule: Callable[[bool], None] = lambda force: None,
+    ) -> None:
+        self.state = state
+        self.pipeline = pipeline
+        self.mode: LogMode = mode
+        self.schedule = schedule
+        self.active_map_node_id: str | None = None
+        self.lifecycle = StepLifecycleTracker(pipeline.nodes, self._on_transition, state.now_ms)
+        self.lifecycle.mark_pre_dataset_steps_started()
+
+    def _on_transition(self, event: StepTransition) -> None:
+        key = "started_at" if event.transition == "started" else "completed_at"
+        self.state.set_node_progress(event.node_id, {key: event.at})
+        self.schedule(False)
+
+    # -- entry point ------------------------------------------------------------------------------
+
+    def on_runner_event(self, event: object) -> None:
+        """Fold one runner event; never raises on malformed input, never awaits."""
+        if not isinstance(event, Mapping):
+            return
+        kind = event.get("type")
+        try:
+            if kind == "log":
+                line = event.get("line")
+                if not isinstance(line, str) or not line:
+                    return
+                if is_durable_log(self.mode, line, event.get("source")):
+                    self.state.append_log(line)
+                self._fold_log_line(line)
+                self.schedule(False)
+            elif kind == "execution_event":
+                inner = event.get("event")
+                if isinstance(inner, Mapping) and isinstance(inner.get("type"), str):
+                    self._fold_execution_event(inner)
+                    self.schedule(False)
+            # "row_update": sheet rows belong to the data plane's writer, never to progress.
+        except (TypeError, ValueError, KeyError, AttributeError):
+            # Junk of a shape we did not foresee; progress is best-effort, the run goes on.
+            return
+
+    # -- log lines --------------------------------------------------------------------------------
+
+    def _fold_log_line(self, line: str) -> None:
+        start = parsing.parse_map_start(line)
+        if start is not None:
+            self._map_started_from_log(start.table_namespace, start.total, start.already_satisfied)
+        setup = parsing.parse_map_setup(line)
+        if setup is not None:
+            self._map_started_from_log(setup.table_namespace, setup.rows, 0)
+        if self.active_map_node_id is not None:
+            batch = parsing.parse_tool_batch(line)
+            if batch is not None:
+                self._tool_batch_in_flight(self.active_map_node_id, batch.calls)
+
+    def _map_started_from_log(self, namespace: str, total: int, already_satisfied: int) -> None:
+        ref = self.pipeline.resolve_namespace(namespace)
+        if ref is None:
+            return
+        node_id = ref.node_id
+        self.active_map_node_id = node_id
+        self.state.note_total_rows(total)
+        self.lifecycle.on_map_started(node_id)
+        current = self.state.nodes.get(node_id) or NodeProgress()
+        effective_total = max(total if total > 0 else 0, current.total or 0)
+        # Page-local "already satisfied" must not lower what earlier pages committed.
+        completed = max(0, current.completed or 0, already_satisfied)
+        failed = max(0, current.failed or 0)
+        settled = completed + failed
+        self.state.set_node_progress(
+            node_id,
+            {
+                "completed": completed,
+                "failed": failed,
+                "total": effective_total if effective_total > 0 else None,
+                "started_rows": max(current.started_rows or 0, settled),
+                "active_rows": 0,
+                "waiting_rows": max(0, effective_total - settled) if effective_total > 0 else None,
+                "completed_rows": completed,
+                "artifact_table_namespace": ref.artifact_table_namespace,
+                "started_at": current.started_at if current.started_at is not None else self.state.now_ms(),
+                "message": rows_processed_message(completed, effective_total),
+            },
+        )
+
+    def _tool_batch_in_flight(self, node_id: str, calls: int) -> None:
+        if calls <= 0:
+            return
+        current = self.state.nodes.get(node_id) or NodeProgress()
+        completed = current.completed or 0
+        total = current.total or 0
+        settled = completed + (current.failed or 0)
+        active = min(calls, max(0, total - settled)) if total > 0 else calls
+        started = max(current.started_rows or 0, settled + active)
+        self.state.set_node_progress(
+            node_id,
+            {
+                "started_rows": min(total, started) if total > 0 else started,
+                "active_rows": active,
+                "waiting_rows": max(0, total - settled - active) if total > 0 else None,
+                "completed_rows": completed,
+                "message": calls_in_flight_message(active, completed, total),
+            },
+        )
+
+    # -- execution events -------------------------------------------------------------------------
+
+    def _fold_execution_event(self, event: Mapping[str, Any]) -> None:
+        kind = str(event["type"])
+        if kind.startswith("map."):
+            self._fold_map_event(kind, event)
+        elif kind.startswith("docflow.node."):
+            self._fold_docflow_event(kind, event)
+        elif kind == "tool.call.started":
+            tool_id = event.get("toolId")
+            if isinstance(tool_id, str) and tool_id:
+                self.lifecycle.on_tool_called(tool_id)
+        elif kind == "tool.call.settled":
+            tool_id = event.get("toolId")
+            if event.get("outcome") == "failed" and isinstance(tool_id, str) and tool_id:
+                self.lifecycle.on_tool_failed(tool_id)
+                self.schedule(True)
+        elif kind == "activity.observed":
+            observation = event.get("observation")
+            if isinstance(observation, dict) and isinstance(observation.get("activityId"), str):
+                self.state.add_activity_observation(observation)
+                self.schedule(True)
+        elif kind == "dataset.lifecycle":
+            self.state.add_lifecycle_event(dict(event))
+            self.schedule(True)
+
+    def _fold_docflow_event(self, kind: str, event: Mapping[str, Any]) -> None:
+        node_id = event.get("nodeId")
+        if not isinstance(node_id, str) or not node_id.strip():
+            return
+        at = as_int(event.get("at"))
+        if at is None:
+            at = self.state.now_ms()
+        if kind == "docflow.node.hit":
+            self.state.set_node_progress(node_id, {"started_at": at, "completed_at": at})
+            self.schedule(True)
+            return
+        if kind not in ("docflow.node.started", "docflow.node.completed", "docflow.node.failed"):
+            return
+        attempt = as_int(event.get("attempt"))
+        if attempt is None:
+            return
+        current = self.state.nodes.get(node_id)
+        current_io = current.node_io if current is not None and current.node_io else {}
+        current_attempt = as_int(current_io.get("attempt"))
+        current_attempt = -1 if current_attempt is None else current_attempt
+        if attempt < current_attempt:
+            return
+        invocation_id = event.get("invocationId")
+        if attempt == current_attempt and invocation_sequence(invocation_id) < invocation_sequence(
+            current_io.get("invocation_id")
+        ):
+            return
+        node_io: dict[str, Any] = {
+            "attempt": attempt,
+            "invocation_id": invocation_id,
+            "inputs": event.get("inputs"),
+        }
+        if event.get("inputsTruncated"):
+            node_io["inputs_truncated"] = True
+        if kind == "docflow.node.started":
+            # A new invocation starts from a clean node: earlier outputs/completion belong to the old one.
+            self.state.replace_node(node_id, NodeProgress(started_at=at, updated_at=at, node_io=node_io))
+        else:
+            if kind == "docflow.node.completed":
+                node_io["outputs"] = event.get("outputs")
+                if event.get("outputsTruncated"):
+                    node_io["outputs_truncated"] = True
+                node_io["error"] = None
+            else:
+                node_io["error"] = event.get("error")
+            started_at = current.started_at if current is not None and current.started_at is not None else at
+            self.state.set_node_progress(
+                node_id, {"started_at": started_at, "completed_at": at, "node_io": node_io}
+            )
+        self.schedule(True)
+
+    def _map_node_id(self, event: Mapping[str, Any]) -> str | None:
+        explicit = event.get("mapNodeId")
+        if isinstance(explicit, str) and explicit.strip():
+            return explicit.strip()
+        namespace = event.get("artifactTableNamespace") or event.get("logicalNamespace")
+        ref = self.pipeline.resolve_namespace(namespace)
+        return ref.node_id if ref is not None else None
+
+    def _fold_map_event(self, kind: str, event: Mapping[str, Any]) -> None:
+        node_id = self._map_node_id(event)
+        if node_id is None:
+            return
+        total = as_int(event.get("totalRows"))
+        completed = as_int(event.get("completedRows"))
+        failed = as_int(event.get("failedRows"))
+        namespace = event.get("artifactTableNamespace")
+        namespace = namespace if isinstance(namespace, str) and namespace else None
+        if kind in ("map.preparing", "map.started", "map.resumed"):
+            self.active_map_node_id = node_id
+            self.state.note_total_rows(total)
+            done = completed or 0
+            self.lifecycle.on_map_started(node_id)
+            message = (
+                "Preparing durable table..."
+                if kind == "map.preparing"
+                else rows_processed_message(done, total or 0)
+            )
+            self.state.set_node_progress(
+                node_id,
+                {
+                    "completed": done,
+                    "failed": 0,
+                    "total": total,
+                    "started_rows": done,
+                    "active_rows": 0,
+                    "waiting_rows": max(0, total - done) if total is not None else None,
+                    "completed_rows": done,
+                    "artifact_table_namespace": namespace,
+                    "started_at": self.state.now_ms(),
+                    "message": message,
+                },
+            )
+            return
+        if kind not in ("map.progress", "map.completed", "map.failed", "map.suspended"):
+            return
+        if completed is None:
+            return
+        failed = failed or 0
+        self.active_map_node_id = node_id
+        self.state.note_total_rows(total)
+        if kind == "map.progress":
+            self._map_progress(node_id, completed, failed, total, namespace)
+        elif kind == "map.suspended":
+            self.state.set_node_progress(
+                node_id,
+                {
+                    "completed": completed,
+                    "failed": failed,
+                    "total": total,
+                    "completed_rows": completed,
+                    "artifact_table_namespace": namespace,
+                    "message": rows_processed_message(completed, total),
+                },
+            )
+        else:
+            if kind == "map.failed":
+                self.lifecycle.on_map_failed(node_id)
+            else:
+                self.lifecycle.on_map_completed(node_id)
+            processed = max(0, completed + failed)
+            terminal_total = total if total is not None else 0
+            self.state.set_node_progress(
+                node_id,
+                {
+                    "completed": completed,
+                    "failed": failed,
+                    "total": total,
+                    "started_rows": min(terminal_total, processed) if terminal_total > 0 else processed,
+                    "active_rows": 0,
+                    "waiting_rows": 0,
+                    "completed_rows": completed,
+                    "artifact_table_namespace": namespace,
+                    "completed_at": self.state.now_ms(),
+                    "message": rows_processed_message(completed, total),
+                },
+            )
+            self.active_map_node_id = None
+
+    def _map_progress(
+        self, node_id: str, completed: int, failed: int, total: int | None, namespace: str | None
+    ) -> None:
+        current = self.state.nodes.get(node_id)
+        current_total = current.total if current is not None and current.total else 0
+        current_started = current.started_rows if current is not None and current.started_rows else 0
+        settled = max(0, completed + failed)
+        progress_total = max(total or 0, current_total)
+        started = max(settled, current_started)
+        self.state.set_node_progress(
+            node_id,
+            {
+                "completed": completed,
+                "failed": failed,
+                "total": progress_total if progress_total > 0 else None,
+                "started_rows": started,
+                "active_rows": max(0, started - settled),
+                "waiting_rows": max(0, progress_total - started) if progress_total > 0 else None,
+                "completed_rows": completed,
+                "artifact_table_namespace": namespace,
+                "message": rows_processed_message(completed, progress_total),
+            },
+        )

@@ -1,0 +1,92 @@
+"""The runner's log lines that carry progress facts, and the timestamp prefix of its own lines.
+
+Three diagnostics of the play runner are parsed (the same stream a person reads):
+
+* map start: ``Starting map over 5000 items with concurrency 8 (table namespace: leads_x;
+  10 already satisfied; 4990 pending)`` — the ``(…; K …; P pending)`` tail is optional and
+  ``key:`` may stand for ``table namespace:``, ``duplicate keys skipped`` for ``already satisfied``.
+  Note the pattern wants text between ``items`` and the parenthesis (``… items (…)`` is no match).
+* perf map setup: ``[perf] runtime map setup table=leads_x rows=5000``, at the start of the line
+  after an optional ``[2026-01-01T00:00:00.000Z] `` runner timestamp prefix.
+* tool batch: ``Executing tool batch enrich:1: 25 calls``, at the start of the line or after a
+  ``]`` (a bracketed prefix).
+
+All patterns are case-insensitive and ASCII-digit only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+_FLAGS = re.IGNORECASE | re.ASCII
+
+MAP_START_PATTERN = re.compile(
+    r"Starting map over (\d+) items .* \((?:table namespace|key): ([^;)]+)"
+    r"(?:; (\d+) (?:already satisfied|duplicate keys skipped); (\d+) pending)?\)",
+    _FLAGS,
+)
+PERF_MAP_SETUP_PATTERN = re.compile(r"^\[perf\] runtime map setup table=(\S+) rows=(\d+)\b", _FLAGS)
+TOOL_BATCH_PATTERN = re.compile(
+    r"(?:^|\]\s*)Executing tool batch\s+([A-Za-z0-9_:-]+):\s+(\d+)\s+calls\b", _FLAGS
+)
+TIMESTAMP_PREFIX_PATTERN = re.compile(r"^\[\d{4}-\d{2}-\d{2}T[\d:.]+Z\]\s+", re.ASCII)
+PERF_TRACE_MARKER = "[perf-trace] "
+
+
+class MapStart(NamedTuple):
+    total: int
+    table_namespace: str
+    already_satisfied: int
+    pending: int | None
+
+
+class MapSetup(NamedTuple):
+    table_namespace: str
+    rows: int
+
+
+class ToolBatch(NamedTuple):
+    batch_id: str
+    calls: int
+
+
+def parse_map_start(line: str) -> MapStart | None:
+    """The map-start diagnostic anywhere in `line`, or None."""
+    match = MAP_START_PATTERN.search(line)
+    if match is None:
+        return None
+    satisfied, pending = match.group(3), match.group(4)
+    return MapStart(
+        total=int(match.group(1)),
+        table_namespace=match.group(2).strip(),
+        already_satisfied=int(satisfied) if satisfied is not None else 0,
+        pending=int(pending) if pending is not None else None,
+    )
+
+
+def strip_timestamp_prefix(line: str) -> str:
+    """`line` without a leading ``[ISO-timestamp] `` runner prefix."""
+    if not line.startswith("["):
+        return line
+    return TIMESTAMP_PREFIX_PATTERN.sub("", line, count=1)
+
+
+def has_timestamp_prefix(line: str) -> bool:
+    return TIMESTAMP_PREFIX_PATTERN.match(line) is not None
+
+
+def parse_map_setup(line: str) -> MapSetup | None:
+    """The perf map-setup marker at the start of `line` (after an optional timestamp), or None."""
+    match = PERF_MAP_SETUP_PATTERN.match(strip_timestamp_prefix(line))
+    if match is None:
+        return None
+    return MapSetup(table_namespace=match.group(1), rows=int(match.group(2)))
+
+
+def parse_tool_batch(line: str) -> ToolBatch | None:
+    """The tool-batch diagnostic, or None."""
+    match = TOOL_BATCH_PATTERN.search(line)
+    if match is None:
+        return None
+    return ToolBatch(batch_id=match.group(1), calls=int(match.group(2)))

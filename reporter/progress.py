@@ -1,0 +1,107 @@
+"""Per-node progress: the model, the merge rule and the progress messages.
+
+A node's progress is a `NodeProgress` whose fields are all optional: a field that was never set is
+left off the wire. A *patch* is a mapping of snake_case field names to values; it overrides only the
+fields it names, and a value of ``None`` counts as "not named" (so callers can write
+``total=t if t > 0 else None``). Every merge refreshes ``updated_at``.
+
+The stale-completion rule: after the merge a node whose ``completed`` is below a positive ``total``
+loses its ``completed_at`` unless the patch itself sets one (a step that regressed, or that a later
+page reopened, is not finished any more). ``completed`` counts successes only, so a map with failed
+rows keeps ``completed_at`` only when the patch that closes it names it.
+
+On the wire (SPEC 2.7) every field is snake_case, times are epoch milliseconds, and ``node_io`` is
+a dict with snake_case keys (``attempt``, ``invocation_id``, ``inputs``, ``outputs``, ``error``,
+``inputs_truncated``, ``outputs_truncated``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+PROGRESS_FIELDS: tuple[str, ...] = (
+    "completed",
+    "failed",
+    "total",
+    "started_rows",
+    "active_rows",
+    "waiting_rows",
+    "completed_rows",
+    "message",
+    "artifact_table_namespace",
+    "started_at",
+    "completed_at",
+    "node_io",
+)
+_PATCHABLE = frozenset(PROGRESS_FIELDS)
+
+
+@dataclass(slots=True)
+class NodeProgress:
+    """One step's live progress; ``None`` means "never reported"."""
+
+    completed: int | None = None
+    failed: int | None = None
+    total: int | None = None
+    started_rows: int | None = None
+    active_rows: int | None = None
+    waiting_rows: int | None = None
+    completed_rows: int | None = None
+    message: str | None = None
+    artifact_table_namespace: str | None = None
+    started_at: int | None = None
+    completed_at: int | None = None
+    node_io: dict[str, Any] | None = None
+    updated_at: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The snake_case JSON object of SPEC 2.7, without the fields that were never set."""
+        out: dict[str, Any] = {}
+        for name in _WIRE_ORDER:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = dict(value) if name == "node_io" else value
+        return out
+
+
+_WIRE_ORDER = tuple(f.name for f in fields(NodeProgress))
+
+
+def merge_patch(node: NodeProgress, patch: Mapping[str, Any], now_ms: int) -> None:
+    """Apply `patch` to `node` in place (see the module docstring for the rule).
+
+    Unknown keys are a programming error and raise `KeyError`, so a typo cannot silently drop data.
+    """
+    for key, value in patch.items():
+        if key not in _PATCHABLE:
+            raise KeyError(f"not a node progress field: {key!r}")
+        if value is not None:
+            setattr(node, key, value)
+    if patch.get("completed_at") is None and node.completed_at is not None:
+        completed = node.completed or 0
+        total = node.total or 0
+        if total > 0 and completed < total:
+            node.completed_at = None
+    node.updated_at = now_ms
+
+
+def replace_node(node_io: dict[str, Any], *, started_at: int, updated_at: int) -> NodeProgress:
+    """A fresh node carrying only a start time and node I/O (a new docflow invocation began)."""
+    return NodeProgress(started_at=started_at, updated_at=updated_at, node_io=node_io)
+
+
+def rows_processed_message(completed: int, total: int | None) -> str | None:
+    """``1,234 / 10,000 rows processed``; None when there is no positive total."""
+    if total is None or total <= 0:
+        return None
+    return f"{max(0, completed):,} / {total:,} rows processed"
+
+
+def calls_in_flight_message(active_rows: int, completed_rows: int, total_rows: int) -> str:
+    """``8 calls in flight · 1,234 / 10,000 rows processed`` (the tail only with a total)."""
+    head = f"{active_rows:,} calls in flight"
+    if total_rows > 0:
+        return f"{head} · {completed_rows:,} / {total_rows:,} rows processed"
+    return head

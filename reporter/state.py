@@ -1,0 +1,162 @@
+"""The reporter's mutable state: node progress, the live log tail and the pending one-shot events.
+
+The folding code writes it synchronously; the uploader takes a `Snapshot` of it (copying progress
+and logs, *draining* the one-shot events) and hands the snapshot back through `requeue` when the
+upload fails, so dataset lifecycle events and activity observations are delivered exactly once.
+
+One-shot events are bounded (``max_pending_one_shot`` per kind) so that a ledger that stays down
+cannot grow the worker's memory without limit: the oldest are dropped and counted, and the count
+travels in the next upload as ``dropped_one_shot_events``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reporter.progress import NodeProgress, merge_patch
+
+LIVE_LOG_TAIL_LIMIT = 1_000
+DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What one upload carries from the state (all copies: the state may move on meanwhile)."""
+
+    live_node_progress: dict[str, dict[str, Any]]
+    live_logs: list[str]
+    live_log_total_count: int
+    dataset_lifecycle_events: list[dict[str, Any]] = field(default_factory=list)
+    activity_observations: list[dict[str, Any]] = field(default_factory=list)
+    dropped_one_shot_events: int = 0
+
+
+def _observed_at(observation: Mapping[str, Any]) -> float:
+    value = observation.get("observedAt")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return float("-inf")
+
+
+class ProgressState:
+    """Node progress, logs and one-shot events of one reporter."""
+
+    def __init__(
+        self,
+        *,
+        now_ms: Callable[[], int],
+        initial_live_log_total_count: int = 0,
+        max_pending_one_shot: int = DEFAULT_MAX_PENDING_ONE_SHOT,
+    ) -> None:
+        self.now_ms = now_ms
+        self.nodes: dict[str, NodeProgress] = {}
+        self.logs: deque[str] = deque(maxlen=LIVE_LOG_TAIL_LIMIT)
+        self.log_total_count = initial_live_log_total_count
+        self.total_rows = 0
+        self.progress_dirty = False
+        self.logs_dirty = False
+        self.max_pending_one_shot = max_pending_one_shot
+        self._lifecycle_events: deque[dict[str, Any]] = deque()
+        self._activity: dict[str, dict[str, Any]] = {}
+        self.dropped_one_shot_events = 0
+
+    # -- writes (synchronous, from the event path) ------------------------------------------------
+
+    def set_node_progress(self, node_id: str, patch: Mapping[str, Any]) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            node = self.nodes[node_id] = NodeProgress()
+        merge_patch(node, patch, self.now_ms())
+        self.progress_dirty = True
+
+    def replace_node(self, node_id: str, node: NodeProgress) -> None:
+        self.nodes[node_id] = node
+        self.progress_dirty = True
+
+    def note_total_rows(self, total: int | None) -> None:
+        if total is not None and total > self.total_rows:
+            self.total_rows = total
+
+    def append_log(self, line: str) -> None:
+        trimmed = line.strip()
+        if not trimmed:
+            return
+        self.log_total_count += 1
+        self.logs.append(trimmed)
+        self.logs_dirty = True
+
+    def add_lifecycle_event(self, event: dict[str, Any]) -> None:
+        self._lifecycle_events.append(event)
+        self._trim()
+
+    def add_activity_observation(self, observation: dict[str, Any]) -> None:
+        activity_id = observation["activityId"]
+        # Re-inserting moves the activity to the newest end, which is what the trim keeps.
+        self._activity.pop(activity_id, None)
+        self._activity[activity_id] = observation
+        self._trim()
+
+    def _trim(self) -> None:
+        limit = self.max_pending_one_shot
+        while len(self._lifecycle_events) > limit:
+            self._lifecycle_events.popleft()
+            self.dropped_one_shot_events += 1
+        while len(self._activity) > limit:
+            del self._activity[next(iter(self._activity))]
+            self.dropped_one_shot_events += 1
+
+    # -- reads (the uploader) ---------------------------------------------------------------------
+
+    @property
+    def pending_one_shot_count(self) -> int:
+        return len(self._lifecycle_events) + len(self._activity)
+
+    @property
+    def has_changes(self) -> bool:
+        return (
+            self.progress_dirty
+            or self.logs_dirty
+            or bool(self._lifecycle_events)
+            or bool(self._activity)
+            or self.dropped_one_shot_events > 0
+        )
+
+    def snapshot(self) -> Snapshot:
+        """Copy progress and logs, drain the one-shot events, and mark everything clean."""
+        snap = Snapshot(
+            live_node_progress={node_id: node.to_wire() for node_id, node in self.nodes.items()},
+            live_logs=list(self.logs),
+            live_log_total_count=self.log_total_count,
+            dataset_lifecycle_events=list(self._lifecycle_events),
+            activity_observations=list(self._activity.values()),
+            dropped_one_shot_events=self.dropped_one_shot_events,
+        )
+        self._lifecycle_events.clear()
+        self._activity.clear()
+        self.dropped_one_shot_events = 0
+        self.progress_dirty = False
+        self.logs_dirty = False
+        return snap
+
+    def requeue(self, snap: Snapshot) -> None:
+        """Give back the one-shot events of a failed upload (older than anything pending now)."""
+        self._lifecycle_events.extendleft(reversed(snap.dataset_lifecycle_events))
+        older = {obs["activityId"]: obs for obs in snap.activity_observations}
+        for activity_id, current in self._activity.items():
+            previous = older.get(activity_id)
+            if previous is None or _observed_at(previous) <= _observed_at(current):
+                older[activity_id] = current
+            else:
+                older[activity_id] = previous
+        # Failed-upload activities go first (oldest), then those that arrived meanwhile.
+        merged = {k: v for k, v in older.items() if k not in self._activity}
+        merged.update({k: older[k] for k in self._activity})
+        self._activity = merged
+        self.dropped_one_shot_events += snap.dropped_one_shot_events
+        # The progress and logs of the failed upload are still in the state; send them again.
+        self.progress_dirty = True
+        self.logs_dirty = True
+        self._trim()

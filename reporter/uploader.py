@@ -1,0 +1,305 @@
+"""The coalescing single-flight uploader.
+
+Design. At most one upload is in flight, run by one *pump* task; nobody awaits that task, so a
+caller that is cancelled never cancels the upload the other callers are waiting for. A flush
+request that arrives while an upload is in flight merges into the one pending request:
+
+* a terminal status (``completed``/``failed``) beats ``running``;
+* ``required`` is OR-ed;
+* a terminal log replay, once asked for, is kept;
+* every caller's future is resolved (or, for required callers, rejected) by the merged upload.
+
+The pump takes a `Snapshot` of the state *when it starts the upload*, so a pending request always
+carries everything folded up to then. Best-effort flushes are throttled by an adaptive interval
+(1.5 s below 10k rows, 8 s below 100k, 15 s below 1M, 30 s from 1M on); forced ones are not. A
+throttled request that leaves changes behind arms one *trailing* timer so a quiet stream still
+lands within an interval (the seed waited for the next event or the final flush).
+
+A failed upload gives its one-shot events back to the state (they go out with the next upload) and
+rejects only the required callers. `StaleAttemptError` (another attempt owns the run) stops the
+uploader for good: nothing more is sent. ``is_current_attempt()`` is asked before every upload; a
+stale attempt uploads nothing. Every upload carries ``upload_seq`` (1, 2, … within the attempt).
+Clock and sleep are injectable so tests never wait for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reporter.state import ProgressState, Snapshot
+from reporter.transport import StaleAttemptError, Transport
+
+Status = Literal["running", "completed", "failed"]
+STATUSES: tuple[Status, ...] = ("running", "completed", "failed")
+
+log = logging.getLogger("reporter.uploader")
+
+
+def interval_for_total_rows(total_rows: int) -> float:
+    """Seconds between best-effort uploads for a run of `total_rows` rows."""
+    if total_rows >= 1_000_000:
+        return 30.0
+    if total_rows >= 100_000:
+        return 15.0
+    if total_rows >= 10_000:
+        return 8.0
+    return 1.5
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class FlushRequest:
+    status: Status = "running"
+    required: bool = False
+    terminal_log_replay: dict[str, Any] | None = None
+    waiters: list[tuple[asyncio.Future[None], bool]] = field(default_factory=list)
+
+    def merge(self, other: FlushRequest) -> FlushRequest:
+        """This pending request with `other` folded in (see the module docstring)."""
+        return FlushRequest(
+            status=other.status if other.status != "running" else self.status,
+            required=self.required or other.required,
+            terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
+            waiters=self.waiters + other.waiters,
+        )
+
+
+class CoalescingUploader:
+    """Sends `ProgressState` snapshots through a `Transport`, one at a time."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        state: ProgressState,
+        transport: Transport,
+        producer_attempt: int = 1,
+        is_current_attempt: Callable[[], bool | Awaitable[bool]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        interval: Callable[[int], float] = interval_for_total_rows,
+        initial_upload_seq: int = 0,
+        trailing_flush: bool = True,
+    ) -> None:
+        self.run_id = run_id
+        self.state = state
+        self.transport = transport
+        self.producer_attempt = producer_attempt
+        self._is_current_attempt = is_current_attempt
+        self._clock = clock
+        self._sleep = sleep
+        self._wall_clock_ms = wall_clock_ms
+        self._interval = interval
+        self._trailing_enabled = trailing_flush
+        self.upload_seq = initial_upload_seq
+        self.uploads_made = 0
+        self.failed_uploads = 0
+        self.stopped = False
+        self.last_error: BaseException | None = None
+        self._last_flush_at: float | None = None
+        self._pending: FlushRequest | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._trailing_task: asyncio.Task[None] | None = None
+        self._idle_waiters: list[asyncio.Future[None]] = []
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """True while an upload is in flight or pending."""
+        return self._pump_task is not None or self._pending is not None
+
+    def schedule(self, force: bool = False) -> None:
+        """A best-effort flush nobody waits for (the synchronous event path calls this).
+
+        Without a running event loop (a synchronous caller) it does nothing: the state keeps the
+        change and the next flush from async code, or finalize, sends it.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._request(force=force, status="running", required=False, replay=None, waiter=False)
+
+    async def flush(
+        self,
+        *,
+        force: bool = False,
+        status: Status = "running",
+        required: bool = False,
+        terminal_log_replay: dict[str, Any] | None = None,
+    ) -> None:
+        """Request an upload and wait until the upload that carries it is done.
+
+        Raises the transport's error only when `required` (or a merged request was required and
+        this caller asked for `required` too); best-effort callers always return normally.
+        """
+        future = self._request(
+            force=force, status=status, required=required, replay=terminal_log_replay, waiter=True
+        )
+        if future is not None:
+            await future
+
+    def _request(
+        self,
+        *,
+        force: bool,
+        status: Status,
+        required: bool,
+        replay: dict[str, Any] | None,
+        waiter: bool,
+    ) -> asyncio.Future[None] | None:
+        loop = asyncio.get_running_loop()
+        if self.stopped:
+            if required and waiter:
+                failed: asyncio.Future[None] = loop.create_future()
+                failed.set_exception(StaleAttemptError(f"reporter for run {self.run_id!r} was stopped"))
+                return failed
+            return None
+        if not force and not self.state.has_changes:
+            return self._idle_future(loop) if waiter else None
+        now = self._clock()
+        if (
+            not force
+            and self._last_flush_at is not None
+            and now - self._last_flush_at < self._interval(self.state.total_rows)
+        ):
+            self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
+            return self._idle_future(loop) if waiter else None
+        self._last_flush_at = now
+        request = FlushRequest(status=status, required=required, terminal_log_replay=replay)
+        future: asyncio.Future[None] | None = None
+        if waiter:
+            future = loop.create_future()
+            request.waiters.append((future, required))
+        self._pending = request if self._pending is None else self._pending.merge(request)
+        if self._pump_task is None:
+            self._pump_task = loop.create_task(self._pump(), name=f"reporter-upload-{self.run_id}")
+        return future
+
+    def _idle_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """Resolves when the uploads in flight are done (at once when there are none)."""
+        future: asyncio.Future[None] = loop.create_future()
+        if self._pump_task is None:
+            future.set_result(None)
+        else:
+            self._idle_waiters.append(future)
+        return future
+
+    def _arm_trailing(self, delay: float) -> None:
+        if not self._trailing_enabled or self._trailing_task is not None:
+            return
+        self._trailing_task = asyncio.get_running_loop().create_task(self._trailing(max(0.0, delay)))
+
+    async def _trailing(self, delay: float) -> None:
+        try:
+            await self._sleep(delay)
+        finally:
+            self._trailing_task = None
+        if self.state.has_changes:
+            # The interval has passed: bypass the throttle rather than re-checking a clock that a
+            # test's sleep may not have moved.
+            self._request(force=True, status="running", required=False, replay=None, waiter=False)
+
+    # -- the pump ---------------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        try:
+            while self._pending is not None:
+                request, self._pending = self._pending, None
+                await self._upload(request)
+        finally:
+            self._pump_task = None
+            idle, self._idle_waiters = self._idle_waiters, []
+            for future in idle:
+                if not future.done():
+                    future.set_result(None)
+            if self._pending is not None and not self.stopped:
+                self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _current_attempt(self) -> bool:
+        if self._is_current_attempt is None:
+            return True
+        answer = self._is_current_attempt()
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return bool(answer)
+
+    async def _upload(self, request: FlushRequest) -> None:
+        if self.stopped:
+            _settle(request, StaleAttemptError(f"reporter for run {self.run_id!r} was stopped"))
+            return
+        snapshot = self.state.snapshot()
+        try:
+            if await self._current_attempt():
+                self.upload_seq += 1
+                await self.transport.upload(self.payload(request, snapshot, self.upload_seq))
+                self.uploads_made += 1
+        except StaleAttemptError as exc:
+            self.stopped = True
+            self.last_error = exc
+            log.warning(
+                "run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt
+            )
+            _settle(request, exc)
+            return
+        except asyncio.CancelledError:
+            self.state.requeue(snapshot)
+            for future, _ in request.waiters:
+                future.cancel()
+            raise
+        except Exception as exc:
+            self.state.requeue(snapshot)
+            self.failed_uploads += 1
+            self.last_error = exc
+            log.warning("run %s: progress upload failed: %s", self.run_id, exc)
+            _settle(request, exc)
+            return
+        _settle(request, None)
+
+    def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
+        """The SPEC 2.7 upload for one snapshot."""
+        body: dict[str, Any] = {
+            "run_id": self.run_id,
+            "upload_seq": upload_seq,
+            "status": request.status,
+            "producer_attempt": self.producer_attempt,
+            "live_node_progress": snapshot.live_node_progress,
+            "live_logs": snapshot.live_logs,
+            "live_log_total_count": snapshot.live_log_total_count,
+            "dataset_lifecycle_events": snapshot.dataset_lifecycle_events,
+            "activity_observations": snapshot.activity_observations,
+            "terminal_log_replay": request.terminal_log_replay,
+            "last_checkpoint_at": self._wall_clock_ms(),
+        }
+        if snapshot.dropped_one_shot_events:
+            body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
+        return body
+
+    async def aclose(self) -> None:
+        """Stop the trailing timer and wait for the uploads in flight (they are not cancelled)."""
+        if self._trailing_task is not None:
+            self._trailing_task.cancel()
+            self._trailing_task = None
+        while self._pump_task is not None:
+            await asyncio.shield(self._pump_task)
+
+
+def _settle(request: FlushRequest, error: BaseException | None) -> None:
+    for future, required in request.waiters:
+        if future.done():
+            continue  # that caller was cancelled; the others still get their answer
+        if error is not None and required:
+            future.set_exception(error)
+        else:
+            future.set_result(None)

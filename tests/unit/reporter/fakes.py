@@ -1,0 +1,92 @@
+"""Test doubles for the reporter: a clock that moves only when told, and a recording transport."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from reporter.transport import TransportError
+
+
+class FakeClock:
+    """Monotonic seconds + wall milliseconds + a sleep that wakes only when `advance` passes it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall_ms(self) -> int:
+        return int(self.now * 1000)
+
+    async def sleep(self, delay: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self.now + delay, future))
+        await future
+
+    @property
+    def sleepers(self) -> int:
+        return sum(1 for _, f in self._sleepers if not f.done())
+
+    async def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = [(t, f) for t, f in self._sleepers if t <= self.now]
+        self._sleepers = [(t, f) for t, f in self._sleepers if t > self.now]
+        for _, future in due:
+            if not future.done():
+                future.set_result(None)
+        await settle()
+
+
+async def settle(rounds: int = 20) -> None:
+    """Let ready tasks run (no real time passes)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+class FakeTransport:
+    """Records uploads; can hold them at a gate and fail them on demand; checks single flight."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.gate: asyncio.Event | None = None
+        self.failures: list[BaseException] = []
+        self.outcomes: list[dict[str, Any]] = []
+        self.observations: list[dict[str, Any]] = []
+        self.started = 0
+
+    def hold(self) -> None:
+        self.gate = asyncio.Event()
+
+    def release(self) -> None:
+        assert self.gate is not None
+        self.gate.set()
+        self.gate = None
+
+    async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.in_flight += 1
+        self.started += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.failures:
+                raise self.failures.pop(0)
+            self.payloads.append(payload)
+            return {"applied": True}
+        finally:
+            self.in_flight -= 1
+
+    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.outcomes)
+
+    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self.observations)
+
+
+def boom(message: str = "ledger down") -> TransportError:
+    return TransportError(message)
