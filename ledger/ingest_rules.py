@@ -123,7 +123,21 @@ def _str(name: str, value: object, *, non_empty: bool = False) -> str:
         raise InvalidInput(name, f"must be a string, got {type(value).__name__}")
     if non_empty and not value.strip():
         raise InvalidInput(name, "must not be empty")
+    if "\x00" in value:  # Postgres text and jsonb refuse NUL
+        raise InvalidInput(name, "must not contain NUL characters")
     return value
+
+
+def _json_object(name: str, value: object) -> dict[str, Any]:
+    """A passed-through object that must be storable as jsonb (no NaN/Infinity, no NUL)."""
+    obj = _object(name, value)
+    try:
+        text = json.dumps(obj, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(name, f"is not valid JSON ({exc})") from None
+    if "\\u0000" in text:
+        raise InvalidInput(name, "must not contain NUL characters")
+    return obj
 
 
 def _list(name: str, value: object) -> list[Any]:
@@ -158,7 +172,7 @@ def parse_node(name: str, value: object) -> dict[str, Any]:
         if raw.get(key) is not None:
             node[key] = _str(f"{name}.{key}", raw[key])
     if raw.get("node_io") is not None:
-        node["node_io"] = _object(f"{name}.node_io", raw["node_io"])
+        node["node_io"] = _json_object(f"{name}.node_io", raw["node_io"])
     return node
 
 
@@ -177,7 +191,7 @@ def _parse_replay(value: object) -> LogReplay | None:
 
 
 def _parse_observation(name: str, value: object) -> dict[str, Any]:
-    observation = _object(name, value)
+    observation = _json_object(name, value)
     _str(f"{name}.activityId", observation.get("activityId"), non_empty=True)
     _number(f"{name}.observedAt", observation.get("observedAt"))
     return observation
@@ -200,8 +214,8 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
     nodes: NodeSnapshot = {}
     for node_id, node in progress.items():
-        if not isinstance(node_id, str) or not node_id.strip():
-            raise InvalidInput("live_node_progress", "node ids must not be empty")
+        if not isinstance(node_id, str) or not node_id.strip() or "\x00" in node_id:
+            raise InvalidInput("live_node_progress", "node ids must be non-empty strings without NUL")
         nodes[node_id] = parse_node(f"live_node_progress.{node_id}", node)
     logs = _lines("live_logs", raw.get("live_logs"))
     if len(logs) > LIVE_LOG_TAIL_LIMIT:
@@ -212,7 +226,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     if total < len(logs):
         raise InvalidInput("live_log_total_count", f"{total} is smaller than the {len(logs)}-line tail")
     lifecycle = tuple(
-        _object(f"dataset_lifecycle_events[{i}]", event)
+        _json_object(f"dataset_lifecycle_events[{i}]", event)
         for i, event in enumerate(_list("dataset_lifecycle_events", raw.get("dataset_lifecycle_events")))
     )
     observations = tuple(

@@ -117,6 +117,13 @@ def test_parse_full_upload_keeps_known_fields_and_ignores_unknown() -> None:
         ),
         ({"status": "running", "last_checkpoint_at": "yesterday"}, "last_checkpoint_at"),
         ({"status": "running", "dropped_one_shot_events": -1}, "dropped_one_shot_events"),
+        ({"status": "running", "live_logs": ["a\x00b"]}, "live_logs[0]"),
+        ({"status": "running", "live_node_progress": {"n\x00": {}}}, "live_node_progress"),
+        (
+            {"status": "running", "live_node_progress": {"n": {"node_io": {"x": float("nan")}}}},
+            "live_node_progress.n.node_io",
+        ),
+        ({"status": "running", "dataset_lifecycle_events": [{"k": "\x00"}]}, "dataset_lifecycle_events[0]"),
     ],
 )
 def test_parse_rejects_bad_fields_by_name(body: Any, field: str) -> None:
