@@ -34,12 +34,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, serve
+    from ledger.cli import client, db, serve, watchdog
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)
     for command in client.COMMANDS:
         cli.add_command(command)
+    cli.add_command(watchdog.watchdog)
 
 
 _register()

@@ -1,0 +1,66 @@
+"""`ledger watchdog [--once]`: fail stalled runs, straight on the database (no service needed).
+
+The service already runs the watchdog; this command is for a deployment that runs it as its own
+process (or a cron job with `--once`). Several may run at once: the watchdog locks the runs it
+fails (`ledger.watchdog`), so nothing is failed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+import psycopg
+
+from ledger.config import load_settings
+from ledger.db import Database, resolve_url
+from ledger.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
+
+
+async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: float) -> None:
+    async with Database(url, min_size=1, max_size=2) as db:
+        dog = Watchdog(db, stall_after_s=stall_after_s, interval_s=interval_s)
+        while True:
+            try:
+                failed = await dog.run_once()
+            except psycopg.errors.UndefinedTable:
+                raise click.ClickException(
+                    "the database has no ledger schema yet; run `ledger db upgrade` first"
+                ) from None
+            if failed:
+                click.echo(f"failed {len(failed)} stalled run(s): {', '.join(failed)}")
+            elif once:
+                click.echo("no stalled runs")
+            if once:
+                return
+            await asyncio.sleep(interval_s)
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="One pass, then exit (for cron).")
+@click.option(
+    "--stall-after",
+    "stall_after_s",
+    default=DEFAULT_STALL_AFTER_S,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds without an event after which a non-terminal run is failed.",
+)
+@click.option(
+    "--interval",
+    "interval_s",
+    default=DEFAULT_INTERVAL_S,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds between passes.",
+)
+def watchdog(once: bool, stall_after_s: float, interval_s: float) -> None:
+    """Fail runs with no event for --stall-after seconds (on the configured database)."""
+    url, server = resolve_url(load_settings())
+    try:
+        asyncio.run(_watch(url, once=once, stall_after_s=stall_after_s, interval_s=interval_s))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            server.stop()
