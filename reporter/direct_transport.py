@@ -7,7 +7,8 @@ errors: `ledger.errors.StaleAttempt` → `StaleAttemptError`, other ledger error
 There are no retries: an in-process call either worked or will fail the same way again.
 
 Sheet outcomes and node observations are read by two injectable async readers (``run_id`` →
-list of dicts); by default they come from the ledger's own read functions.
+list of dicts); by default they come from the ledger's own read functions (`ledger.sheets`,
+`ledger.observations`), where "unknown run" means "nothing recorded": an empty list.
 """
 
 from __future__ import annotations
@@ -60,8 +61,20 @@ class DirectTransport:
 
 
 async def _default_sheet_outcomes(db: Database, run_id: str) -> list[dict[str, Any]]:
-    raise NotImplementedError("pending: the ledger's sheet outcome reader")
+    from ledger.errors import NotFound
+    from ledger.sheets import sheet_outcomes
+
+    try:
+        return await sheet_outcomes(db, run_id)
+    except NotFound:
+        return []  # no rows recorded for the run: nothing to reconcile from
 
 
 async def _default_node_observations(db: Database, run_id: str) -> list[dict[str, Any]]:
-    raise NotImplementedError("pending: the ledger's node observation reader")
+    from ledger.errors import NotFound
+    from ledger.observations import list_observations
+
+    try:
+        return await list_observations(db, run_id)
+    except NotFound:
+        return []

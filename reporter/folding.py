@@ -75,8 +75,17 @@ class EventFolder:
         self.lifecycle.mark_pre_dataset_steps_started()
 
     def _on_transition(self, event: StepTransition) -> None:
-        key = "started_at" if event.transition == "started" else "completed_at"
-        self.state.set_node_progress(event.node_id, {key: event.at})
+        if event.transition == "started":
+            self.state.set_node_progress(event.node_id, {"started_at": event.at})
+        elif event.transition == "completed":
+            self.state.set_node_progress(event.node_id, {"completed_at": event.at})
+        else:
+            # The ledger reads a step's failure from its node I/O error (or a failed final upload);
+            # a step that failed mid-run would otherwise be recorded as completed.
+            current = self.state.nodes.get(event.node_id)
+            node_io = dict(current.node_io) if current is not None and current.node_io else {}
+            node_io["error"] = node_io.get("error") or event.reason or "step failed"
+            self.state.set_node_progress(event.node_id, {"completed_at": event.at, "node_io": node_io})
         self.schedule(False)
 
     # -- entry point ------------------------------------------------------------------------------

@@ -171,13 +171,21 @@ class HttpTransport:
         answer = await self._send("POST", self._url(run_id, "status"), json=payload, headers=headers)
         return answer if isinstance(answer, dict) else {}
 
+    async def _read(self, run_id: str, tail: str) -> Any:
+        try:
+            return await self._send("GET", self._url(run_id, tail), headers=self._headers)
+        except UploadRejected as exc:
+            if exc.status_code == 404:
+                return {}  # the ledger has nothing recorded for the run: nothing to reconcile from
+            raise
+
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
-        answer = await self._send("GET", self._url(run_id, "sheets"), headers=self._headers)
+        answer = await self._read(run_id, "sheets")
         outcomes = answer.get("outcomes") if isinstance(answer, dict) else None
         return [o for o in outcomes if isinstance(o, dict)] if isinstance(outcomes, list) else []
 
     async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
-        answer = await self._send("GET", self._url(run_id, "observations"), headers=self._headers)
+        answer = await self._read(run_id, "observations")
         observations = answer.get("observations") if isinstance(answer, dict) else None
         if not isinstance(observations, list):
             return []

@@ -17,7 +17,9 @@ Rules (SPEC 3):
 * At the end, a failed run fails every started step and a completed run completes them; steps that
   never started (untaken branches) stay unexecuted.
 
-Events naming a node or tool the pipeline does not know are ignored here.
+A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
+puts it in the node's ``node_io.error``, which is how the ledger tells a failed step from a
+completed one. Events naming a node or tool the pipeline does not know are ignored here.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class StepTransition:
     node_id: str
     transition: Literal["started", "completed", "failed"]
     at: int
+    reason: str | None = None  # why a step failed, for the node's error
 
 
 class StepLifecycleTracker:
@@ -76,14 +79,14 @@ class StepLifecycleTracker:
             self._states[node_id] = StepState.STARTED
             self._emit(StepTransition(node_id, "started", self._now_ms()))
 
-    def _settle(self, node_id: str, state: Literal["completed", "failed"]) -> None:
+    def _settle(self, node_id: str, state: Literal["completed", "failed"], reason: str | None = None) -> None:
         current = self._states.get(node_id)
         if current is None or current in _TERMINAL:
             return
         if current is StepState.UNEXECUTED:
             self._start(node_id)
         self._states[node_id] = StepState(state)
-        self._emit(StepTransition(node_id, state, self._now_ms()))
+        self._emit(StepTransition(node_id, state, self._now_ms(), reason if state == "failed" else None))
 
     def mark_pre_dataset_steps_started(self) -> None:
         for node_id in self._pre_dataset:
@@ -99,7 +102,7 @@ class StepLifecycleTracker:
         self._settle(node_id, "completed")
 
     def on_map_failed(self, node_id: str) -> None:
-        self._settle(node_id, "failed")
+        self._settle(node_id, "failed", "map failed")
 
     def _tool_node(self, tool_id: str, *, open_only: bool) -> str | None:
         for node in self._nodes:
@@ -118,12 +121,12 @@ class StepLifecycleTracker:
     def on_tool_failed(self, tool_id: str) -> None:
         node_id = self._tool_node(tool_id, open_only=True) or self._tool_node(tool_id, open_only=False)
         if node_id is not None:
-            self._settle(node_id, "failed")
+            self._settle(node_id, "failed", f"tool {tool_id} failed")
 
     def mark_started_failed(self) -> None:
         for node_id, state in list(self._states.items()):
             if state is StepState.STARTED:
-                self._settle(node_id, "failed")
+                self._settle(node_id, "failed", "run failed")
 
     def mark_all_terminal(self) -> None:
         for node_id, state in list(self._states.items()):

@@ -93,7 +93,11 @@ class ProgressState:
         self._trim()
 
     def add_activity_observation(self, observation: dict[str, Any]) -> None:
+        """Keep the newest observation per ``activityId`` (by ``observedAt``; a tie goes to the later)."""
         activity_id = observation["activityId"]
+        pending = self._activity.get(activity_id)
+        if pending is not None and _observed_at(observation) < _observed_at(pending):
+            return
         # Re-inserting moves the activity to the newest end, which is what the trim keeps.
         self._activity.pop(activity_id, None)
         self._activity[activity_id] = observation

@@ -55,6 +55,7 @@ class FakeTransport:
         self.max_in_flight = 0
         self.gate: asyncio.Event | None = None
         self.failures: list[BaseException] = []
+        self.fail_calls: dict[int, BaseException] = {}  # the n-th call (from 1) fails
         self.outcomes: list[dict[str, Any]] = []
         self.observations: list[dict[str, Any]] = []
         self.started = 0
@@ -70,10 +71,13 @@ class FakeTransport:
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.in_flight += 1
         self.started += 1
+        call = self.started
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if self.gate is not None:
                 await self.gate.wait()
+            if call in self.fail_calls:
+                raise self.fail_calls.pop(call)
             if self.failures:
                 raise self.failures.pop(0)
             self.payloads.append(payload)

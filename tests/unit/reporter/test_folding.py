@@ -1,0 +1,451 @@
+"""Folding runner events into node progress: every event type, logs, modes and junk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reporter.folding import EventFolder, LogMode
+from reporter.lifecycle import StepState
+from reporter.pipeline import StaticPipeline
+from reporter.state import LIVE_LOG_TAIL_LIMIT, ProgressState
+
+CONTRACT = {
+    "staticPipeline": {
+        "substeps": [
+            {"type": "code", "id": "load"},
+            {"type": "dataset", "id": "enrich", "field": "rows", "tableNamespace": "leads"},
+            {"type": "tool", "id": "notify", "toolId": "slack.post"},
+            {"type": "dataset", "field": "scores"},
+        ]
+    }
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def make(mode: LogMode = "progress_reporter") -> tuple[EventFolder, list[bool], Clock]:
+    clock = Clock()
+    scheduled: list[bool] = []
+    folder = EventFolder(
+        ProgressState(now_ms=clock), StaticPipeline(CONTRACT), mode=mode, schedule=scheduled.append
+    )
+    return folder, scheduled, clock
+
+
+def ex(**event: Any) -> dict[str, Any]:
+    return {"type": "execution_event", "event": event}
+
+
+def node(folder: EventFolder, node_id: str) -> dict[str, Any]:
+    return folder.state.nodes[node_id].to_wire()
+
+
+# -- logs ------------------------------------------------------------------------------------------
+
+
+def test_log_lines_fill_a_bounded_tail_and_keep_the_total_count() -> None:
+    folder, scheduled, _ = make()
+    for i in range(LIVE_LOG_TAIL_LIMIT + 5):
+        folder.on_runner_event({"type": "log", "line": f"  line {i}  ", "source": "runner"})
+    folder.on_runner_event({"type": "log", "line": "   ", "source": "runner"})  # blank: not counted
+    assert folder.state.log_total_count == LIVE_LOG_TAIL_LIMIT + 5
+    assert len(folder.state.logs) == LIVE_LOG_TAIL_LIMIT
+    assert folder.state.logs[0] == "line 5"
+    assert folder.state.logs[-1] == f"line {LIVE_LOG_TAIL_LIMIT + 4}"
+    assert scheduled and not any(scheduled)  # log lines ask for throttled flushes only
+
+
+def test_initial_live_log_total_count_continues_the_channel() -> None:
+    state = ProgressState(now_ms=lambda: 0, initial_live_log_total_count=40)
+    folder = EventFolder(state, StaticPipeline(None))
+    folder.on_runner_event({"type": "log", "line": "x"})
+    assert state.log_total_count == 41
+
+
+def test_direct_worker_mode_keeps_worker_lines_out_except_perf_trace() -> None:
+    folder, _, _ = make("direct_worker")
+    for line, source in [
+        ("sandbox created", "worker"),
+        ("[perf-trace] phase=run ms=3", "worker"),
+        ("[2026-01-01T00:00:00.000Z] play says hi", "runner"),
+        ("no source at all", None),
+    ]:
+        folder.on_runner_event({"type": "log", "line": line, "source": source})
+    assert list(folder.state.logs) == [
+        "[perf-trace] phase=run ms=3",
+        "[2026-01-01T00:00:00.000Z] play says hi",
+        "no source at all",
+    ]
+
+
+def test_progress_reporter_mode_keeps_worker_lines() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event({"type": "log", "line": "sandbox created", "source": "worker"})
+    assert list(folder.state.logs) == ["sandbox created"]
+
+
+def test_worker_lines_are_still_parsed_in_direct_worker_mode() -> None:
+    folder, _, _ = make("direct_worker")
+    folder.on_runner_event(
+        {"type": "log", "line": "[perf] runtime map setup table=leads_r1 rows=40", "source": "worker"}
+    )
+    assert not folder.state.logs
+    assert node(folder, "enrich")["total"] == 40
+
+
+def test_map_start_log_starts_the_step_and_sets_totals() -> None:
+    folder, _, clock = make()
+    folder.on_runner_event(
+        {
+            "type": "log",
+            "line": "Starting map over 10000 items in pages (table namespace: leads_r1; 1234 already "
+            "satisfied; 8766 pending)",
+        }
+    )
+    assert node(folder, "enrich") == {
+        "completed": 1234,
+        "failed": 0,
+        "total": 10000,
+        "started_rows": 1234,
+        "active_rows": 0,
+        "waiting_rows": 8766,
+        "completed_rows": 1234,
+        "message": "1,234 / 10,000 rows processed",
+        "artifact_table_namespace": "leads_r1",
+        "started_at": clock.ms,
+        "updated_at": clock.ms,
+    }
+    assert folder.lifecycle.state("enrich") is StepState.STARTED
+    assert folder.lifecycle.state("load") is StepState.COMPLETED
+    assert folder.state.total_rows == 10000
+    assert folder.active_map_node_id == "enrich"
+
+
+def test_page_local_duplicate_counts_never_reset_cumulative_progress() -> None:
+    folder, _, clock = make()
+    page = "Starting map over 500 items in page (table namespace: leads; {n} already satisfied; 1 pending)"
+    folder.on_runner_event({"type": "log", "line": page.format(n=3)})
+    first_start = node(folder, "enrich")["started_at"]
+    folder.on_runner_event(
+        ex(
+            type="map.progress",
+            artifactTableNamespace="leads",
+            totalRows=2000,
+            completedRows=700,
+            failedRows=20,
+        )
+    )
+    clock.ms += 50
+    folder.on_runner_event({"type": "log", "line": page.format(n=5)})  # the next page: page-local 5
+    wire = node(folder, "enrich")
+    assert wire["completed"] == 700
+    assert wire["failed"] == 20
+    assert wire["total"] == 2000  # the larger known total stays
+    assert wire["waiting_rows"] == 2000 - 720
+    assert wire["started_at"] == first_start
+
+
+def test_map_start_for_an_unknown_namespace_changes_nothing() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        {
+            "type": "log",
+            "line": "Starting map over 5 items now (table namespace: leadsX; 0 already satisfied; 5 pending)",
+        }
+    )
+    assert "enrich" not in folder.state.nodes
+    assert folder.active_map_node_id is None
+
+
+def test_perf_setup_resolves_the_field_namespace_of_an_unnamed_dataset_step() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        {"type": "log", "line": "[2026-01-01T00:00:00.000Z] [perf] runtime map setup table=scores_9 rows=12"}
+    )
+    wire = node(folder, "dataset-3")
+    assert wire["total"] == 12
+    assert wire["waiting_rows"] == 12
+    assert wire["message"] == "0 / 12 rows processed"
+
+
+def test_tool_batch_marks_calls_in_flight_on_the_active_map_only() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:1: 25 calls"})
+    assert folder.state.nodes.get("enrich") is None  # no active map yet
+    folder.on_runner_event(
+        ex(type="map.progress", artifactTableNamespace="leads", totalRows=100, completedRows=80, failedRows=5)
+    )
+    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:2: 25 calls"})
+    wire = node(folder, "enrich")
+    assert wire["active_rows"] == 15  # capped by what is left
+    assert wire["started_rows"] == 100
+    assert wire["waiting_rows"] == 0
+    assert wire["message"] == "15 calls in flight · 80 / 100 rows processed"
+    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:3: 0 calls"})
+    assert node(folder, "enrich")["active_rows"] == 15
+
+
+# -- execution events ------------------------------------------------------------------------------
+
+
+def test_map_started_by_node_id_and_progress_then_completed() -> None:
+    folder, scheduled, clock = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=2))
+    assert node(folder, "enrich")["message"] == "2 / 10 rows processed"
+    assert node(folder, "enrich")["waiting_rows"] == 8
+    folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=6, failedRows=1))
+    wire = node(folder, "enrich")
+    assert (wire["completed"], wire["failed"], wire["total"]) == (6, 1, 10)
+    assert (wire["started_rows"], wire["active_rows"], wire["waiting_rows"]) == (7, 0, 3)
+    clock.ms = 5_000
+    folder.on_runner_event(
+        ex(type="map.completed", mapNodeId="enrich", totalRows=10, completedRows=9, failedRows=1)
+    )
+    wire = node(folder, "enrich")
+    assert wire["completed_at"] == 5_000
+    assert (wire["started_rows"], wire["active_rows"], wire["waiting_rows"]) == (10, 0, 0)
+    assert folder.lifecycle.state("enrich") is StepState.COMPLETED
+    assert folder.active_map_node_id is None
+    assert scheduled and not any(scheduled)
+
+
+def test_map_progress_keeps_started_rows_monotonic() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="map.progress", mapNodeId="enrich", totalRows=100, completedRows=10, failedRows=0)
+    )
+    folder.on_runner_event({"type": "log", "line": "Executing tool batch b: 30 calls"})
+    folder.on_runner_event(
+        ex(type="map.progress", mapNodeId="enrich", totalRows=100, completedRows=20, failedRows=0)
+    )
+    wire = node(folder, "enrich")
+    assert wire["started_rows"] == 40
+    assert wire["active_rows"] == 20
+    assert wire["waiting_rows"] == 60
+
+
+def test_map_preparing_and_resumed() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="map.preparing", artifactTableNamespace="leads_a", totalRows=50, completedRows=0)
+    )
+    assert node(folder, "enrich")["message"] == "Preparing durable table..."
+    folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=10, failedRows=4))
+    folder.on_runner_event(ex(type="map.resumed", logicalNamespace="leads", totalRows=50, completedRows=10))
+    wire = node(folder, "enrich")
+    assert (wire["completed"], wire["failed"], wire["waiting_rows"]) == (10, 0, 40)
+    assert wire["artifact_table_namespace"] == "leads_a"
+
+
+def test_map_failed_fails_the_step() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="map.failed", mapNodeId="enrich", totalRows=10, completedRows=3, failedRows=7)
+    )
+    assert folder.lifecycle.state("enrich") is StepState.FAILED
+    wire = node(folder, "enrich")
+    assert wire["failed"] == 7 and "completed_at" in wire and "started_at" in wire
+    assert wire["node_io"] == {"error": "map failed"}  # how the ledger tells failed from completed
+
+
+def test_map_suspended_updates_counts_without_settling() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=0))
+    folder.on_runner_event(
+        ex(type="map.suspended", mapNodeId="enrich", totalRows=10, completedRows=4, failedRows=1)
+    )
+    wire = node(folder, "enrich")
+    assert (wire["completed"], wire["failed"], wire["message"]) == (4, 1, "4 / 10 rows processed")
+    assert "completed_at" not in wire
+    assert folder.lifecycle.state("enrich") is StepState.STARTED
+
+
+def test_map_event_for_an_unresolvable_node_is_ignored() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="map.progress", mapNodeId=None, artifactTableNamespace="other", completedRows=1)
+    )
+    folder.on_runner_event(ex(type="map.progress", mapNodeId="  ", completedRows=1, failedRows=0))
+    assert set(folder.state.nodes) == {"load"}
+
+
+def test_map_event_with_an_explicit_unknown_node_id_is_tracked() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="map.progress", mapNodeId="inner-map", totalRows=4, completedRows=1, failedRows=0)
+    )
+    assert node(folder, "inner-map")["completed"] == 1
+
+
+def test_tool_call_events_start_and_fail_the_tool_step() -> None:
+    folder, scheduled, _ = make()
+    folder.on_runner_event(ex(type="tool.call.started", toolId="slack.post"))
+    assert folder.lifecycle.state("notify") is StepState.STARTED
+    assert "started_at" in node(folder, "notify")
+    folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome="succeeded"))
+    assert folder.lifecycle.state("notify") is StepState.STARTED
+    scheduled.clear()
+    folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome="failed"))
+    assert folder.lifecycle.state("notify") is StepState.FAILED
+    assert node(folder, "notify")["node_io"] == {"error": "tool slack.post failed"}
+    assert True in scheduled  # a failure is flushed at once
+
+
+def test_activity_observed_and_dataset_lifecycle_are_one_shot_and_forced() -> None:
+    folder, scheduled, _ = make()
+    folder.on_runner_event(ex(type="activity.observed", observation={"activityId": "a", "observedAt": 1}))
+    folder.on_runner_event(ex(type="activity.observed", observation={"activityId": "a", "observedAt": 2}))
+    folder.on_runner_event(ex(type="dataset.lifecycle", tableNamespace="leads", phase="created"))
+    folder.on_runner_event(ex(type="activity.observed", observation={"observedAt": 3}))  # no activityId
+    assert scheduled.count(True) == 3
+    snap = folder.state.snapshot()
+    assert snap.activity_observations == [{"activityId": "a", "observedAt": 2}]
+    assert snap.dataset_lifecycle_events == [
+        {"type": "dataset.lifecycle", "tableNamespace": "leads", "phase": "created"}
+    ]
+
+
+def test_docflow_hit_sets_start_and_completion() -> None:
+    folder, scheduled, _ = make()
+    folder.on_runner_event(ex(type="docflow.node.hit", nodeId="d1", at=77))
+    assert node(folder, "d1") == {"started_at": 77, "completed_at": 77, "updated_at": 1_000}
+    assert scheduled[-2:] == [True, False]
+
+
+def test_docflow_started_completed_and_failed() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="docflow.node.started", nodeId="d1", attempt=1, invocationId="inv:1", inputs={"a": 1}, at=10)
+    )
+    assert node(folder, "d1") == {
+        "started_at": 10,
+        "node_io": {"attempt": 1, "invocation_id": "inv:1", "inputs": {"a": 1}},
+        "updated_at": 10,
+    }
+    folder.on_runner_event(
+        ex(
+            type="docflow.node.completed",
+            nodeId="d1",
+            attempt=1,
+            invocationId="inv:1",
+            inputs={"a": 1},
+            outputs={"b": 2},
+            outputsTruncated=True,
+            at=20,
+        )
+    )
+    wire = node(folder, "d1")
+    assert wire["started_at"] == 10 and wire["completed_at"] == 20
+    assert wire["node_io"] == {
+        "attempt": 1,
+        "invocation_id": "inv:1",
+        "inputs": {"a": 1},
+        "outputs": {"b": 2},
+        "outputs_truncated": True,
+        "error": None,
+    }
+    folder.on_runner_event(
+        ex(type="docflow.node.failed", nodeId="d1", attempt=2, invocationId="inv:0", error="boom", at=30)
+    )
+    assert node(folder, "d1")["node_io"]["error"] == "boom"
+    assert node(folder, "d1")["completed_at"] == 30
+
+
+def test_docflow_started_of_a_new_invocation_replaces_the_node() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="docflow.node.completed", nodeId="d1", attempt=1, invocationId="i:1", outputs=1, at=20)
+    )
+    folder.on_runner_event(ex(type="docflow.node.started", nodeId="d1", attempt=1, invocationId="i:2", at=30))
+    assert node(folder, "d1") == {
+        "started_at": 30,
+        "node_io": {"attempt": 1, "invocation_id": "i:2", "inputs": None},
+        "updated_at": 30,
+    }
+
+
+@pytest.mark.parametrize(
+    ("attempt", "invocation", "applied"),
+    [
+        (0, "i:9", False),
+        (1, "i:2", False),
+        (1, "i:3", True),
+        (1, "i:4", True),
+        (2, "i:0", True),
+        (1, None, False),
+    ],
+)
+def test_docflow_ordering_by_attempt_then_invocation(
+    attempt: int, invocation: str | None, applied: bool
+) -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(
+        ex(type="docflow.node.completed", nodeId="d", attempt=1, invocationId="i:3", outputs="old", at=5)
+    )
+    folder.on_runner_event(
+        ex(
+            type="docflow.node.completed",
+            nodeId="d",
+            attempt=attempt,
+            invocationId=invocation,
+            outputs="new",
+            at=6,
+        )
+    )
+    assert (node(folder, "d")["node_io"]["outputs"] == "new") is applied
+
+
+def test_row_update_is_ignored() -> None:
+    folder, scheduled, _ = make()
+    scheduled.clear()
+    before = {k: v.to_wire() for k, v in folder.state.nodes.items()}
+    folder.on_runner_event(
+        {"type": "row_update", "tableNamespace": "leads", "rowKey": "1", "status": "completed"}
+    )
+    assert (
+        {k: v.to_wire() for k, v in folder.state.nodes.items()} == before
+        and not scheduled
+        and folder.state.log_total_count == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        None,
+        3,
+        "log",
+        [],
+        {},
+        {"type": 5},
+        {"type": "log"},
+        {"type": "log", "line": 5},
+        {"type": "execution_event"},
+        {"type": "execution_event", "event": "x"},
+        {"type": "execution_event", "event": {"type": None}},
+        ex(type="map.progress", mapNodeId="enrich", completedRows="many"),
+        ex(type="map.progress", mapNodeId="enrich", completedRows=1, failedRows=0, totalRows=float("nan")),
+        ex(type="map.started", mapNodeId=["x"]),
+        ex(type="map.started", mapNodeId="enrich", totalRows="x"),
+        ex(type="docflow.node.started", nodeId="d", attempt="1"),
+        ex(type="docflow.node.started", nodeId=3, attempt=1),
+        ex(type="activity.observed", observation=[1]),
+        ex(type="tool.call.started", toolId=None),
+        ex(type="docflow.node.completed", nodeId="d", attempt=True),
+        {"type": "result"},
+        {"type": "mystery", "line": "x"},
+    ],
+)
+def test_malformed_events_are_ignored_without_raising(junk: object) -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(junk)
+    assert set(folder.state.nodes) - {"load", "enrich"} == set()
+    assert "d" not in folder.state.nodes
