@@ -203,29 +203,37 @@ class Listener:
         while True:
             try:
                 conn = await self._connect_fn()
+                self._conn = conn
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-            except (psycopg.Error, OSError) as exc:
+            except Exception as exc:
+                await self._close_conn()
                 log.warning("listener: cannot connect (%s); retrying in %.2fs", exc, delay)
                 self._first_attempt.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.backoff_max_s)
                 continue
-            self._conn = conn
             self.backend_pid = conn.info.backend_pid
             self.connected = True
             if not first:
                 self.reconnects += 1
             first = False
-            delay = self.backoff_initial_s
             self._first_attempt.set()
             # Whatever committed while we were not listening: everyone re-reads.
             self._wake_all()
+            connected_at = asyncio.get_running_loop().time()
             try:
                 await self._listen(conn)
-            except (psycopg.Error, OSError, TimeoutError) as exc:
+            except Exception as exc:  # any failure: the connection is suspect, start over
                 log.warning("listener: connection lost (%s); reconnecting", exc)
             await self._close_conn()
             self._wake_all()
+            # A connection that dies right away (e.g. the server keeps dropping it) must not make us
+            # spin: back off unless it had been healthy for a keepalive period.
+            if asyncio.get_running_loop().time() - connected_at < self.keepalive_s:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+            else:
+                delay = self.backoff_initial_s
 
     async def _listen(self, conn: ListenConn) -> None:
         while True:
