@@ -41,6 +41,9 @@ def _register() -> None:
     for command in client.COMMANDS:
         cli.add_command(command)
     cli.add_command(watchdog.watchdog)
+    from ledger.cli import report
+
+    cli.add_command(report.report_command)
 
 
 _register()

@@ -1,0 +1,183 @@
+"""`ledger report`: a runner's JSON-lines event stream on stdin → the reporter → the ledger over HTTP.
+
+Any runner, in any language, can pipe its events (``{"type": "log", ...}``, ``{"type":
+"execution_event", ...}``, ``{"type": "row_update", ...}``, ``{"type": "result", ...}``) into
+``ledger report --run-id ID``. The reporter folds them and uploads progress while the stream runs;
+on the ``result`` line it reads the run's sheet outcomes and node observations from the ledger,
+reconciles, and makes the final upload. End of input without a ``result`` reports the run failed
+(exit 1, with a line saying so in the run's log). A line that is not a JSON object is reported on
+stderr with its line number and skipped.
+
+Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 2 the ledger refused or
+could not be reached for the final upload, 3 a newer attempt owns the run (stale attempt).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from ledger.auth import client_token
+from ledger.cli.client_http import service_url
+from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
+
+EXIT_OK = 0
+EXIT_NO_RESULT = 1
+EXIT_UPLOAD_FAILED = 2
+EXIT_STALE = 3
+NO_RESULT_LINE = (
+    "[ledger report] the runner's event stream ended without a result; the run is reported failed"
+)
+
+
+async def read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterator[str]:
+    """Lines of a blocking text stream, read on a thread so the event loop keeps uploading.
+
+    At most `buffered` lines wait in memory (the reader blocks beyond that); when the consumer
+    stops early (the ``result`` line came), the reader thread winds down on its own.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    slots = threading.Semaphore(buffered)
+    stop = threading.Event()
+    failures: list[Exception] = []
+
+    def post(item: str | None) -> bool:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            return False
+        return True
+
+    def pump() -> None:
+        try:
+            for line in stream:
+                while not slots.acquire(timeout=0.2):
+                    if stop.is_set():
+                        return
+                if stop.is_set() or not post(line):
+                    return
+        except (OSError, ValueError) as exc:  # ValueError covers undecodable input
+            failures.append(exc)
+        finally:
+            post(None)
+
+    threading.Thread(target=pump, name="ledger-report-stdin", daemon=True).start()
+    try:
+        while (line := await queue.get()) is not None:
+            slots.release()
+            yield line
+    finally:
+        stop.set()
+    if failures:
+        raise OSError(f"cannot read the input: {failures[0]}")
+
+
+async def feed(
+    reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None]
+) -> dict[str, Any] | None:
+    """Fold every event line into `reporter`; return the ``result`` event (None if there was none)."""
+    number = 0
+    async for raw in lines:
+        number += 1
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            event = json.loads(text)
+        except ValueError as exc:
+            warn(f"line {number}: not JSON ({exc}); skipped")
+            continue
+        if not isinstance(event, dict):
+            warn(f"line {number}: not a JSON object; skipped")
+            continue
+        if event.get("type") == "result":
+            return event
+        reporter.on_runner_event(event)
+    return None
+
+
+async def report(reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None]) -> int:
+    """Feed, reconcile and finalize; the exit code (see the module docstring)."""
+    try:
+        try:
+            result = await feed(reporter, lines, warn)
+        except OSError as exc:
+            warn(str(exc))
+            result = None
+        missing = result is None
+        if result is None:
+            reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
+            result = {"type": "result", "status": "failed"}
+        await reporter.load_terminal_truth()
+        await reporter.finalize(result)
+    except StaleAttemptError as exc:
+        warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
+        return EXIT_STALE
+    except (TransportError, TimeoutError) as exc:
+        warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
+        return EXIT_UPLOAD_FAILED
+    finally:
+        await reporter.aclose()
+    if missing:
+        warn(f"no result line: run {reporter.run_id} was reported failed")
+        return EXIT_NO_RESULT
+    return EXIT_OK
+
+
+def load_contract(path: Path | None) -> object:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read the contract {path}: {exc}", param_hint="--contract") from None
+
+
+async def _main(
+    run_id: str, contract: object, attempt: int, mode: str, stream: IO[str], warn: Callable[[str], None]
+) -> int:
+    async with HttpTransport(service_url(), client_token()) as transport:
+        reporter = ProgressReporter(
+            run_id,
+            transport,
+            contract=contract,
+            producer_attempt=attempt,
+            mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
+        )
+        return await report(reporter, read_lines(stream), warn)
+
+
+@click.command("report")
+@click.option("--run-id", required=True, help="The run the events belong to.")
+@click.option(
+    "--contract",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSON contract snapshot whose staticPipeline.substeps lists the steps.",
+)
+@click.option("--attempt", type=click.IntRange(min=0), default=1, show_default=True, help="Producer attempt.")
+@click.option(
+    "--mode",
+    type=click.Choice(["progress_reporter", "direct_worker"]),
+    default="progress_reporter",
+    show_default=True,
+    help="Which log lines are durable (SPEC 3, log modes).",
+)
+def report_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> None:
+    """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL)."""
+    if not run_id.strip():
+        raise click.BadParameter("must not be empty", param_hint="--run-id")
+
+    def warn(message: str) -> None:
+        click.echo(f"ledger report: {message}", err=True)
+
+    code = asyncio.run(_main(run_id, load_contract(contract), attempt, mode, sys.stdin, warn))
+    if code != EXIT_OK:
+        sys.exit(code)
