@@ -1,0 +1,137 @@
+"""`ledger report`: stdin JSON lines through the reporter, the exit codes, the warnings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from ledger.cli import report as report_cli
+from ledger.cli.app import cli
+from reporter import HttpTransport, ProgressReporter, RetryPolicy, SimulatedRun
+from reporter.transport import StaleAttemptError
+from tests.unit.reporter.fakes import FakeClock, FakeTransport
+
+SIM = SimulatedRun(rows=300, fail_every=7, page_size=100)
+
+
+async def lines_of(items: list[str]) -> AsyncIterator[str]:
+    for item in items:
+        yield item
+
+
+def make(transport: FakeTransport) -> ProgressReporter:
+    clock = FakeClock()
+    return ProgressReporter(
+        "run-cli",
+        transport,
+        contract=SIM.contract(),
+        clock=clock.monotonic,
+        sleep=clock.sleep,
+        wall_clock_ms=clock.wall_ms,
+    )
+
+
+async def test_malformed_lines_are_reported_with_their_number_and_skipped() -> None:
+    transport = FakeTransport()
+    warnings: list[str] = []
+    events = [json.dumps(e) for e in SIM.events()]
+    stream = [events[0], "{not json", "", "[1, 2]", *events[1:]]
+    code = await report_cli.report(make(transport), lines_of(stream), warnings.append)
+    assert code == report_cli.EXIT_OK
+    assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
+    final = transport.payloads[-1]
+    assert final["status"] == "completed"
+    assert final["live_node_progress"]["enrich"]["failed"] == SIM.failed_rows
+
+
+async def test_end_of_input_without_a_result_reports_the_run_failed() -> None:
+    transport = FakeTransport()
+    transport.outcomes = [
+        {"table_namespace": SIM.table_namespace, "completed": 10, "failed": 1, "total": 300}
+    ]
+    warnings: list[str] = []
+    events = [json.dumps(e) for e in SIM.events() if e["type"] != "result"][:50]
+    code = await report_cli.report(make(transport), lines_of(events), warnings.append)
+    assert code == report_cli.EXIT_NO_RESULT
+    assert any("no result line" in w for w in warnings)
+    final = transport.payloads[-1]
+    assert final["status"] == "failed"
+    assert report_cli.NO_RESULT_LINE in final["live_logs"]
+    assert final["live_node_progress"]["enrich"]["completed"] == 10  # still reconciled from the sheets
+
+
+async def test_stale_attempt_exit_code() -> None:
+    transport = FakeTransport()
+    transport.failures = [StaleAttemptError("stale producer attempt")] * 10
+    warnings: list[str] = []
+    code = await report_cli.report(
+        make(transport), lines_of([json.dumps({"type": "result", "status": "completed"})]), warnings.append
+    )
+    assert code == report_cli.EXIT_STALE
+    assert "newer attempt" in warnings[-1]
+
+
+def test_the_command_pipes_stdin_to_the_ledger_over_http(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/sheets"):
+            return httpx.Response(200, json={"outcomes": []})
+        if request.url.path.endswith("/observations"):
+            return httpx.Response(200, json={"observations": []})
+        return httpx.Response(200, json={"duplicate": False})
+
+    def transport_factory(base_url: str, token: str | None, **_: Any) -> HttpTransport:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        return HttpTransport(base_url, token, client=client, retry_policy=RetryPolicy(max_attempts=1))
+
+    monkeypatch.setattr(report_cli, "HttpTransport", transport_factory)
+    monkeypatch.setenv("LEDGER_URL", "http://ledger.test:9999/")
+    monkeypatch.setenv("LEDGER_TOKEN", "secret")
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps(SIM.contract()))
+    stdin = "\n".join(json.dumps(e) for e in SIM.events()) + "\n"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            "--run-id",
+            "r-9",
+            "--contract",
+            str(contract),
+            "--attempt",
+            "4",
+            "--mode",
+            "direct_worker",
+        ],
+        input=stdin,
+    )
+    assert result.exit_code == 0, result.output
+    uploads = [json.loads(r.content) for r in seen if r.method == "POST"]
+    assert {str(r.url.host) for r in seen} == {"ledger.test"}
+    assert all(r.headers["Authorization"] == "Bearer secret" for r in seen)
+    assert uploads[-1]["status"] == "completed" and uploads[-1]["producer_attempt"] == 4
+    assert uploads[-1]["live_node_progress"]["enrich"]["completed"] == SIM.completed_rows
+    # direct_worker mode: the worker's own line stayed out of the durable log
+    assert all("sandbox ready" not in line for u in uploads for line in u["live_logs"])
+    assert [r.url.path for r in seen if r.method == "GET"] == [
+        "/v1/runs/r-9/sheets",
+        "/v1/runs/r-9/observations",
+    ]
+
+
+def test_a_bad_contract_file_is_a_clear_error(tmp_path: Path) -> None:
+    contract = tmp_path / "c.json"
+    contract.write_text("{nope")
+    result = CliRunner().invoke(cli, ["report", "--run-id", "r", "--contract", str(contract)], input="")
+    assert result.exit_code == 2
+    assert "cannot read the contract" in result.output
