@@ -163,42 +163,49 @@ class ProgressReporter:
         failure raises, and so does missing the `deadline_s` (`TimeoutError`); the upload itself
         is not cancelled by the deadline.
         """
+        if deadline_s is None:
+            await self._finalize(result, status, required, replay_all_terminal_logs, skip_terminal_log_replay)
+            return
+        async with asyncio.timeout(deadline_s):
+            await self._finalize(result, status, required, replay_all_terminal_logs, skip_terminal_log_replay)
+
+    async def _finalize(
+        self,
+        result: Mapping[str, Any] | None,
+        status: Status | None,
+        required: bool,
+        replay_all: bool,
+        skip_replay: bool,
+    ) -> None:
         result_status = result.get("status") if isinstance(result, Mapping) else None
+        if status is None:
+            status = result_status if result_status in ("completed", "failed") else "running"
+        if status == "failed" and self.state.has_changes and not self.uploader.stopped:
+            # The ledger records a step that first shows completed in a *failed* upload as failed.
+            # Steps that finished before the run failed must land in a running upload first.
+            await self.uploader.flush(force=True)
         if result_status == "failed":
             self.folder.lifecycle.mark_started_failed()
         elif result_status == "completed":
             self.folder.lifecycle.mark_all_terminal()
         if result_status in ("completed", "failed"):
             self.reconcile_terminal(result)
-        if status is None:
-            status = (
-                "completed"
-                if result_status == "completed"
-                else "failed"
-                if result_status == "failed"
-                else "running"
-            )
         replay = None
         logs = result.get("logs") if isinstance(result, Mapping) else None
-        if not skip_terminal_log_replay and isinstance(logs, list):
+        if not skip_replay and isinstance(logs, list):
             replay = build_terminal_replay(
                 logs,
                 mode=self.mode,
                 live_logs=self.state.logs,
                 live_log_total_count=self.state.log_total_count,
-                replay_all=replay_all_terminal_logs,
+                replay_all=replay_all,
             )
-        flushing = self.uploader.flush(
+        await self.uploader.flush(
             force=True,
             status=status,
             required=required or status != "running",
             terminal_log_replay=replay,
         )
-        if deadline_s is None:
-            await flushing
-        else:
-            async with asyncio.timeout(deadline_s):
-                await flushing
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the upload in flight."""
