@@ -369,3 +369,21 @@ async def test_retention_applies_to_ingested_events(db: Database) -> None:
     assert log_lines(evs) == lines[-10:]
     row = await run_row(db, "r")
     assert row is not None and row["last_seq"] == 50
+
+
+async def test_terminal_run_refuses_an_upload_that_would_add_events(db: Database) -> None:
+    await RunLog(db).open_run("r")
+    await RunLog(db).set_terminal(
+        "r", "failed", error="run watchdog: no progress; orchestrator presumed dead"
+    )
+    before_events, before_row = await events(db, "r"), await run_row(db, "r")
+    # The reporter wakes up after the watchdog failed the run: its new lines cannot be appended.
+    with pytest.raises(Conflict):
+        await apply_status_upload(db, "r", upload(upload_seq=1, live_logs=["late"]))
+    assert await events(db, "r") == before_events
+    assert await run_row(db, "r") == before_row
+    # An upload that adds nothing and repeats the terminal status is absorbed.
+    answer = await apply_status_upload(db, "r", upload(status="failed"))
+    assert (answer["terminal_set"], answer["events_appended"]) == (False, {})
+    row = await run_row(db, "r")
+    assert row is not None and row["status"] == "failed"
