@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
 from typing import Any
 
 from fastapi import Depends, FastAPI
 
 from ledger.db import Database
-from ledger.service import routes_health
+from ledger.listener import Listener
+from ledger.pool import WarmPool
+from ledger.runlog import RunLog
+from ledger.service import routes_events, routes_health, routes_ingest, routes_pool, routes_runs
 from ledger.service.errors import install_error_handlers
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from ledger.service.security import require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
+from ledger.watchdog import Watchdog
 
 log = logging.getLogger("ledger.service")
 
@@ -38,19 +42,33 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(database_url, min_size=1, max_size=settings.db_pool_size)
-        await db.open()
-        svc = Services(settings=settings, db=db, metrics=metrics)
-        app.state.services = svc
-        try:
-            await _start_library(svc)
+        async with AsyncExitStack() as stack:
+            db = Database(database_url, min_size=1, max_size=settings.db_pool_size)
+            await db.open()
+            stack.push_async_callback(db.close)
+            listener = Listener(database_url)
+            await listener.start()
+            stack.push_async_callback(listener.stop)
+            runlog = RunLog(db, listener=listener, max_events_per_run=settings.max_events_per_run)
+            svc = Services(
+                settings=settings, db=db, metrics=metrics, listener=listener, runlog=runlog, pool=WarmPool(db)
+            )
+            # Runs first on the way out: waiting readers return before anything below closes.
+            stack.callback(svc.drain.start)
+            watchdog = Watchdog(db, runlog) if settings.watchdog else None
+            if watchdog is not None:
+                watchdog.start()
+                stack.push_async_callback(watchdog.stop)
+            metrics.bind_sources(
+                listener_reconnects=lambda: listener.reconnects,
+                listener_connected=lambda: float(listener.connected),
+                waiters=lambda: listener.waiter_count,
+                watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
+            )
+            app.state.services = svc
             log.info("service ready", extra={"pool_size": settings.db_pool_size})
             yield
-        finally:
-            svc.drain.start()
-            await _stop_library(svc)
-            await db.close()
-            log.info("service stopped")
+            log.info("service stopping")
 
     app = FastAPI(
         title="Run Ledger",
@@ -66,7 +84,14 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     app.state.tokens = tuple(tokens)
     app.state.metrics = metrics
     install_error_handlers(app)
-    app.include_router(routes_health.router)
+    for router in (
+        routes_health.router,
+        routes_runs.router,
+        routes_events.router,
+        routes_ingest.router,
+        routes_pool.router,
+    ):
+        app.include_router(router)
     if not settings.public_docs:
 
         @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
@@ -77,11 +102,3 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
-
-
-async def _start_library(svc: Services) -> None:
-    pass
-
-
-async def _stop_library(svc: Services) -> None:
-    pass

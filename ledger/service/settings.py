@@ -19,6 +19,7 @@ KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
 PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
 POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
 SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
+MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class ServiceSettings:
     shutdown_grace_s: float = 10.0
     # Run the stalled-run watchdog (SPEC 2.6) in this process.
     watchdog: bool = True
+    # Retention per run (SPEC 2.3): the oldest events beyond this are trimmed; 0 = unlimited.
+    max_events_per_run: int = 10_000
 
 
 def _number(env: Mapping[str, str], var: str, default: float, *, minimum: float) -> float:
@@ -78,4 +81,5 @@ def load_service_settings(
         public_docs=_flag(env, PUBLIC_DOCS_VAR, True),
         db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
+        max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),
     )

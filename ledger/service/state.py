@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import Request
 
 from ledger.db import Database
+from ledger.listener import Listener
+from ledger.pool import WarmPool
+from ledger.runlog import RunLog
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.settings import ServiceSettings
 
@@ -57,8 +60,10 @@ class Services:
     settings: ServiceSettings
     db: Database
     metrics: ServiceMetrics
+    listener: Listener
+    runlog: RunLog
+    pool: WarmPool
     drain: Drain = field(default_factory=Drain)
-    listener: Any = None
 
 
 def services(request: Request) -> Services:

@@ -1,4 +1,4 @@
-"""The real `ledger serve`, started once per test module as a subprocess, driven over HTTP.
+"""The real `ledger serve`, started once per session as a subprocess, driven over HTTP.
 
 Tests use their own run ids and pool names (uuid), so they share one server and one database
 without cleaning between tests.
@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -43,11 +44,13 @@ class Server:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def client(self, **kwargs: object) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, headers=self.headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+    def client(self, **kwargs: Any) -> httpx.Client:
+        kwargs.setdefault("timeout", 30)
+        return httpx.Client(base_url=self.base_url, headers=self.headers, **kwargs)
 
-    def async_client(self, **kwargs: object) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+    def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        kwargs.setdefault("timeout", 30)
+        return httpx.AsyncClient(base_url=self.base_url, headers=self.headers, **kwargs)
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -103,9 +106,9 @@ def stop_server(server: Server, timeout: float = 20.0) -> int:
     return server.process.returncode
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One running service per test module, on this worker's test database."""
+    """One running service for the session (a module may override it), on this worker's database."""
     running = start_server(database_url, tmp_path_factory.mktemp("serve"))
     yield running
     stop_server(running)

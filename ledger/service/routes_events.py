@@ -1,0 +1,131 @@
+"""Reading a run's events (SPEC 2.5): long-poll `GET .../events` and the SSE tail `.../events/stream`.
+
+Both wait through `RunLog.list_events`, which registers with the process's single listener and holds
+no database connection while it waits. Both give way to `Drain`: at shutdown a long-poll answers
+what it has and a stream ends (the client resumes with its cursor or `Last-Event-ID`).
+
+The stream: `id: <seq>`, `event: <type>`, `data: <the event as JSON>` per event; `Last-Event-ID`
+wins over `after`; a comment every keep-alive interval while idle; it ends after the terminal event,
+and a finished run with nothing after the cursor answers 204 (which stops an EventSource).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Annotated, Any
+
+import psycopg
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import Response, StreamingResponse
+
+from ledger.errors import InvalidInput, LedgerError
+from ledger.service.security import require_token
+from ledger.service.state import Services, services
+
+log = logging.getLogger("ledger.service.events")
+
+router = APIRouter(prefix="/v1/runs/{run_id}", tags=["events"], dependencies=[Depends(require_token)])
+
+Svc = Annotated[Services, Depends(services)]
+After = Annotated[
+    str, Query(description="a seq, -1 (from the oldest retained event) or now (only what comes next)")
+]
+PAGE = 1000
+
+
+@router.get(
+    "/events",
+    summary="Events after a cursor; waits up to timeout_ms (max 30 s) when there are none",
+    responses={410: {"description": "the cursor is older than the retained events (see first_seq)"}},
+)
+async def list_events(
+    run_id: str,
+    svc: Svc,
+    after: After = "-1",
+    timeout_ms: Annotated[int, Query(description="how long to wait for a new event")] = 0,
+    limit: Annotated[int, Query(description="page size, 1 to 10,000")] = PAGE,
+) -> dict[str, Any]:
+    finished, page = await svc.drain.race(svc.runlog.list_events(run_id, after, timeout_ms, limit))
+    if not finished:
+        # Shutting down: answer what is there now instead of waiting out the timeout.
+        return await svc.runlog.list_events(run_id, after, 0, limit)
+    assert page is not None
+    return page
+
+
+def sse_event(event: Mapping[str, Any]) -> str:
+    """One event in SSE framing; JSON never contains a raw newline, so `data` is one line."""
+    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
+
+
+def _cursor(after: str | None, last_event_id: str | None) -> tuple[str, str]:
+    """The cursor to start from and the name of where it came from (for error messages)."""
+    if last_event_id is not None and last_event_id.strip():
+        return last_event_id.strip(), "Last-Event-ID"
+    return (after if after is not None else "-1"), "after"
+
+
+@router.get(
+    "/events/stream",
+    summary="Live tail as Server-Sent Events (resume with Last-Event-ID)",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
+        204: {"description": "the run is finished and nothing is newer than the cursor"},
+        410: {"description": "the cursor is older than the retained events (see first_seq)"},
+    },
+)
+async def stream_events(
+    run_id: str,
+    svc: Svc,
+    after: Annotated[str | None, Query(description="a seq, -1 or now; Last-Event-ID wins")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> Response:
+    raw, source = _cursor(after, last_event_id)
+    try:
+        # Read before answering: an unknown run, a bad or expired cursor get a proper status.
+        first = await svc.runlog.list_events(run_id, raw, 0, PAGE)
+    except InvalidInput as exc:
+        raise InvalidInput(source, exc.problem) from None
+    if not first["events"] and first["terminal"] is not None:
+        return Response(status_code=204)
+    start = first["latest_seq"] if raw == "now" else int(raw)
+    return StreamingResponse(
+        _tail(svc, run_id, start, first),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _tail(svc: Services, run_id: str, cursor: int, page: dict[str, Any]) -> AsyncIterator[str]:
+    keepalive_ms = max(1, int(svc.settings.sse_keepalive_s * 1000))
+    # Sent at once so the client sees the stream open even before the first event.
+    yield ": stream open\n\n"
+    try:
+        while True:
+            for event in page["events"]:
+                yield sse_event(event)
+                cursor = event["seq"]
+                if event["type"] == "terminal":
+                    return
+            if page["terminal"] is not None and not page["events"]:
+                return
+            if page["events"]:
+                # Maybe more pages behind this one: read on without waiting.
+                page = await svc.runlog.list_events(run_id, cursor, 0, PAGE)
+                continue
+            finished, waited = await svc.drain.race(
+                svc.runlog.list_events(run_id, cursor, keepalive_ms, PAGE)
+            )
+            if not finished:
+                return
+            assert waited is not None
+            page = waited
+            if not page["events"] and page["terminal"] is None:
+                yield ": keep-alive\n\n"
+    except (LedgerError, psycopg.Error) as exc:
+        # The status line is gone; end the stream and let the reconnect get the proper answer.
+        log.warning("event stream ended early: %s", exc, extra={"after": cursor})

@@ -1,0 +1,63 @@
+"""Ingestion endpoints (SPEC 2.7, 2.8): the reporter's status upload, sheet row outcomes, node
+observations. The upload body is passed whole to `ledger.ingest`, which owns its validation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends
+
+from ledger.ingest import apply_status_upload
+from ledger.observations import list_observations, record_observations
+from ledger.service.models import Observations, SheetRows
+from ledger.service.security import require_token
+from ledger.service.state import Services, services
+from ledger.sheets import record_sheet_rows, sheet_outcomes
+
+router = APIRouter(prefix="/v1/runs/{run_id}", tags=["ingestion"], dependencies=[Depends(require_token)])
+
+Svc = Annotated[Services, Depends(services)]
+
+UPLOAD_DESCRIPTION = (
+    "`{run_id, upload_seq, status, live_node_progress, live_logs, live_log_total_count, "
+    "producer_attempt, dataset_lifecycle_events, activity_observations, terminal_log_replay, "
+    "last_checkpoint_at}` (SPEC 2.7). Delivering an upload twice changes nothing the second time."
+)
+
+
+@router.post(
+    "/status",
+    summary="Apply a reporter status upload (idempotent; 409 for a stale producer attempt)",
+)
+async def status_upload(
+    run_id: str,
+    upload: Annotated[dict[str, Any], Body(description=UPLOAD_DESCRIPTION)],
+    svc: Svc,
+) -> dict[str, Any]:
+    applied = await apply_status_upload(
+        svc.db, run_id, upload, max_events_per_run=svc.settings.max_events_per_run
+    )
+    svc.metrics.uploads.labels("duplicate" if applied["duplicate"] else "applied").inc()
+    svc.metrics.events_appended.inc(sum(applied["events_appended"].values()))
+    return applied
+
+
+@router.post("/sheets", summary="Record sheet row outcomes (upsert by table namespace and row key)")
+async def record_sheets(run_id: str, body: SheetRows, svc: Svc) -> dict[str, int]:
+    rows = [row.model_dump() for row in body.rows]
+    return {"recorded": await record_sheet_rows(svc.db, run_id, rows)}
+
+
+@router.get("/sheets", summary="Per table namespace: completed, failed and total rows")
+async def get_sheets(run_id: str, svc: Svc) -> dict[str, list[dict[str, Any]]]:
+    return {"outcomes": await sheet_outcomes(svc.db, run_id)}
+
+
+@router.post("/observations", summary="Record durable node observations (newest per invocation wins)")
+async def post_observations(run_id: str, body: Observations, svc: Svc) -> dict[str, int]:
+    return {"recorded": await record_observations(svc.db, run_id, body.observations)}
+
+
+@router.get("/observations", summary="The run's node observations")
+async def get_observations(run_id: str, svc: Svc) -> dict[str, list[dict[str, Any]]]:
+    return {"observations": await list_observations(svc.db, run_id)}

@@ -1,0 +1,136 @@
+"""Status uploads, sheet outcomes and node observations through the real service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.acceptance.conftest import new_id
+
+
+def upload(run_id: str, upload_seq: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "upload_seq": upload_seq,
+        "status": "running",
+        "producer_attempt": 1,
+        "live_node_progress": {
+            "map-1": {
+                "completed": 10 * upload_seq,
+                "failed": 0,
+                "total": 100,
+                "started_at": 1_700_000_000_000,
+            }
+        },
+        "live_logs": [f"line {n}" for n in range(upload_seq * 2)],
+        "live_log_total_count": upload_seq * 2,
+        **fields,
+    }
+
+
+def events_of(client: httpx.Client, run_id: str) -> list[dict[str, Any]]:
+    page = client.get(f"/v1/runs/{run_id}/events", params={"after": -1, "limit": 10_000})
+    assert page.status_code == 200, page.text
+    events: list[dict[str, Any]] = page.json()["events"]
+    return events
+
+
+def test_an_upload_delivered_twice_changes_nothing_the_second_time(client: httpx.Client) -> None:
+    run_id = new_id("ingest")
+    first = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1))
+    assert first.status_code == 200, first.text
+    assert first.json()["duplicate"] is False
+    assert first.json()["logs_appended"] == 2
+    before = (client.get(f"/v1/runs/{run_id}").json(), events_of(client, run_id))
+    assert [e["type"] for e in before[1]].count("log") == 2
+    again = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1))
+    assert again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert (client.get(f"/v1/runs/{run_id}").json(), events_of(client, run_id)) == before
+
+
+def test_a_late_retry_does_not_roll_progress_back(client: httpx.Client) -> None:
+    run_id = new_id("ingest")
+    for seq in (1, 2):
+        assert client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, seq)).status_code == 200
+    progress = client.get(f"/v1/runs/{run_id}").json()["live_node_progress"]
+    late = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1))
+    assert late.json()["duplicate"] is True
+    assert client.get(f"/v1/runs/{run_id}").json()["live_node_progress"] == progress
+    assert progress["map-1"]["completed"] == 20
+
+
+def test_a_stale_attempt_is_409_and_a_completed_upload_finishes_the_run(client: httpx.Client) -> None:
+    run_id = new_id("ingest")
+    assert (
+        client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1, producer_attempt=2)).status_code
+        == 200
+    )
+    stale = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 5, producer_attempt=1))
+    assert stale.status_code == 409
+    assert "stale producer attempt" in stale.json()["error"]
+    done = client.post(
+        f"/v1/runs/{run_id}/status", json=upload(run_id, 2, producer_attempt=2, status="completed")
+    )
+    assert done.status_code == 200, done.text
+    assert done.json()["terminal_set"] is True
+    assert client.get(f"/v1/runs/{run_id}/terminal").json()["state"]["status"] == "completed"
+
+
+def test_a_malformed_upload_is_rejected_whole(client: httpx.Client) -> None:
+    run_id = new_id("ingest")
+    bad = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1, status="sleeping"))
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("status: ")
+    other_run = client.post(f"/v1/runs/{run_id}/status", json=upload("someone-else", 1))
+    assert other_run.status_code == 422
+    assert other_run.json()["error"].startswith("run_id: ")
+    assert client.get(f"/v1/runs/{run_id}").status_code == 404, "nothing was written"
+
+
+def test_sheet_rows_are_upserted_and_counted_per_namespace(client: httpx.Client) -> None:
+    run_id = new_id("sheets")
+    rows = [
+        {"table_namespace": "people", "row_key": "1", "status": "completed"},
+        {"table_namespace": "people", "row_key": "2", "status": "failed"},
+        {"table_namespace": "people", "row_key": "3", "status": "pending"},
+        {"table_namespace": "orgs", "row_key": "1", "status": "completed"},
+    ]
+    assert client.post(f"/v1/runs/{run_id}/sheets", json={"rows": rows}).json() == {"recorded": 4}
+    # A row's newer outcome replaces the older one.
+    client.post(
+        f"/v1/runs/{run_id}/sheets",
+        json={"rows": [{"table_namespace": "people", "row_key": "3", "status": "completed"}]},
+    )
+    outcomes = client.get(f"/v1/runs/{run_id}/sheets").json()["outcomes"]
+    by_namespace = {o["table_namespace"]: o for o in outcomes}
+    assert by_namespace["people"] == {"table_namespace": "people", "completed": 2, "failed": 1, "total": 3}
+    assert by_namespace["orgs"]["total"] == 1
+    bad = client.post(f"/v1/runs/{run_id}/sheets", json={"rows": [{"table_namespace": "x", "row_key": "1"}]})
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("rows[0].status: ")
+
+
+def test_observations_round_trip(client: httpx.Client) -> None:
+    run_id = new_id("obs")
+    observation = {
+        "node_id": "tool-1",
+        "attempt": 1,
+        "invocation_id": "inv:3",
+        "status": "completed",
+        "inputs": {"q": "x"},
+        "outputs": {"a": 1},
+        "started_at": 1_700_000_000_000,
+        "settled_at": 1_700_000_000_500,
+    }
+    recorded = client.post(f"/v1/runs/{run_id}/observations", json={"observations": [observation]})
+    assert recorded.json() == {"recorded": 1}
+    stored = client.get(f"/v1/runs/{run_id}/observations").json()["observations"]
+    assert len(stored) == 1
+    assert stored[0]["node_id"] == "tool-1"
+    assert stored[0]["invocation_seq"] == 3
+    assert stored[0]["outputs"] == {"a": 1}
+    bad = client.post(f"/v1/runs/{run_id}/observations", json={"observations": [{"node_id": "n"}]})
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("observations[0].")

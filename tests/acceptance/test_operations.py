@@ -1,0 +1,109 @@
+"""Health, readiness, metrics, auth, OpenAPI, body limit and error shape of the real service."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.acceptance.conftest import TOKENS, Server
+
+PROTECTED = [
+    ("GET", "/metrics"),
+    ("POST", "/v1/runs"),
+    ("GET", "/v1/runs/some-run"),
+    ("GET", "/v1/runs/some-run/events"),
+    ("GET", "/v1/runs/some-run/events/stream"),
+    ("POST", "/v1/runs/some-run/status"),
+    ("PUT", "/v1/runs/some-run/terminal"),
+    ("GET", "/v1/pools/default/counts"),
+    ("POST", "/v1/pools/default/claim"),
+    ("DELETE", "/v1/pools/default/entries"),
+]
+
+
+def test_health_and_readiness_need_no_token(server: Server) -> None:
+    assert httpx.get(server.base_url + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(server.base_url + "/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["database"] is True
+    assert ready.json()["listener"] is True
+
+
+def test_every_other_endpoint_refuses_a_missing_or_wrong_token(server: Server) -> None:
+    with httpx.Client(base_url=server.base_url) as anonymous:
+        for method, path in PROTECTED:
+            missing = anonymous.request(method, path, json={})
+            assert missing.status_code == 401, (method, path)
+            assert "bearer token" in missing.json()["error"]
+            assert missing.headers["www-authenticate"] == "Bearer"
+            wrong = anonymous.request(method, path, json={}, headers={"Authorization": "Bearer nope"})
+            assert wrong.status_code == 401, (method, path)
+            assert wrong.json() == {"error": "invalid bearer token"}
+            basic = anonymous.request(method, path, headers={"Authorization": f"Basic {TOKENS[0]}"})
+            assert basic.status_code == 401, (method, path)
+
+
+def test_every_configured_token_is_accepted(server: Server) -> None:
+    for token in TOKENS:
+        answer = httpx.get(server.base_url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200
+        # A prefix or an extension of a valid token is not valid.
+        for near in (token[:-1], token + "x"):
+            refused = httpx.get(server.base_url + "/metrics", headers={"Authorization": f"Bearer {near}"})
+            assert refused.status_code == 401
+
+
+def test_metrics_count_requests_by_route_template(client: httpx.Client) -> None:
+    for run_id in ("metrics-a", "metrics-b"):
+        client.get(f"/v1/runs/{run_id}")
+    text = client.get("/metrics").text
+    assert 'ledger_http_requests_total{method="GET",route="/v1/runs/{run_id}",status="404"}' in text
+    # Raw paths never become labels.
+    assert "metrics-a" not in text
+    for name in (
+        "ledger_http_request_duration_seconds_bucket",
+        "ledger_listener_reconnects",
+        "ledger_waiters",
+    ):
+        assert name in text
+
+
+def test_openapi_schema_is_public_and_lists_the_contract(server: Server) -> None:
+    schema = httpx.get(server.base_url + "/openapi.json").json()
+    assert "/v1/runs/{run_id}/events/stream" in schema["paths"]
+    assert "/v1/pools/{pool}/claim" in schema["paths"]
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_unknown_paths_and_methods_answer_json_errors(client: httpx.Client) -> None:
+    missing = client.get("/v2/nothing")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "no such endpoint: GET /v2/nothing"}
+    wrong_method = client.patch("/v1/runs")
+    assert wrong_method.status_code == 405
+    assert "PATCH" in wrong_method.json()["error"]
+
+
+def test_a_body_over_the_limit_is_refused_before_parsing(client: httpx.Client) -> None:
+    big = b'{"run_id": "' + b"x" * (1024 * 1024) + b'"}'
+    declared = client.post("/v1/runs", content=big, headers={"Content-Type": "application/json"})
+    assert declared.status_code == 413
+    assert "larger than the limit of 1048576 bytes" in declared.json()["error"]
+
+    def chunks() -> object:
+        # No Content-Length: the limit is enforced on the bytes as they stream in.
+        for start in range(0, len(big), 64 * 1024):
+            yield big[start : start + 64 * 1024]
+
+    streamed = client.post("/v1/runs", content=chunks(), headers={"Content-Type": "application/json"})  # type: ignore[arg-type]
+    assert streamed.status_code == 413
+
+
+def test_access_log_is_json_with_the_run_id(server: Server, client: httpx.Client) -> None:
+    client.get("/v1/runs/logged-run-42")
+    import json
+
+    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    access = [entry for entry in lines if entry.get("run_id") == "logged-run-42"]
+    assert access, "no JSON log line carries the run id"
+    assert access[-1]["route"] == "/v1/runs/{run_id}"
+    assert access[-1]["status"] == 404
