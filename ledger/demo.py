@@ -6,7 +6,7 @@ some failures, a tool step, an untaken branch, and a terminal result with a chec
 go wrong on purpose so that the terminal reconciliation is visible:
 
 - the last live map frames are lost (`lost_tail`): the live counters stop short of the truth;
-- the data plane retried some failed rows and they succeeded (`retried_rows`): the sheet outcomes
+- the data plane retried some failed rows and they succeeded (`retried_share`): the sheet outcomes
   disagree with the checkpoint as well. Sheet outcomes are the reconciliation of record, so the
   ledger ends with their counts (`DemoPlan.expected`).
 
@@ -39,7 +39,8 @@ class DemoPlan:
     rows: int = 6_000
     fail_every: int = 97
     rows_per_second: float = 900.0
-    retried_rows: int = 20
+    # Share of the failed rows that the data plane retried successfully (the sheet disagrees).
+    retried_share: float = 1 / 3
     lost_tail: float = 0.1
     setup_s: float = 1.2
     tool_s: float = 0.8
@@ -73,12 +74,16 @@ class DemoPlan:
                 continue
             yield event
 
+    @property
+    def retried_rows(self) -> int:
+        return int(self.simulation().failed_rows * self.retried_share)
+
     def sheet_rows(self) -> list[dict[str, str]]:
         """The data plane's outcomes: the first `retried_rows` failed rows succeeded on retry."""
         rows = self.simulation().sheet_rows()
-        flipped = 0
+        flipped, retried = 0, self.retried_rows
         for row in rows:
-            if flipped < self.retried_rows and row["status"] == "failed":
+            if flipped < retried and row["status"] == "failed":
                 row["status"] = "completed"
                 flipped += 1
         return rows
@@ -99,6 +104,16 @@ class DemoPlan:
 
 
 Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class DriveReport:
+    """The runner's result and the map step's live counters just before reconciliation."""
+
+    result: dict[str, Any]
+    live_completed: int | None
+    live_failed: int | None
+    live_total: int | None
 
 
 class Pacer:
@@ -149,8 +164,9 @@ async def drive(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Sleep = asyncio.sleep,
-) -> dict[str, Any]:
-    """Run the simulated worker against the service; returns the runner's result.
+) -> DriveReport:
+    """Run the simulated worker against the service; returns its result and the pre-reconciliation
+    counters of the map step.
 
     The run must already be open (`open_run`), so that a watcher can tail it from the first event.
     """
@@ -185,7 +201,15 @@ async def drive(
                     written = pacer.rows
         assert result is not None, "the simulation always ends with a result"
         await post_sheet_rows(http, run_id, sheet_rows[written:])
+        # Read now: finalize rewrites the node in place.
+        live = reporter.state.nodes.get(plan.map_node_id())
+        report = DriveReport(
+            result=result,
+            live_completed=live.completed if live else None,
+            live_failed=live.failed if live else None,
+            live_total=live.total if live else None,
+        )
         await reporter.load_terminal_truth()
         await reporter.finalize(result)
         await reporter.aclose()
-    return result
+    return report

@@ -34,13 +34,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, serve, watchdog
+    from ledger.cli import client, db, demo, serve, watchdog
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)
     for command in client.COMMANDS:
         cli.add_command(command)
     cli.add_command(watchdog.watchdog)
+    cli.add_command(demo.demo)
     from ledger.cli import report
 
     cli.add_command(report.report_command)

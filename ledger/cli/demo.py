@@ -33,7 +33,7 @@ from ledger.cli import render
 from ledger.cli.demo_view import DemoView
 from ledger.config import load_settings
 from ledger.db import resolve_url
-from ledger.demo import DemoPlan, drive, open_run
+from ledger.demo import DemoPlan, DriveReport, drive, open_run
 from ledger.embedded import EmbeddedPostgres
 
 STARTUP_TIMEOUT_S = 30.0
@@ -122,19 +122,20 @@ async def run_demo(database_url: str, plan: DemoPlan, console: Console, *, live:
             await open_run(http, run_id)
             console.print(f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
             with screen or contextlib.nullcontext():
-                await _drive_and_watch(plan, base_url, token, run_id, on_event)
+                report = await _drive_and_watch(plan, base_url, token, run_id, on_event)
             run = (await http.get(f"/v1/runs/{run_id}")).json()
             sheets = (await http.get(f"/v1/runs/{run_id}/sheets")).json()
-    return {"run": run, "sheets": sheets.get("outcomes", []), "view": view}
+    return {"run": run, "sheets": sheets.get("outcomes", []), "report": report}
 
 
 async def _drive_and_watch(
     plan: DemoPlan, base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]
-) -> None:
+) -> DriveReport:
     watcher = asyncio.create_task(watch(base_url, token, run_id, on_event))
     try:
-        await drive(plan, base_url, token, run_id)
+        report = await drive(plan, base_url, token, run_id)
         await asyncio.wait_for(asyncio.shield(watcher), timeout=WATCH_TIMEOUT_S)
+        return report
     finally:
         if not watcher.done():
             watcher.cancel()
@@ -144,27 +145,35 @@ async def _drive_and_watch(
 
 def summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
     """The reconciliation story of the map step: live counters, checkpoint, sheet outcomes, ledger."""
-    run, view = outcome["run"], outcome["view"]
-    node_id = plan.map_node_id()
-    live = view.steps.get(node_id)
-    stored = (run.get("live_node_progress") or {}).get(node_id) or {}
+    run, report = outcome["run"], outcome["report"]
+    stored = (run.get("live_node_progress") or {}).get(plan.map_node_id()) or {}
     expected = plan.expected()
-    lines = [f"run {run['run_id']}: {render.terminal_line(run)}"]
-    if live is not None and live.last is not None:
-        lines.append(f"  live counters (last frame before the end): {live.counts_text()}")
-    lines.append(
-        "  checkpoint (map executor):                  "
-        + render.rows_cell(expected["checkpoint_completed"], expected["checkpoint_failed"], plan.rows)
-    )
+    rows: list[tuple[str, str]] = [
+        (
+            "live counters (last map frames lost)",
+            render.rows_cell(report.live_completed, report.live_failed, report.live_total),
+        ),
+        (
+            "checkpoint (the map executor)",
+            render.rows_cell(expected["checkpoint_completed"], expected["checkpoint_failed"], plan.rows),
+        ),
+    ]
     for sheet in outcome["sheets"]:
-        lines.append(
-            f"  sheet outcomes ({sheet['table_namespace']}):         "
-            + render.rows_cell(sheet["completed"], sheet["failed"], sheet["total"])
+        rows.append(
+            (
+                f"sheet outcomes of {sheet['table_namespace']} (win)",
+                render.rows_cell(sheet["completed"], sheet["failed"], sheet["total"]),
+            )
         )
-    lines.append(
-        "  ledger now holds (reconciled):              "
-        + render.rows_cell(stored.get("completed"), stored.get("failed"), stored.get("total"))
+    rows.append(
+        (
+            "the ledger now holds",
+            render.rows_cell(stored.get("completed"), stored.get("failed"), stored.get("total")),
+        )
     )
+    width = max(len(label) for label, _ in rows)
+    lines = [f"run {run['run_id']}: {render.terminal_line(run)}", f"step {plan.map_node_id()!r}:"]
+    lines.extend(f"  {label.ljust(width)}  {value}" for label, value in rows)
     return lines
 
 

@@ -139,6 +139,9 @@ class DemoView:
         for step in self.steps.values():
             if step.total:
                 bar = ProgressBar(total=step.total, completed=min(step.processed, step.total), width=36)
+            elif step.state == "running":
+                # No row counts to show: a pulsing bar says "busy".
+                bar = ProgressBar(total=None, width=36)
             else:
                 settled = step.state in ("completed", "failed")
                 bar = ProgressBar(total=1, completed=1 if settled else 0, width=36)

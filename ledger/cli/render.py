@@ -255,6 +255,18 @@ def event_summary(event: Mapping[str, Any]) -> str:
         return " · ".join(parts)
     if kind in ("status", "progress") and event.get("status"):
         return str(event["status"])
+    if kind == "dataset.lifecycle":
+        # Passed through as the runner produced it (camelCase), possibly wrapped in `event`.
+        wrapped = event.get("event")
+        inner: Mapping[str, Any] = wrapped if isinstance(wrapped, Mapping) else event
+        namespace = inner.get("tableNamespace") or inner.get("table_namespace") or "?"
+        return f"{namespace} {inner.get('phase') or inner.get('type') or ''}".strip()
+    if kind == "activity.observed":
+        raw = event.get("observation")
+        observation: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        activity = event.get("activity_id") or observation.get("activityId") or "?"
+        state = observation.get("state") or observation.get("status") or ""
+        return f"{activity} {state}".strip()
     rest = {k: v for k, v in event.items() if k not in ("seq", "type", "ts", "run_id")}
     picked = [f"{k}={rest[k]}" for k in _SUMMARY_KEYS if k in rest]
     return " ".join(picked) if picked else json.dumps(rest, sort_keys=True, default=str)[:200]

@@ -159,8 +159,8 @@ def test_event_lines_summarise_each_type() -> None:
     assert render.event_summary(terminal) == "failed · 7 rows · boom"
     assert render.event_summary({"type": "log.gap", "missing": 1500}) == "1,500 log line(s) not kept"
     assert render.event_summary({"type": "status", "status": "running"}) == "running"
-    lifecycle = {"seq": 4, "type": "dataset.lifecycle", "ts": ts, "phase": "created"}
-    assert render.event_summary(lifecycle) == '{"phase": "created"}'
+    unknown = {"seq": 4, "type": "something.new", "ts": ts, "phase": "created"}
+    assert render.event_summary(unknown) == '{"phase": "created"}'
 
 
 def test_pool_view_lists_counts_and_entries_newest_ready_first() -> None:
@@ -193,3 +193,19 @@ def test_pool_view_lists_counts_and_entries_newest_ready_first() -> None:
     assert ids == ["new", "old", "warm"]
     assert "5m 00s" in out and "7m 55s" in out
     assert "no entries" in text_of(render.pool_view("p", "v", {"available": 0, "warming": 0}, [], NOW))
+
+
+def test_pass_through_events_show_their_namespace_or_activity() -> None:
+    lifecycle = {
+        "type": "dataset.lifecycle",
+        "event": {"type": "dataset.lifecycle", "tableNamespace": "leads_r1", "phase": "created"},
+    }
+    assert render.event_summary(lifecycle) == "leads_r1 created"
+    flat = {"type": "dataset.lifecycle", "table_namespace": "t", "phase": "dropped"}
+    assert render.event_summary(flat) == "t dropped"
+    activity = {
+        "type": "activity.observed",
+        "activity_id": "notify-1",
+        "observation": {"activityId": "notify-1", "state": "sent"},
+    }
+    assert render.event_summary(activity) == "notify-1 sent"

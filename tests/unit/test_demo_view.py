@@ -45,7 +45,8 @@ def test_live_events_lose_the_last_map_frames_but_keep_every_row_and_the_result(
 
 
 def test_sheet_outcomes_disagree_with_the_checkpoint_by_the_retried_rows() -> None:
-    plan = DemoPlan(rows=6_000, fail_every=97, retried_rows=20)
+    plan = DemoPlan(rows=6_000, fail_every=97)
+    assert plan.retried_rows == 20
     rows = plan.sheet_rows()
     statuses = Counter(r["status"] for r in rows)
     sim = plan.simulation()
