@@ -33,9 +33,7 @@ LOG_MODES: tuple[LogMode, ...] = ("progress_reporter", "direct_worker")
 
 def as_int(value: object) -> int | None:
     """A finite integral number as int (bools and NaN are not numbers here), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if type(value) is int:  # the exact type: bool is an int subclass and must not count
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)

@@ -206,10 +206,9 @@ class CoalescingUploader:
             await self._sleep(delay)
         finally:
             self._trailing_task = None
-        if self.state.has_changes:
-            # The interval has passed: bypass the throttle rather than re-checking a clock that a
-            # test's sleep may not have moved.
-            self._request(force=True, status="running", required=False, replay=None, waiter=False)
+        # A flush that an event triggered meanwhile re-arms the timer (through the throttle)
+        # instead of doubling up with it.
+        self._request(force=False, status="running", required=False, replay=None, waiter=False)
 
     # -- the pump ---------------------------------------------------------------------------------
 

@@ -1,0 +1,174 @@
+"""Reporter benchmarks: the hot path's cost per event, uploads per minute, memory of a 1M-row map.
+
+    .venv/bin/python bench/bench_reporter.py [--events 1000000] [--rows 1000000]
+
+1. microseconds per `on_runner_event` for ``map.progress`` execution events and for log lines
+   (parsed for the three patterns, appended to the tail), inside a running event loop, with the
+   uploader's throttle in the path (uploads go to a no-op transport);
+2. uploads made during 60 s of *simulated* time (a fake clock; 1,000 events/s) for runs of
+   several sizes: the adaptive interval at work, including the trailing flush;
+3. peak memory growth (tracemalloc) while folding every event of a simulated 1M-row map.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import tracemalloc
+from typing import Any
+
+from reporter import ProgressReporter, SimulatedRun
+
+CONTRACT = SimulatedRun().contract()
+
+
+class NullTransport:
+    def __init__(self) -> None:
+        self.uploads = 0
+
+    async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self.uploads += 1
+        return {}
+
+    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        return []
+
+    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+        return []
+
+
+class SimClock:
+    """Simulated time: sleepers wake when `advance` passes their deadline."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall_ms(self) -> int:
+        return int(self.now * 1000)
+
+    async def sleep(self, delay: float) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.sleepers.append((self.now + delay, future))
+        await future
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = [f for t, f in self.sleepers if t <= self.now]
+        self.sleepers = [(t, f) for t, f in self.sleepers if t > self.now]
+        for future in due:
+            if not future.done():
+                future.set_result(None)
+
+
+def progress_event(i: int, total: int) -> dict[str, Any]:
+    return {
+        "type": "execution_event",
+        "event": {
+            "type": "map.progress",
+            "mapNodeId": None,
+            "artifactTableNamespace": "leads_r1",
+            "totalRows": total,
+            "completedRows": i,
+            "failedRows": i // 100,
+        },
+    }
+
+
+async def per_event_cost(count: int) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    kinds = {
+        "map.progress": [progress_event(i, count) for i in range(1000)],
+        "log line (no match)": [
+            {"type": "log", "line": f"[2026-01-01T00:00:00.000Z] row {i} enriched: ok", "source": "runner"}
+            for i in range(1000)
+        ],
+        "log line (tool batch)": [
+            {"type": "log", "line": f"Executing tool batch enrich:{i}: 25 calls", "source": "runner"}
+            for i in range(1000)
+        ],
+    }
+    for name, events in kinds.items():
+        transport = NullTransport()
+        reporter = ProgressReporter("bench", transport, contract=CONTRACT)
+        reporter.on_runner_event(progress_event(0, count))  # an active map for the batch lines
+        start = time.perf_counter()
+        for i in range(count):
+            reporter.on_runner_event(events[i % 1000])
+        elapsed = time.perf_counter() - start
+        await reporter.aclose()
+        rows.append((f"on_runner_event: {name}", f"{elapsed / count * 1e6:.2f} µs/event ({count:,} events)"))
+    return rows
+
+
+async def uploads_per_minute(total_rows: int, events_per_s: int = 1000, seconds: int = 60) -> int:
+    clock = SimClock()
+    transport = NullTransport()
+    reporter = ProgressReporter(
+        "bench",
+        transport,
+        contract=CONTRACT,
+        clock=clock.monotonic,
+        sleep=clock.sleep,
+        wall_clock_ms=clock.wall_ms,
+    )
+    step = 1.0 / events_per_s
+    for i in range(events_per_s * seconds):
+        reporter.on_runner_event(progress_event(i % total_rows, total_rows))
+        clock.advance(step)
+        if i % 10 == 0:
+            await asyncio.sleep(0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    uploads = transport.uploads
+    await reporter.aclose()
+    return uploads
+
+
+async def memory_for_map(rows: int) -> tuple[str, str]:
+    run = SimulatedRun(rows=rows, fail_every=97, page_size=10_000, progress_every=1_000)
+    reporter = ProgressReporter("bench", NullTransport(), contract=run.contract())
+    tracemalloc.start()
+    baseline, _ = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    count = 0
+    for event in run.events():
+        if event["type"] != "result":
+            reporter.on_runner_event(event)
+            count += 1
+    _, peak = tracemalloc.get_traced_memory()
+    current, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    await reporter.aclose()
+    return (
+        f"peak memory growth, {rows:,}-row map ({count:,} events)",
+        f"{(peak - baseline) / 1024:.0f} KiB peak, {(current - baseline) / 1024:.0f} KiB retained",
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    table: list[tuple[str, str]] = []
+    table += await per_event_cost(args.events)
+    for total in (5_000, 50_000, 500_000, 5_000_000):
+        uploads = await uploads_per_minute(total)
+        table.append((f"uploads in 60 s simulated, {total:,}-row run, 1,000 ev/s", f"{uploads}"))
+    table.append(await memory_for_map(args.rows))
+    width = max(len(name) for name, _ in table)
+    print(f"{'measure':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 40}")
+    for name, value in table:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
