@@ -8,9 +8,11 @@ The wire speaks epoch milliseconds (like the seeds); `to_ms`/`from_ms` convert a
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import psycopg
+
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Clock(Protocol):
@@ -46,8 +48,9 @@ def to_ms(value: datetime | None) -> int | None:
     """Epoch milliseconds (the API's time unit), or None."""
     if value is None:
         return None
-    return int(value.timestamp() * 1000)
+    # Integer arithmetic on the timedelta: float seconds lose the last millisecond now and then.
+    return (value - EPOCH) // timedelta(milliseconds=1)
 
 
 def from_ms(ms: float) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return EPOCH + timedelta(milliseconds=ms)
