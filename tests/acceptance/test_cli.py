@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from ledger.events import WATCHDOG_ERROR
@@ -134,3 +135,112 @@ def test_no_token_anywhere_says_where_it_looked(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "no API token" in result.stderr and str(tmp_path) in result.stderr
+
+
+def test_run_shows_steps_with_their_counts_and_the_terminal_state(
+    server: Server, client: httpx.Client, tmp_path: Path
+) -> None:
+    run_id = new_id("run")
+    assert client.post("/v1/runs", json={"run_id": run_id, "play_name": "enrich"}).status_code == 200
+    t0 = 1_767_225_600_000
+    upload = {
+        "status": "running",
+        "upload_seq": 1,
+        "producer_attempt": 1,
+        "live_node_progress": {
+            "load": {"started_at": t0, "completed_at": t0 + 1000},
+            "enrich": {
+                "started_at": t0 + 1000,
+                "completed": 700,
+                "failed": 50,
+                "total": 1000,
+                "message": "700 / 1,000 rows processed",
+            },
+            "notify": {},
+        },
+    }
+    answer = client.post(f"/v1/runs/{run_id}/status", json=upload)
+    assert answer.status_code == 200, answer.text
+    env = client_env(server, tmp_path)
+    live = ledger("run", run_id, env=env)
+    assert live.returncode == 0, live.stderr
+    lines = live.stdout.splitlines()
+    assert any("running (not terminal)" in line for line in lines)
+    # Steps in the order they started; the one that never started comes last.
+    rows = [line.strip("│ ") for line in lines]
+    positions = [
+        next(i for i, row in enumerate(rows) if row.startswith(name)) for name in ("load", "enrich", "notify")
+    ]
+    assert positions == sorted(positions)
+    enrich = next(line for line in lines if "enrich" in line and "/" in line)
+    assert "700 / 1,000 (50 failed)" in enrich and "running" in enrich
+    assert "━" in enrich  # the progress bar
+    terminal = client.put(
+        f"/v1/runs/{run_id}/terminal", json={"status": "failed", "error": "tool quota exhausted"}
+    )
+    assert terminal.status_code == 200, terminal.text
+    done = ledger("run", run_id, env=env)
+    assert "failed: tool quota exhausted" in done.stdout
+
+
+def test_run_of_an_unknown_run_is_one_line_and_exit_1(server: Server, tmp_path: Path) -> None:
+    result = ledger("run", "no-such-run", env=client_env(server, tmp_path))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no-such-run" in lines[0] and "404" in lines[0]
+
+
+def test_events_prints_the_log_and_follow_tails_until_the_terminal_event(
+    server: Server, client: httpx.Client, tmp_path: Path
+) -> None:
+    run_id = new_id("tail")
+    client.post("/v1/runs", json={"run_id": run_id})
+    first = [{"type": "log", "line": f"line {i}"} for i in range(3)]
+    assert client.post(f"/v1/runs/{run_id}/events", json={"events": first}).status_code == 200
+    env = client_env(server, tmp_path)
+    listed = ledger("events", run_id, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["#1", "#2", "#3"]
+    assert listed.stdout.splitlines()[2].endswith("log line 2")
+
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "ledger.cli", "events", run_id, "--follow"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        # The history first, then what lands while it follows.
+        seen = [follower.stdout.readline() for _ in range(3)]
+        assert [line.split()[0] for line in seen] == ["#1", "#2", "#3"]
+        more = [{"type": "status", "status": "running"}, {"type": "log", "line": "late"}]
+        client.post(f"/v1/runs/{run_id}/events", json={"events": more})
+        client.put(f"/v1/runs/{run_id}/terminal", json={"status": "completed", "total_rows": 42})
+        rest, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 0, err
+    tail = rest.splitlines()
+    assert [line.split()[0] for line in tail] == ["#4", "#5", "#6"]
+    assert "terminal completed · 42 rows" in tail[-1]
+
+
+def test_runs_lists_the_newest_runs(server: Server, client: httpx.Client, tmp_path: Path) -> None:
+    probe = client.get("/v1/runs", params={"limit": 1})
+    if probe.status_code in (404, 405):
+        pytest.skip("GET /v1/runs (ledger.overview.list_runs) is not wired into the service yet")
+    run_id = new_id("listed")
+    client.post("/v1/runs", json={"run_id": run_id, "play_name": "p"})
+    client.post(
+        f"/v1/runs/{run_id}/status",
+        json={"status": "running", "live_node_progress": {"m": {"completed": 5, "failed": 1, "total": 9}}},
+    )
+    result = ledger("runs", "--limit", "5", env=client_env(server, tmp_path))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if run_id in line)
+    assert "running" in line and "5 / 9 (1 failed)" in line and "0/1" in line
