@@ -130,7 +130,9 @@ async def uploads_per_minute(total_rows: int, events_per_s: int = 1000, seconds:
 
 
 async def memory_for_map(rows: int) -> tuple[str, str]:
-    run = SimulatedRun(rows=rows, fail_every=97, page_size=10_000, progress_every=1_000)
+    run = SimulatedRun(
+        rows=rows, fail_every=97, page_size=10_000, progress_every=1_000, keep_result_logs=False
+    )
     reporter = ProgressReporter("bench", NullTransport(), contract=run.contract())
     tracemalloc.start()
     baseline, _ = tracemalloc.get_traced_memory()

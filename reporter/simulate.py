@@ -30,6 +30,7 @@ class SimulatedRun:
     tool_id: str = "slack.post"
     start_ms: int = 1_767_225_600_000  # 2026-01-01T00:00:00Z
     fail_run: bool = False
+    keep_result_logs: bool = True  # False: the result carries no logs (memory benchmarks)
 
     @property
     def table_namespace(self) -> str:
@@ -88,7 +89,7 @@ class SimulatedRun:
 
         def log(text: str, source: str = "runner") -> dict[str, Any]:
             event = self._log(t, text, source)
-            if source == "runner":
+            if source == "runner" and self.keep_result_logs:
                 logs.append(event["line"])
             return event
 

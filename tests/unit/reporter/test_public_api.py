@@ -1,0 +1,43 @@
+"""The reporter's curated public surface, and its independence from the ledger's service."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import reporter
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(reporter.__all__) == [
+        "DEFAULT_RETRY_POLICY",
+        "DirectTransport",
+        "HttpTransport",
+        "LogMode",
+        "NodeProgress",
+        "ProgressReporter",
+        "RetryPolicy",
+        "SimulatedRun",
+        "StaleAttemptError",
+        "StaticPipeline",
+        "Status",
+        "StepState",
+        "Transport",
+        "TransportError",
+        "UploadRejected",
+        "interval_for_total_rows",
+        "static_node_id",
+    ]
+    for name in reporter.__all__:
+        assert getattr(reporter, name) is not None
+
+
+def test_importing_the_reporter_loads_neither_the_ledger_nor_the_service() -> None:
+    code = (
+        "import sys, reporter, reporter.simulate, reporter.direct_transport;"
+        "roots = ('ledger', 'fastapi', 'psycopg', 'uvicorn');"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in roots);"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
