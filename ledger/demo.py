@@ -36,6 +36,7 @@ SHEET_BATCH = 2_000
 class DemoPlan:
     """What the simulated run does (rows, failures, pace) and what the ledger must end with."""
 
+    # Keep in step with the command's defaults (ledger.cli.demo; a unit test checks).
     rows: int = 6_000
     fail_every: int = 97
     rows_per_second: float = 900.0

@@ -137,3 +137,9 @@ def test_view_renders_bars_rates_and_the_latest_events() -> None:
     assert "not started" in out
     # Only the last few events are kept on screen.
     assert "line 19" in out and "line 3" not in out
+
+
+def test_the_command_defaults_are_the_plan_defaults() -> None:
+    from ledger.cli import demo
+
+    assert (DemoPlan().rows, DemoPlan().rows_per_second) == (demo.DEFAULT_ROWS, demo.DEFAULT_RATE)
