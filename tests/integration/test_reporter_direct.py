@@ -3,7 +3,6 @@ the reconciled truth, a failed step is recorded failed, a stale attempt stops, r
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -45,8 +44,8 @@ async def drive(reporter: ProgressReporter, run: SimulatedRun, *, lose: set[str]
         if event["type"] == "execution_event" and event["event"]["type"] in lose:
             continue
         reporter.on_runner_event(event)
-        if index % 200 == 0:
-            await asyncio.sleep(0)  # the worker's loop turns: uploads go out meanwhile
+        if index % 500 == 0:
+            await reporter.flush()  # the worker waits for the ledger now and then (deterministic uploads)
     return result
 
 
