@@ -24,6 +24,7 @@ from ledger.pool import WarmPool
 from ledger.runlog import RunLog
 from ledger.service import routes_events, routes_health, routes_ingest, routes_pool, routes_runs
 from ledger.service.errors import install_error_handlers
+from ledger.service.jsontext import unpaired_surrogate
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from ledger.service.security import require_token
@@ -99,6 +100,6 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
             return app.openapi()
 
     # Added last = outermost: the context (run id, metrics) also covers 413 answers.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=unpaired_surrogate)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app

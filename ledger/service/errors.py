@@ -9,6 +9,7 @@
 | `CursorExpired`                          | 410    | answer also carries `first_seq`             |
 | `PayloadTooLarge`, body over the limit   | 413    |                                            |
 | Postgres data/constraint errors          | 422/409| backstop for input the library let through  |
+| `OverflowError` (a number out of range)  | 422    | backstop, likewise                          |
 | anything else                            | 500    | a bug: logged with its traceback            |
 """
 
@@ -111,12 +112,26 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     # Backstop: input the library should have refused reached Postgres and was rejected there.
     assert isinstance(exc, psycopg.Error)
     first_line = (str(exc).strip().splitlines() or ["rejected"])[0]
-    log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
+    log.warning(
+        "database rejected request input: %s",
+        first_line,
+        extra={"sqlstate": exc.sqlstate, "method": request.method, "path": request.url.path},
+    )
     if isinstance(exc, psycopg.IntegrityError) and not isinstance(
         exc, psycopg.errors.CheckViolation | psycopg.errors.NotNullViolation
     ):
         return error_response(409, f"conflicts with stored data: {first_line}")
     return error_response(422, f"invalid input: {first_line}")
+
+
+async def _overflow(request: Request, exc: Exception) -> JSONResponse:
+    # Backstop: a number too large for a time or an integer column that the library did not refuse.
+    log.warning(
+        "number out of range reached the library",
+        exc_info=exc,
+        extra={"method": request.method, "path": request.url.path},
+    )
+    return error_response(422, f"invalid input: a number is out of range ({exc})")
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -130,4 +145,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(psycopg.DataError, _database_error)
     app.add_exception_handler(psycopg.IntegrityError, _database_error)
+    app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)

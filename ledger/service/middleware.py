@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,12 +40,16 @@ class BodyLimitMiddleware:
 
     A declared `Content-Length` over the limit is refused without reading; otherwise the body is
     read (and counted, for chunked uploads that declare nothing) up to the limit, then replayed to
-    the app. Later `receive()` calls go to the server, so disconnects are still seen.
+    the app. Later `receive()` calls go to the server, so disconnects are still seen. `check` may
+    refuse a complete body (422 with its message) before the app sees it.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, check: Callable[[bytes], str | None] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,13 +81,18 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        body = b"".join(chunks)
+        problem = self.check(body) if self.check is not None else None
+        if problem is not None:
+            await send_json_error(send, 422, problem)
+            return
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

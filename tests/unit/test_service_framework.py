@@ -11,6 +11,7 @@ import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from ledger.service.errors import describe_validation_error
+from ledger.service.jsontext import unpaired_surrogate
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware
 from ledger.service.state import Drain
@@ -152,3 +153,24 @@ def test_json_log_lines_carry_the_run_id_and_extra_fields() -> None:
     assert entry["run_id"] == "run-7"
     assert entry["route"] == "/v1/runs/{run_id}"
     assert entry["level"] == "info"
+
+
+def test_unpaired_surrogates_are_found_and_named() -> None:
+    assert unpaired_surrogate(b'{"events": [{"type": "log", "line": "ok \\ud800"}]}') == (
+        "events[0].line: contains an unpaired UTF-16 surrogate escape, which is not valid Unicode"
+    )
+    assert unpaired_surrogate(b'{"\\udfff": 1}') is not None
+    # A proper pair is one astral character, and plain text never needs parsing.
+    assert unpaired_surrogate(b'{"line": "\\ud83d\\ude00"}') is None
+    assert unpaired_surrogate(b'{"line": "plain"}') is None
+    assert unpaired_surrogate(b'{"broken": "\\ud800"') is None
+
+
+async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
+    app = BodyLimitMiddleware(echo_size, max_bytes=1000, check=unpaired_surrogate)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        refused = await client.post("/", content=b'{"run_id": "\\ud800"}')
+        fine = await client.post("/", content=b'{"run_id": "r"}')
+    assert refused.status_code == 422
+    assert refused.json()["error"].startswith("run_id: ")
+    assert fine.json() == {"size": 15}

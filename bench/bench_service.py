@@ -1,0 +1,180 @@
+"""HTTP service benchmark: request throughput and long-poll / SSE fan-out over the real `ledger serve`.
+
+    .venv/bin/python bench/bench_service.py [--readers 1000] [--seconds 5]
+
+Starts a throwaway embedded Postgres unless LEDGER_DATABASE_URL is set, runs `ledger serve` on it
+as a subprocess, and measures over HTTP (httpx, one process):
+
+- appends/s (one event per request) with 1 and 8 concurrent clients, and GET /v1/runs/{id} per s;
+- fan-out: `--readers` concurrent long-polls on one run, then one append; latency from the append's
+  answer to each long-poll's answer (p50/p99/max), and the server's Postgres connections while all
+  readers wait (the point: waiting holds none);
+- the same with `--readers // 10` SSE streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ledger.embedded import EmbeddedPostgres  # noqa: E402
+
+TOKEN = "bench-token"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start(url: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "LEDGER_DATABASE_URL": url, "LEDGER_API_TOKENS": TOKEN, "LEDGER_DATA_DIR": str(work)}
+    log = (work / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("ledger serve did not become ready")
+
+
+def connections(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'run-ledger%%'"
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def throughput(base: str, clients: int, seconds: float) -> tuple[float, float]:
+    limits = httpx.Limits(max_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=30) as http:
+        runs = [f"tp-{clients}-{n}-{time.time_ns()}" for n in range(clients)]
+        for run in runs:
+            await http.post("/v1/runs", json={"run_id": run})
+
+        async def loop(run: str, path: str, post: bool) -> int:
+            done, deadline = 0, time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                if post:
+                    r = await http.post(path, json={"events": [{"type": "log", "line": "x"}]})
+                else:
+                    r = await http.get(path)
+                assert r.status_code == 200, r.text
+                done += 1
+            return done
+
+        appends = sum(await asyncio.gather(*(loop(r, f"/v1/runs/{r}/events", True) for r in runs)))
+        reads = sum(await asyncio.gather(*(loop(r, f"/v1/runs/{r}", False) for r in runs)))
+    return appends / seconds, reads / seconds
+
+
+async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, float]:
+    limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=readers + 10)
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=60) as http:
+        run = f"fan-{'sse' if sse else 'poll'}-{time.time_ns()}"
+        await http.post("/v1/runs", json={"run_id": run})
+        answered: list[float] = []
+
+        async def poll() -> None:
+            r = await http.get(f"/v1/runs/{run}/events", params={"after": 0, "timeout_ms": 30_000})
+            assert r.json()["events"], "timed out"
+            answered.append(time.perf_counter())
+
+        async def stream() -> None:
+            async with http.stream("GET", f"/v1/runs/{run}/events/stream", params={"after": 0}) as r:
+                async for line in r.aiter_lines():
+                    if line.startswith("id: "):
+                        answered.append(time.perf_counter())
+                        return
+
+        tasks = [asyncio.create_task(stream() if sse else poll()) for _ in range(readers)]
+        while True:
+            text = (await http.get("/metrics")).text
+            waiting = next(float(x.split()[1]) for x in text.splitlines() if x.startswith("ledger_waiters "))
+            if waiting >= readers:
+                break
+            await asyncio.sleep(0.05)
+        held = connections(url)
+        appended = time.perf_counter()
+        await http.post(f"/v1/runs/{run}/events", json={"events": [{"type": "log", "line": "wake"}]})
+        await asyncio.gather(*tasks)
+    latencies = [(t - appended) * 1000 for t in answered]
+    return {
+        "p50": statistics.median(latencies),
+        "p99": pct(latencies, 0.99),
+        "max": max(latencies),
+        "connections": held,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--readers", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        server = None
+        url = os.environ.get("LEDGER_DATABASE_URL")
+        if not url:
+            server = EmbeddedPostgres(work / "pg")
+            url = server.url()
+        proc, base = start(url, work)
+        try:
+            print(f"{'measure':<44}{'value':>14}")
+            for clients in (1, 8):
+                appends, reads = await throughput(base, clients, args.seconds)
+                print(f"{f'appends/s, {clients} client(s)':<44}{appends:>14.0f}")
+                print(f"{f'GET run/s, {clients} client(s)':<44}{reads:>14.0f}")
+            for sse, readers in ((False, args.readers), (True, max(1, args.readers // 10))):
+                kind = "SSE streams" if sse else "long-polls"
+                result = await fanout(base, url, readers, sse=sse)
+                print(f"{f'{readers} {kind}: wake p50 ms':<44}{result['p50']:>14.1f}")
+                print(f"{f'{readers} {kind}: wake p99 ms':<44}{result['p99']:>14.1f}")
+                print(f"{f'{readers} {kind}: wake max ms':<44}{result['max']:>14.1f}")
+                print(f"{f'{readers} {kind}: server PG connections':<44}{result['connections']:>14.0f}")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            if server is not None:
+                server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
