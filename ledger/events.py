@@ -127,10 +127,11 @@ def _is_int(value: object) -> bool:
 
 
 def _check_json(value: object, field: str) -> None:
-    # Postgres jsonb refuses NaN/Infinity and the NUL character; say so before writing anything.
+    # Postgres jsonb refuses NaN/Infinity, NUL and lone surrogates; say so before writing anything.
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text.encode()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
         raise InvalidInput(field, f"is not valid JSON ({exc})") from None
     if "\\u0000" in text:
         raise InvalidInput(field, "must not contain NUL characters")
@@ -145,6 +146,10 @@ def _str(value: object, field: str, *, optional: bool = False, non_empty: bool =
         raise InvalidInput(field, "must not be empty")
     if "\x00" in value:
         raise InvalidInput(field, "must not contain NUL characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(field, "must be valid Unicode (it holds a lone surrogate)") from None
     return value
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -48,15 +49,21 @@ Connect = Callable[[], Awaitable[ListenConn]]
 
 
 class Waiter:
-    """One reader waiting for new events of one run; register before reading, close when done."""
+    """One reader waiting for new events of one run; register before reading, close when done.
+
+    `visible_after` is a tick of the listener's clock: a read started after it is guaranteed to
+    see every commit that woke this waiter (so readers woken together can share one read).
+    """
 
     def __init__(self, listener: Listener, run_id: str) -> None:
         self.run_id = run_id
         self._listener = listener
         self._event = asyncio.Event()
         self._closed = False
+        self.visible_after = listener.tick()
 
     def wake(self) -> None:
+        self.visible_after = self._listener.tick()
         self._event.set()
 
     async def wait(self, seconds: float) -> bool:
@@ -67,10 +74,12 @@ class Waiter:
             seconds = min(seconds, listener.fallback_poll_s)
         listener.waits += 1
         try:
-            await asyncio.wait_for(self._event.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
             woken = True
         except TimeoutError:
             listener.timeouts += 1
+            self.visible_after = listener.tick()  # a poll: only a read from now on will do
             woken = False
         # Cleared before the caller re-reads: a commit during that read sets it again.
         self._event.clear()
@@ -126,8 +135,13 @@ class Listener:
         self.waits = 0
         self.timeouts = 0
         self.backend_pid: int | None = None
+        self._ticks = itertools.count(1)
 
     # -- waiters -----------------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """A logical clock of this process's event loop: wake-ups and reads are ordered by it."""
+        return next(self._ticks)
 
     def register(self, run_id: str) -> Waiter:
         """A waiter for `run_id`, registered now (before the caller reads); close it when done."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
@@ -48,6 +49,7 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.5
 
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
+_JSON: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 OPEN_RUN_SQL: Final = """
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
@@ -64,13 +66,14 @@ LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR U
 # One round trip per append: insert the batch, advance the run, trim the oldest events the batch
 # pushed past retention, and NOTIFY (when this transaction has not yet). `clock` is materialized so
 # every row of the batch gets one timestamp, read after the run lock was taken (ordered like seq).
+# The batch travels as one JSON array of [type, payload] pairs: one parameter, one encode call.
 APPEND_SQL: Final = """
 WITH clock AS MATERIALIZED (
     SELECT COALESCE(%(now)s::timestamptz, clock_timestamp()) AS ts
 ), inserted AS (
     INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
-    SELECT %(run_id)s, e.seq, e.type, clock.ts, e.payload::jsonb
-    FROM clock, unnest(%(seqs)s::bigint[], %(types)s::text[], %(payloads)s::text[]) AS e(seq, type, payload)
+    SELECT %(run_id)s, %(first_seq)s + e.ord - 1, e.item->>0, clock.ts, e.item->1
+    FROM clock, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(item, ord)
 ), advanced AS (
     UPDATE ledger.runs
     SET last_seq = %(last_seq)s, updated_at = clock.ts, status = COALESCE(%(status)s, runs.status)
@@ -224,9 +227,8 @@ async def _write_events(
         {
             "run_id": run_row["run_id"],
             "now": now,
-            "seqs": list(range(first, last + 1)),
-            "types": [e.type for e in events],
-            "payloads": [json.dumps(e.payload, allow_nan=False) for e in events],
+            "first_seq": first,
+            "events": _JSON.encode([(e.type, e.payload) for e in events]),
             "last_seq": last,
             "status": status,
             "trim_through": trim_through,
@@ -281,7 +283,19 @@ async def append_in_transaction(
     in place, so a second call in the same transaction continues the sequence.
     Returns the stored events in API shape.
     """
-    parsed = parse_events(events)
+    return await _append_parsed(
+        conn, run_row, parse_events(events), max_events_per_run=max_events_per_run, now=now
+    )
+
+
+async def _append_parsed(
+    conn: Conn,
+    run_row: dict[str, Any],
+    parsed: Sequence[NewEvent],
+    *,
+    max_events_per_run: int,
+    now: datetime | None,
+) -> list[dict[str, Any]]:
     _refuse_if_terminal(run_row)
     written = await _write_events(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
     if parsed[-1].type == "terminal":
@@ -366,6 +380,14 @@ async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> d
 # -- the one-call-one-transaction API -----------------------------------------------------------
 
 
+@dataclass
+class _Flight:
+    """A read in progress that readers woken before `started` (a listener tick) may share."""
+
+    started: int
+    task: asyncio.Future[dict[str, Any]]
+
+
 class RunLog:
     """Runs and their event logs on one database (SPEC 2.3-2.5).
 
@@ -390,6 +412,47 @@ class RunLog:
         self.clock = clock
         self.max_events_per_run = max_events_per_run
         self.poll_interval_s = poll_interval_s
+        self.reads = 0
+        self._flights: dict[tuple[str, int | None, int], _Flight] = {}
+
+    async def _read(self, run_id: str, cursor: int | None, limit: int) -> dict[str, Any]:
+        self.reads += 1
+        async with self.db.connection() as conn:
+            # One statement is one snapshot already: in autocommit it costs one round trip instead of
+            # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
+            await conn.set_autocommit(True)
+            try:
+                return await read_page(conn, run_id, cursor, limit)
+            finally:
+                await conn.set_autocommit(False)
+
+    async def _shared_read(
+        self, run_id: str, cursor: int | None, limit: int, visible_after: int
+    ) -> dict[str, Any]:
+        """A read, shared with concurrent readers of the same page when that is safe.
+
+        A notification wakes every waiter of a run at once; they would all re-read the same page.
+        A read started (on the listener's tick clock) after this waiter's last wake-up sees every
+        commit that woke it, so the waiter may take that read's answer instead of its own.
+        """
+        assert self.listener is not None
+        key = (run_id, cursor, limit)
+        flight = self._flights.get(key)
+        if flight is None or flight.started <= visible_after:
+            flight = _Flight(self.listener.tick(), asyncio.ensure_future(self._read(run_id, cursor, limit)))
+            self._flights[key] = flight
+            flight.task.add_done_callback(lambda task: self._land(key, task))
+        # Shielded: one reader giving up (a client went away) must not cancel the others' read.
+        page = await asyncio.shield(flight.task)
+        return {**page, "events": list(page["events"])}
+
+    def _land(self, key: tuple[str, int | None, int], task: asyncio.Future[dict[str, Any]]) -> None:
+        flight = self._flights.get(key)
+        if flight is not None and flight.task is task:
+            del self._flights[key]
+        # Mark a failed shared read's error as seen even if every reader has gone away.
+        if not task.cancelled():
+            task.exception()
 
     async def _now(self, conn: Conn) -> datetime | None:
         return await self.clock.now(conn) if self.clock is not None else None
@@ -415,11 +478,11 @@ class RunLog:
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Append events in one transaction; returns them with their seq and ts."""
-        parse_events(events)  # reject bad input before taking the run lock
+        parsed = parse_events(events)  # bad input is rejected before the run lock is taken
         async with self.db.transaction() as conn:
             run = await lock_run(conn, run_id)
-            return await append_in_transaction(
-                conn, run, events, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+            return await _append_parsed(
+                conn, run, parsed, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
             )
 
     async def set_terminal(
@@ -475,8 +538,10 @@ class RunLog:
         waiter = self.listener.register(run_id) if self.listener is not None and timeout_s > 0 else None
         try:
             while True:
-                async with self.db.connection() as conn:
-                    page = await read_page(conn, run_id, cursor, limit)
+                if waiter is not None:
+                    page = await self._shared_read(run_id, cursor, limit, waiter.visible_after)
+                else:
+                    page = await self._read(run_id, cursor, limit)
                 cursor = page.pop("after")
                 remaining = deadline - loop.time()
                 if page["events"] or page["terminal"] is not None or remaining <= 0:

@@ -98,6 +98,8 @@ def test_coordinator_types_keep_their_fields() -> None:
         ({"type": "step.started", "x": float("inf")}, "e"),
         ({"type": "step.started", "x": object()}, "e"),
         ({"type": "dataset.lifecycle", "x": "nul\x00"}, "e"),
+        ({"type": "dataset.lifecycle", "x": {"deep": "\ud800"}}, "e"),
+        ({"type": "log", "line": "half a pair \udc00"}, "e.line"),
     ],
 )
 def test_bad_events_name_the_field(event: Any, field: str) -> None:

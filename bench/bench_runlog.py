@@ -1,0 +1,245 @@
+"""Run-log benchmark: append throughput and commit-to-wake latency, next to a raw baseline.
+
+    .venv/bin/python bench/bench_runlog.py [--seconds 5]
+
+Starts a throwaway embedded Postgres (server defaults: fsync and synchronous_commit on) unless
+LEDGER_DATABASE_URL is set, migrates it, then measures
+
+- single-event appends/s with 1 and 8 concurrent runs (one appender per run),
+- batched appends (1,000 events per call) in events/s,
+- commit-to-wake latency p50/p99 with 1 and 1,000 long-poll waiters on one process: from issuing
+  COMMIT of an append to each waiter returning the event (NOTIFY, fan-out, re-read).
+
+The baseline for throughput is pgbench (from the embedded wheel) running the same SQL shape (lock
+the run row, one insert/advance/trim/NOTIFY statement, commit). pgbench cannot LISTEN, so the wake
+baseline is one bare psycopg LISTEN connection: COMMIT to notification arrival, plus one re-read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ledger import migrate  # noqa: E402
+from ledger.db import Database  # noqa: E402
+from ledger.embedded import EmbeddedPostgres  # noqa: E402
+from ledger.listener import CHANNEL, Listener  # noqa: E402
+from ledger.runlog import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run  # noqa: E402
+
+BATCH = 1000
+
+# The same shape as ledger.runlog: lock the run, then one statement that inserts, advances the run,
+# trims retention (10,000) and notifies; `:n` events per transaction.
+PGBENCH_SCRIPT = """
+BEGIN;
+SELECT last_seq + 1 AS first FROM ledger.runs WHERE run_id = '{prefix}' || :client_id FOR UPDATE \\gset
+WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts), inserted AS (
+  INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
+  SELECT '{prefix}' || :client_id, s, 'log', clock.ts, ('{{"line": "line ' || s || '"}}')::jsonb
+  FROM clock, generate_series(:first, :first + {n} - 1) AS s
+), advanced AS (
+  UPDATE ledger.runs SET last_seq = :first + {n} - 1, updated_at = clock.ts, status = runs.status
+  FROM clock WHERE runs.run_id = '{prefix}' || :client_id
+), trimmed AS (
+  DELETE FROM ledger.run_events WHERE run_id = '{prefix}' || :client_id
+    AND seq <= :first + {n} - 1 - 10000 AND type <> 'terminal'
+)
+SELECT clock.ts, n.notified FROM clock LEFT JOIN (
+  SELECT pg_notify('{channel}',
+                   '{{"run_id":"{prefix}' || :client_id || '","seq":' || (:first + {n} - 1) || '}}')::text
+  AS notified) AS n ON true;
+COMMIT;
+"""
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def open_runs(db: Database, run_ids: list[str]) -> None:
+    runlog = RunLog(db)
+    for run_id in run_ids:
+        await runlog.open_run(run_id)
+
+
+async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
+    """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call."""
+    async with Database(url, min_size=runs, max_size=runs) as db:
+        run_ids = [f"py-{runs}-{batch}-{i}" for i in range(runs)]
+        await open_runs(db, run_ids)
+        runlog = RunLog(db)
+        events = [{"type": "log", "line": f"line {i}"} for i in range(batch)]
+        deadline = time.perf_counter() + seconds
+        counts = [0] * runs
+
+        async def appender(index: int) -> None:
+            while time.perf_counter() < deadline:
+                await runlog.append(run_ids[index], events)
+                counts[index] += batch
+
+        start = time.perf_counter()
+        await asyncio.gather(*(appender(i) for i in range(runs)))
+        return sum(counts) / (time.perf_counter() - start)
+
+
+def pgbench(bin_dir: Path, url: str, runs: int, batch: int, seconds: float) -> float:
+    prefix = f"pgb-{runs}-{batch}-"
+    with psycopg.connect(url, autocommit=True) as conn:
+        for client in range(runs):
+            conn.execute(
+                "INSERT INTO ledger.runs (run_id) VALUES (%s) ON CONFLICT DO NOTHING", (f"{prefix}{client}",)
+            )
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+        script.write(PGBENCH_SCRIPT.format(prefix=prefix, n=batch, channel=CHANNEL))
+    os.chmod(script.name, 0o644)
+    try:
+        out = subprocess.run(
+            [
+                *(str(bin_dir / "pgbench"), "-n", "-f", script.name),
+                *("-c", str(runs), "-j", str(runs), "-T", str(max(1, round(seconds))), url),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    match = re.search(r"tps = ([0-9.]+)", out)
+    assert match, out
+    return float(match.group(1)) * batch
+
+
+async def wait_one(runlog: RunLog, run_id: str, after: int) -> float:
+    page = await runlog.list_events(run_id, after=after, timeout_ms=30_000)
+    assert page["events"], "timed out"
+    return time.perf_counter()
+
+
+async def wake_latency(url: str, waiters: int, rounds: int) -> list[float]:
+    """Seconds from COMMIT of an append to each waiter returning it, over `rounds` appends."""
+    run_id = f"wake-{waiters}"
+    samples: list[float] = []
+    async with (
+        Database(url, min_size=10, max_size=10) as db,
+        Database(url, min_size=1, max_size=1) as writer_db,
+        Listener(url) as listener,
+    ):
+        await open_runs(db, [run_id])
+        runlog = RunLog(db, listener=listener)
+        for seq in range(rounds):
+            waits_before = listener.waits
+            tasks = [asyncio.create_task(wait_one(runlog, run_id, seq)) for _ in range(waiters)]
+            while listener.waits < waits_before + waiters:  # noqa: ASYNC110 - a counter, not an event
+                await asyncio.sleep(0.001)
+            async with writer_db.connection() as conn, conn.transaction():
+                run = await lock_run(conn, run_id)
+                await append_in_transaction(conn, run, [{"type": "log", "line": "x"}], max_events_per_run=0)
+                committed_at = time.perf_counter()  # the transaction block's exit issues COMMIT
+            samples.extend(t - committed_at for t in await asyncio.gather(*tasks))
+    return samples
+
+
+async def raw_wake_latency(url: str, rounds: int) -> list[float]:
+    """Baseline: one bare LISTEN connection, COMMIT to notification arrival plus one re-read."""
+    samples: list[float] = []
+    async with (
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as listen,
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as reader,
+        await psycopg.AsyncConnection.connect(url) as writer,
+    ):
+        await listen.execute(f"LISTEN {CHANNEL}")
+        await writer.execute("INSERT INTO ledger.runs (run_id) VALUES ('raw-wake') ON CONFLICT DO NOTHING")
+        await writer.commit()
+        for seq in range(rounds):
+            await writer.execute(
+                "UPDATE ledger.runs SET last_seq = last_seq + 1 WHERE run_id = 'raw-wake' RETURNING last_seq"
+            )
+            await writer.execute(
+                "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
+                " VALUES ('raw-wake', %s, 'log', '{}')",
+                (seq + 1,),
+            )
+            await writer.execute("SELECT pg_notify(%s, 'raw-wake')", (CHANNEL,))
+            committed_at = time.perf_counter()
+            commit = asyncio.create_task(writer.commit())
+            async for _ in listen.notifies(stop_after=1):
+                pass
+            await reader.execute(READ_PAGE_SQL, {"run_id": "raw-wake", "after": seq, "limit": 1000})
+            samples.append(time.perf_counter() - committed_at)
+            await commit
+    return samples
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+async def measure(url: str, bin_dir: Path, seconds: float) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+
+    async def pair(label: str, runs: int, batch: int, unit: str) -> None:
+        ours = await throughput(url, runs, batch, seconds)
+        raw = await asyncio.to_thread(pgbench, bin_dir, url, runs, batch, seconds)
+        rows.append((label, f"{ours:,.0f} {unit}", f"{raw:,.0f} {unit}", f"{ours / raw:.0%}"))
+
+    await pair("single-event appends, 1 run", 1, 1, "appends/s")
+    await pair("single-event appends, 8 runs", 8, 1, "appends/s")
+    await pair("batched appends (1,000/call), 1 run", 1, BATCH, "events/s")
+    raw = await raw_wake_latency(url, 200)
+    raw_text = f"{ms(percentile(raw, 0.5))} / {ms(percentile(raw, 0.99))} ms"
+    for waiters, rounds in ((1, 200), (1000, 15)):
+        ours = await wake_latency(url, waiters, rounds)
+        rows.append(
+            (
+                f"commit-to-wake p50 / p99, {waiters} waiter{'s' if waiters > 1 else ''}",
+                f"{ms(percentile(ours, 0.5))} / {ms(percentile(ours, 0.99))} ms",
+                raw_text + " (1 LISTEN conn)",
+                f"{statistics.median(ours) / statistics.median(raw):.1f}x",
+            )
+        )
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    header = ("measure", "run-ledger", "raw baseline (pgbench / bare LISTEN)", "ratio")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    line = " | ".join("-" * w for w in widths)
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print(line)
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-runlog-") as tmp:
+        server = EmbeddedPostgres(Path(tmp))
+        try:
+            url = os.environ.get("LEDGER_DATABASE_URL") or server.url()
+            migrate.upgrade(url)
+            started = time.perf_counter()
+            rows = asyncio.run(measure(url, server.bin_dir, args.seconds))
+            print_table(rows)
+            print(f"\n({time.perf_counter() - started:.0f} s; {os.cpu_count()} cores shared with other work)")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
