@@ -18,7 +18,7 @@ def serve(host: str, port: int) -> None:
     # The web stack is imported here, not at module level, so other `ledger` commands start fast.
     from ledger.service.app import create_app
     from ledger.service.logs import configure_json_logging
-    from ledger.service.server import build_server
+    from ledger.service.server import build_server, run_until_stopped
     from ledger.service.settings import load_service_settings
 
     settings = load_settings()
@@ -36,7 +36,7 @@ def serve(host: str, port: int) -> None:
         migrate.upgrade(url)
         configure_json_logging()
         app = create_app(service_settings, url, tokens)
-        build_server(app, service_settings).run()
+        run_until_stopped(build_server(app, service_settings))
     finally:
         if server is not None:
             server.stop()

@@ -69,7 +69,8 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
             app.state.services = svc
             log.info("service ready", extra={"pool_size": settings.db_pool_size})
             yield
-            log.info("service stopping")
+            log.info("service stopping: releasing waiters, stopping the watchdog and the listener")
+        log.info("service stopped")
 
     app = FastAPI(
         title="Run Ledger",

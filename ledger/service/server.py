@@ -8,7 +8,9 @@ resume with their cursor), ordinary requests finish, then the lifespan stops the
 
 from __future__ import annotations
 
+import signal
 import socket
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -46,3 +48,29 @@ def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> L
         **overrides,
     )
     return LedgerServer(config, app)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+def run_until_stopped(server: LedgerServer) -> None:
+    """Serve until SIGTERM/SIGINT, shut down gracefully, then return normally.
+
+    After its graceful shutdown uvicorn re-raises the signal it caught, and the default SIGTERM
+    action would end the process on the spot - before the caller releases the embedded Postgres.
+    With these handlers in place that re-raise ends here instead.
+    """
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, _stopped) for sig in handled}
+    try:
+        server.run()
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
