@@ -62,8 +62,8 @@ class NewEvent:
 
     @property
     def run_status(self) -> str | None:
-        """The run status this event moves the run to (status and progress events), if any."""
-        if self.type in ("status", "progress"):
+        """The run status this event moves the run to (status, progress, terminal), if any."""
+        if self.type in ("status", "progress", "terminal"):
             status = self.payload["status"]
             assert isinstance(status, str)
             return status

@@ -220,8 +220,6 @@ async def _write_events(
     trim_through = last - max_events_per_run if max_events_per_run > 0 else 0
     notify = not run_row.get(_NOTIFIED, False)
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
-    if events[-1].type == "terminal":
-        status = events[-1].payload["status"]
     cur = await conn.execute(
         APPEND_SQL,
         {
@@ -251,7 +249,8 @@ async def _write_events(
 
 
 async def _record_terminal(conn: Conn, run_row: dict[str, Any], state: TerminalState, ts: datetime) -> None:
-    params = {**state.payload(), "result": Jsonb(state.result), "completed_at": ts}
+    result = Jsonb(state.result) if state.result is not None else None
+    params = {**state.payload(), "result": result, "completed_at": ts}
     await conn.execute(SET_TERMINAL_SQL, {**params, "run_id": run_row["run_id"]})
     run_row.update(
         terminal_status=state.status,
@@ -299,9 +298,8 @@ async def _append_parsed(
     _refuse_if_terminal(run_row)
     written = await _write_events(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
     if parsed[-1].type == "terminal":
-        terminal = parse_terminal_state(parsed[-1].payload, field="")
-        ts = run_row["updated_at"]
-        await _record_terminal(conn, run_row, terminal, ts)
+        # The terminal event's payload holds exactly the state's fields, validated by parse_events.
+        await _record_terminal(conn, run_row, TerminalState(**parsed[-1].payload), run_row["updated_at"])
     return written
 
 
@@ -330,8 +328,7 @@ async def set_terminal_in_transaction(
             + f"; refusing a different terminal state ({terminal.status})"
         )
     event = NewEvent("terminal", terminal.payload())
-    await _write_events(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
-    await _record_terminal(conn, run_row, terminal, run_row["updated_at"])
+    await _append_parsed(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
     result = terminal_from_row(run_row)
     assert result is not None
     return result, True

@@ -195,7 +195,7 @@ async def test_first_terminal_wins(runlog: RunLog, db: Database) -> None:
     assert page["events"][-1]["ts"] == state["completed_at"]
 
 
-async def test_terminal_event_in_a_batch_sets_the_terminal_state(runlog: RunLog) -> None:
+async def test_terminal_event_in_a_batch_sets_the_terminal_state(runlog: RunLog, db: Database) -> None:
     await runlog.open_run("r1")
     events = await runlog.append(
         "r1", [{"type": "log", "line": "last words"}, {"type": "terminal", "status": "failed", "error": "x"}]
@@ -203,6 +203,10 @@ async def test_terminal_event_in_a_batch_sets_the_terminal_state(runlog: RunLog)
     assert [e["type"] for e in events] == ["log", "terminal"]
     terminal = await runlog.get_terminal("r1")
     assert terminal is not None and terminal["status"] == "failed" and terminal["error"] == "x"
+    assert (await runlog.get_run("r1"))["status"] == "failed"
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT terminal_result IS NULL AS no_result FROM ledger.runs")
+        assert await cur.fetchone() == {"no_result": True}  # SQL NULL, not a JSON null
     assert await runlog.set_terminal("r1", "failed", error="x") == terminal
     with pytest.raises(Conflict) as info:
         await runlog.set_terminal("r1", "failed", error=WATCHDOG_ERROR)
