@@ -73,6 +73,19 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED
 """
 
+# rules.count over the live entries of a version: garbage (expired, stale) left out, and available
+# exactly within the claim window; readers cannot rely on GC, which skips rows others hold.
+COUNT_VERSION_ENTRIES = """
+SELECT
+    count(*) FILTER (WHERE state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s)
+        AS available,
+    count(*) FILTER (WHERE NOT (state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s))
+        AS warming
+FROM ledger.pool_entries
+WHERE pool = %(pool)s AND version = %(version)s AND expires_at > %(now)s
+  AND (ready_at IS NULL OR ready_at >= %(stale_before)s)
+"""
+
 UPSERT_ENTRY = """
 INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
 VALUES (%(pool)s, %(id)s, %(version)s, %(state)s, %(created_at)s, %(ready_at)s, %(expires_at)s)
@@ -198,7 +211,8 @@ class WarmPool:
         pool, version = rules.check_pool(pool), rules.check_version(version)
         run_id = rules.check_id("run_id", run_id)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
-        async with self.db.transaction() as conn:
+        # Pipelined: statements whose results are not needed yet share round trips (the hot path).
+        async with self.db.transaction() as conn, conn.pipeline():
             now = await self.clock.now(conn)
             await conn.execute(LOCK, {"key": _run_key(run_id)})
             await self._gc(conn, pool, version, now)
@@ -208,8 +222,7 @@ class WarmPool:
                 instance_id = settled.instance_id
             else:
                 instance_id = await self._take(conn, pool, version, run_id, now, min_age)
-            entries = await self._version_entries(conn, pool, version)
-        counts = rules.count(entries, version, now, min_age, self.settings)
+            counts = await self._count(conn, pool, version, now, min_age)
         return {"id": instance_id, **_counts_out(counts)}
 
     async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> dict[str, int]:
@@ -219,8 +232,8 @@ class WarmPool:
         async with self.db.transaction() as conn:
             now = await self.clock.now(conn)
             await self._gc(conn, pool, version, now)
-            entries = await self._version_entries(conn, pool, version)
-        return _counts_out(rules.count(entries, version, now, min_age, self.settings))
+            counts = await self._count(conn, pool, version, now, min_age)
+        return _counts_out(counts)
 
     async def list(self, pool: str, version: str) -> list[dict[str, Any]]:
         """The live entries of `version` in `pool` (after GC), by id."""
@@ -341,6 +354,22 @@ class WarmPool:
             GC_ENTRIES,
             {"pool": pool, "version": version, "now": bounds.now, "stale_before": bounds.stale_before},
         )
+
+    async def _count(
+        self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
+    ) -> rules.Counts:
+        oldest, newest = rules.claim_window(now, min_age, self.settings)
+        params = {
+            "pool": pool,
+            "version": version,
+            "now": now,
+            "oldest": oldest,
+            "newest": newest,
+            "stale_before": rules.gc_bounds(now, self.settings).stale_before,
+        }
+        row = await (await conn.execute(COUNT_VERSION_ENTRIES, params)).fetchone()
+        assert row is not None
+        return rules.Counts(available=row["available"], warming=row["warming"])
 
     async def _version_entries(self, conn: Conn, pool: str, version: str) -> Entries:
         cur = await conn.execute(SELECT_VERSION_ENTRIES, {"pool": pool, "version": version})
