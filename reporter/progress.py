@@ -87,11 +87,6 @@ def merge_patch(node: NodeProgress, patch: Mapping[str, Any], now_ms: int) -> No
     node.updated_at = now_ms
 
 
-def replace_node(node_io: dict[str, Any], *, started_at: int, updated_at: int) -> NodeProgress:
-    """A fresh node carrying only a start time and node I/O (a new docflow invocation began)."""
-    return NodeProgress(started_at=started_at, updated_at=updated_at, node_io=node_io)
-
-
 def rows_processed_message(completed: int, total: int | None) -> str | None:
     """``1,234 / 10,000 rows processed``; None when there is no positive total."""
     if total is None or total <= 0:
