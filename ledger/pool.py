@@ -13,6 +13,10 @@ Design note. Each operation is one transaction that reads and locks what its dec
   then `FOR UPDATE` the rows they rewrite: adds of one id cannot interleave, and claims (which never
   take that lock) only ever skip those rows.
 
+Counting is the one decision made in SQL (a claim answers with counts; fetching every entry to count
+it in Python cost more than the claim): `COUNT_VERSION_ENTRIES` is `rules.count` written with the
+bounds `rules.claim_window`/`rules.gc_bounds` compute, and the model-based test holds them together.
+
 Time comes from `clock` (the transaction's `now()` unless a test injects one). The public surface
 speaks epoch milliseconds; datetimes are used inside.
 """

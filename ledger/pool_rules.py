@@ -4,9 +4,9 @@ Design note. Every decision an operation makes is a function of the rows it read
 whether an entry is garbage, available or warming, which entry a claim takes, what an add, promote,
 map or block writes. `ledger.pool` reads and locks the rows, calls these functions and writes what
 they return, all inside one transaction. Where the database must pick rows itself (a claim's
-`FOR UPDATE SKIP LOCKED … LIMIT 1`, the GC's `DELETE`), its predicates are built from the bounds
-computed here (`gc_bounds`, `claim_window`) and its order mirrors `claim_order`; the model-based test
-checks that the two agree.
+`FOR UPDATE SKIP LOCKED … LIMIT 1`, the GC's `DELETE`, the counts), its predicates are built from
+the bounds computed here (`gc_bounds`, `claim_window`) and its order mirrors `claim_order`; the
+model-based test checks that the two agree.
 
 Validation lives here too: the library is the boundary for both the HTTP service and the CLI, so a
 bad argument raises `InvalidInput` naming the field before anything is read or written.
