@@ -11,7 +11,7 @@ stays frozen: a later change to a view is a new migration.
   steps of the live per-node progress snapshot (`runs.live_node_progress`).
 - `step_progress`: one row per key of a run's `live_node_progress` (epoch-ms times as timestamptz).
 - `pool_availability`: per pool and version, unexpired entries split into `available` (ready and
-  not stale: ready at most 7 min ago), `warming` (not ready yet) and `stale` (ready too long ago;
+  not stale: ready at most 7 min ago), `warming` (not ready yet, or ready_at still ahead) and `stale` (ready too long ago;
   neither available nor warming, the next pool GC deletes them).
 - `stalled_runs`: non-terminal runs with no event for 5 minutes (the watchdog's default).
 
@@ -106,14 +106,15 @@ SELECT
     p.pool,
     p.version,
     count(*) FILTER (
-        WHERE p.state = 'ready' AND p.ready_at >= now() - interval '7 minutes'
+        WHERE p.state = 'ready' AND p.ready_at BETWEEN now() - interval '7 minutes' AND now()
     ) AS available,
-    count(*) FILTER (WHERE p.state = 'warming') AS warming,
+    -- A ready_at in the future (an add that announced it) is not claimable yet: warming, as the API says.
+    count(*) FILTER (WHERE p.state = 'warming' OR p.ready_at > now()) AS warming,
     count(*) FILTER (
         WHERE p.state = 'ready' AND p.ready_at < now() - interval '7 minutes'
     ) AS stale,
     max(p.ready_at) FILTER (
-        WHERE p.state = 'ready' AND p.ready_at >= now() - interval '7 minutes'
+        WHERE p.state = 'ready' AND p.ready_at BETWEEN now() - interval '7 minutes' AND now()
     ) AS newest_ready_at
 FROM ledger.pool_entries p
 WHERE p.expires_at > now()

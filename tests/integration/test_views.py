@@ -227,7 +227,9 @@ def test_pool_entry_ready_exactly_at_the_stale_limit_is_still_available(clean_da
     with psycopg.connect(clean_database_url, row_factory=dict_row) as conn:
         add_entry(conn, "edge", ready_ago="7 minutes")
         add_entry(conn, "past", ready_ago="7 minutes 1 millisecond")
-        assert availability(conn) == {("default", "v1"): (1, 0, 1)}
+        # A ready_at ahead of now is not claimable yet: warming, as WarmPool.count says.
+        add_entry(conn, "future", ready_ago="-1 second")
+        assert availability(conn) == {("default", "v1"): (1, 1, 1)}
         conn.rollback()
 
 
