@@ -131,6 +131,10 @@ async def test_failed_result_fails_started_steps_in_a_failed_final_upload() -> N
     assert final["status"] == "failed"
     assert reporter.step_states()["notify"] is StepState.FAILED
     assert final["live_node_progress"]["notify"]["node_io"]["error"] == "tool slack.post failed"
+    # The map finished before the run failed: its completion lands in a running upload first
+    # (the ledger reads a completion first seen in a failed upload as a failed step).
+    first = next(p for p in transport.payloads if "completed_at" in p["live_node_progress"].get("enrich", {}))
+    assert first["status"] == "running"
 
 
 async def test_durable_observations_fold_in_only_when_at_least_as_recent() -> None:
