@@ -6,9 +6,9 @@ Starts a throwaway embedded Postgres unless LEDGER_DATABASE_URL is set, runs `le
 as a subprocess, and measures over HTTP (httpx, one process):
 
 - appends/s (one event per request) with 1 and 8 concurrent clients, and GET /v1/runs/{id} per s;
-- fan-out: `--readers` concurrent long-polls on one run, then one append; latency from the append's
-  answer to each long-poll's answer (p50/p99/max), and the server's Postgres connections while all
-  readers wait (the point: waiting holds none);
+- fan-out: `--readers` concurrent long-polls on one run (bare asyncio HTTP/1.1 connections), then
+  one append; latency from the append's answer to each long-poll's answer (p50/p99/max), and the
+  server's Postgres connections while all readers wait (the point: waiting holds none);
 - the same with `--readers // 10` SSE streams.
 """
 
@@ -111,10 +111,21 @@ async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, f
         await http.post("/v1/runs", json={"run_id": run})
         answered: list[float] = []
 
+        host, port = base.removeprefix("http://").split(":")
+        request = (
+            f"GET /v1/runs/{run}/events?after=0&timeout_ms=30000 HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
+        ).encode()
+
         async def poll() -> None:
-            r = await http.get(f"/v1/runs/{run}/events", params={"after": 0, "timeout_ms": 30_000})
-            assert r.json()["events"], "timed out"
+            # A bare asyncio HTTP/1.1 client: httpx's pool costs O(connections) per request, which
+            # would measure the client, not the server, at 1,000 connections.
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(request)
+            body = await reader.read()
             answered.append(time.perf_counter())
+            writer.close()
+            assert b" 200 " in body.split(b"\r\n", 1)[0] and b'"wake"' in body, body[:200]
 
         async def stream() -> None:
             async with http.stream("GET", f"/v1/runs/{run}/events/stream", params={"after": 0}) as r:

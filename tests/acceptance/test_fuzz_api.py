@@ -52,7 +52,7 @@ JUNK_OBJECTS: list[dict[str, Any]] = [
     {"events": [{"type": "log", "line": "x", "seq": 9}]},
     {"events": [{"type": "terminal", "status": "completed", "total_rows": HUGE}]},
     {"events": [{"type": "progress", "status": "running", "updated_at": HUGE}]},
-    {"events": [{"type": "log", "line": "x"}] * 20_000},
+    {"events": [{"type": "log", "line": "x"}] * 5_000},
     {"events": [{"type": "step.progress", "node": {"deep": [[[[{}]]]]}}]},
     {"rows": [{"table_namespace": "", "row_key": "k", "status": "completed"}]},
     {"rows": [{"table_namespace": "t", "row_key": "\u0000", "status": "completed"}]},

@@ -6,17 +6,38 @@ import httpx
 
 from tests.acceptance.conftest import TOKENS, Server
 
-PROTECTED = [
-    ("GET", "/metrics"),
+# SPEC 4.1, the wire contract: every one of these must exist with exactly this path.
+CONTRACT = [
     ("POST", "/v1/runs"),
-    ("GET", "/v1/runs/some-run"),
-    ("GET", "/v1/runs/some-run/events"),
-    ("GET", "/v1/runs/some-run/events/stream"),
-    ("POST", "/v1/runs/some-run/status"),
-    ("PUT", "/v1/runs/some-run/terminal"),
-    ("GET", "/v1/pools/default/counts"),
-    ("POST", "/v1/pools/default/claim"),
-    ("DELETE", "/v1/pools/default/entries"),
+    ("GET", "/v1/runs/{run_id}"),
+    ("POST", "/v1/runs/{run_id}/events"),
+    ("GET", "/v1/runs/{run_id}/events"),
+    ("GET", "/v1/runs/{run_id}/events/stream"),
+    ("POST", "/v1/runs/{run_id}/status"),
+    ("POST", "/v1/runs/{run_id}/sheets"),
+    ("GET", "/v1/runs/{run_id}/sheets"),
+    ("POST", "/v1/runs/{run_id}/observations"),
+    ("GET", "/v1/runs/{run_id}/observations"),
+    ("PUT", "/v1/runs/{run_id}/terminal"),
+    ("GET", "/v1/runs/{run_id}/terminal"),
+    ("PUT", "/v1/runs/{run_id}/mapping"),
+    ("POST", "/v1/runs/{run_id}/mapping/block"),
+    ("GET", "/v1/runs/{run_id}/mapping"),
+    ("POST", "/v1/pools/{pool}/entries"),
+    ("GET", "/v1/pools/{pool}/entries"),
+    ("DELETE", "/v1/pools/{pool}/entries"),
+    ("POST", "/v1/pools/{pool}/claim"),
+    ("GET", "/v1/pools/{pool}/counts"),
+    ("POST", "/v1/pools/{pool}/promote"),
+    ("POST", "/v1/pools/{pool}/ready"),
+    ("POST", "/v1/pools/{pool}/delete"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+]
+OPEN = {"/healthz", "/readyz"}
+PROTECTED = [
+    (m, p.replace("{run_id}", "some-run").replace("{pool}", "default")) for m, p in CONTRACT if p not in OPEN
 ]
 
 
@@ -69,8 +90,12 @@ def test_metrics_count_requests_by_route_template(client: httpx.Client) -> None:
 
 def test_openapi_schema_is_public_and_lists_the_contract(server: Server) -> None:
     schema = httpx.get(server.base_url + "/openapi.json").json()
-    assert "/v1/runs/{run_id}/events/stream" in schema["paths"]
-    assert "/v1/pools/{pool}/claim" in schema["paths"]
+    offered = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
+    assert set(CONTRACT) <= offered
+    claim = schema["paths"]["/v1/pools/{pool}/claim"]["post"]
+    assert claim["security"] == [{"HTTPBearer": []}]
+    body = schema["components"]["schemas"]["Claim"]
+    assert set(body["properties"]) == {"version", "run_id", "min_ready_age_ms"}
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
 
