@@ -40,10 +40,10 @@ async def _database_reachable(svc: Services) -> bool:
     responses={503: {"description": "not ready; the body says which part is down"}},
 )
 async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
-    checks: dict[str, Any] = {"database": await _database_reachable(svc)}
-    listener = svc.listener
-    if listener is not None:
-        checks["listener"] = bool(listener.connected)
+    checks: dict[str, Any] = {
+        "database": await _database_reachable(svc),
+        "listener": bool(svc.listener.connected),
+    }
     if svc.drain.draining:
         checks["draining"] = True
         return JSONResponse({"error": "shutting down", **checks}, status_code=503)

@@ -93,16 +93,17 @@ async def test_long_poll_wakes_on_an_append_by_another_client(server: Server, cl
     assert [e["line"] for e in page["events"]] == ["wake"]
 
 
-async def wait_for_waiters(server: Server, count: int) -> None:
-    """Until the service reports at least `count` waiting readers (its metrics)."""
+async def wait_for_waiters(server: Server, count: int, *, at_most: bool = False) -> None:
+    """Until the service reports at least (or with `at_most`, at most) `count` waiting readers."""
     async with server.async_client() as probe:
         for _ in range(600):
             text = (await probe.get("/metrics")).text
             line = next(x for x in text.splitlines() if x.startswith("ledger_waiters "))
-            if float(line.split()[1]) >= count:
+            waiting = float(line.split()[1])
+            if (waiting <= count) if at_most else (waiting >= count):
                 return
             await asyncio.sleep(0.05)
-    raise AssertionError(f"fewer than {count} waiters registered")
+    raise AssertionError(f"the waiter count never reached {'at most' if at_most else 'at least'} {count}")
 
 
 def server_connections(database_url: str) -> int:
@@ -188,6 +189,8 @@ async def test_sse_sends_keep_alive_comments_while_idle(server: Server, client: 
             if sum("keep-alive" in m.comments for m in received) >= 2:
                 break
     assert all(m.id is None for m in received)
+    # The client went away: its waiter is released, not kept until some timeout.
+    await wait_for_waiters(server, 0, at_most=True)
 
 
 async def test_sse_resume_after_a_disconnect_delivers_every_event_exactly_once(

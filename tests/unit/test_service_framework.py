@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
+from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
 from ledger.service.jsontext import unpaired_surrogate
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware
+from ledger.service.settings import ServiceSettings
 from ledger.service.state import Drain
 
 
@@ -174,3 +176,19 @@ async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
     assert refused.status_code == 422
     assert refused.json()["error"].startswith("run_id: ")
     assert fine.json() == {"size": 15}
+
+
+async def test_api_docs_are_public_by_default_and_can_require_the_token() -> None:
+    # No lifespan runs here (no database): only routes that need none are exercised.
+    for public in (True, False):
+        app = create_app(ServiceSettings(public_docs=public), "postgresql://unused/db", ["tok"])
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            anonymous = await client.get("/openapi.json")
+            with_token = await client.get("/openapi.json", headers={"Authorization": "Bearer tok"})
+            metrics = await client.get("/metrics")
+        assert anonymous.status_code == (200 if public else 401)
+        assert with_token.status_code == 200
+        assert "/v1/runs/{run_id}/events/stream" in with_token.json()["paths"]
+        assert metrics.status_code == 401
+        assert metrics.json() == {"error": "missing bearer token (Authorization: Bearer <token>)"}

@@ -1,0 +1,47 @@
+"""The service's environment knobs (ledger.service.settings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.config import ConfigError
+from ledger.service.settings import ServiceSettings, load_service_settings
+
+
+def test_defaults_match_the_spec() -> None:
+    settings = load_service_settings({})
+    assert (settings.host, settings.port) == ("127.0.0.1", 8787)
+    assert settings.max_body_bytes == 1024 * 1024
+    assert settings.sse_keepalive_s == 15.0
+    assert settings == ServiceSettings()
+
+
+def test_environment_and_options_override_the_defaults() -> None:
+    env = {
+        "LEDGER_MAX_BODY_BYTES": "2048",
+        "LEDGER_SSE_KEEPALIVE_S": "0.5",
+        "LEDGER_PUBLIC_DOCS": "off",
+        "LEDGER_MAX_EVENTS_PER_RUN": "0",
+    }
+    settings = load_service_settings(env, host="0.0.0.0", port=9000)
+    assert (settings.host, settings.port) == ("0.0.0.0", 9000)
+    assert settings.max_body_bytes == 2048
+    assert settings.sse_keepalive_s == 0.5
+    assert settings.public_docs is False
+    assert settings.max_events_per_run == 0
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("LEDGER_MAX_BODY_BYTES", "lots"),
+        ("LEDGER_MAX_BODY_BYTES", "0"),
+        ("LEDGER_SSE_KEEPALIVE_S", "-1"),
+        ("LEDGER_SSE_KEEPALIVE_S", "nan"),
+        ("LEDGER_PUBLIC_DOCS", "maybe"),
+        ("LEDGER_DB_POOL_SIZE", "1"),
+    ],
+)
+def test_a_bad_value_is_a_config_error_naming_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=var):
+        load_service_settings({var: value})
