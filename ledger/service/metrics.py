@@ -72,7 +72,7 @@ class ServiceMetrics:
         )
         self.events_appended = Counter(
             "ledger_events_appended",
-            "Events appended to run logs through this service (direct appends, terminals, uploads).",
+            "Events appended through this process's append and status-upload endpoints.",
             registry=self.registry,
         )
         self.uploads = Counter(
