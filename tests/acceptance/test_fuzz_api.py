@@ -89,6 +89,7 @@ def endpoints(run_id: str, pool: str) -> list[tuple[str, str]]:
     run = f"/v1/runs/{run_id}"
     return [
         ("POST", "/v1/runs"),
+        ("GET", "/v1/runs"),
         ("GET", run),
         ("POST", f"{run}/events"),
         ("GET", f"{run}/events"),

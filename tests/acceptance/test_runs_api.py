@@ -132,3 +132,11 @@ def test_mapping_needs_a_version(client: httpx.Client) -> None:
     answer = client.get(f"/v1/runs/{new_id('mapped')}/mapping")
     assert answer.status_code == 422
     assert answer.json()["error"].startswith("version: ")
+
+
+def test_list_runs_answers_the_newest_first(client: httpx.Client) -> None:
+    older, newer = open_run(client), open_run(client)
+    runs = client.get("/v1/runs", params={"limit": 1000}).json()["runs"]
+    ids = [run["run_id"] for run in runs]
+    assert ids.index(newer) < ids.index(older)
+    assert client.get("/v1/runs", params={"limit": 0}).status_code == 422
