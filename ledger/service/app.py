@@ -56,7 +56,16 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
             )
             # Runs first on the way out: waiting readers return before anything below closes.
             stack.callback(svc.drain.start)
-            watchdog = Watchdog(db, runlog) if settings.watchdog else None
+            watchdog = (
+                Watchdog(
+                    db,
+                    runlog,
+                    stall_after_s=settings.watchdog_stall_s,
+                    interval_s=settings.watchdog_interval_s,
+                )
+                if settings.watchdog
+                else None
+            )
             if watchdog is not None:
                 watchdog.start()
                 stack.push_async_callback(watchdog.stop)

@@ -20,6 +20,9 @@ PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
 POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
 SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
 MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
+WATCHDOG_VAR = "LEDGER_WATCHDOG"
+WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
+WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,11 @@ class ServiceSettings:
     db_pool_size: int = 10
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
-    # Run the stalled-run watchdog (SPEC 2.6) in this process.
+    # Run the stalled-run watchdog (SPEC 2.6) in this process: a run with no event for
+    # `watchdog_stall_s` is failed; a pass every `watchdog_interval_s`.
     watchdog: bool = True
+    watchdog_stall_s: float = 300.0
+    watchdog_interval_s: float = 30.0
     # Retention per run (SPEC 2.3): the oldest events beyond this are trimmed; 0 = unlimited.
     max_events_per_run: int = 10_000
 
@@ -82,4 +88,7 @@ def load_service_settings(
         db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
         max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),
+        watchdog=_flag(env, WATCHDOG_VAR, True),
+        watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, 300.0, minimum=0.1),
+        watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, 30.0, minimum=0.01),
     )

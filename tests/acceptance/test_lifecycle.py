@@ -56,3 +56,25 @@ async def test_token_file_then_graceful_shutdown_releases_waiters(database_url: 
         assert "timeout graceful shutdown exceeded" not in log
     finally:
         stop_server(server)
+
+
+async def test_the_service_runs_the_watchdog(database_url: str, tmp_path: Path) -> None:
+    server = start_server(
+        database_url, tmp_path, LEDGER_WATCHDOG_STALL_S="1", LEDGER_WATCHDOG_INTERVAL_S="0.2"
+    )
+    try:
+        run_id = new_id("stalls")
+        async with server.async_client() as http:
+            await http.post("/v1/runs", json={"run_id": run_id})
+            # Nothing more happens to the run: the long-poll ends with the watchdog's terminal event.
+            page = (
+                await http.get(f"/v1/runs/{run_id}/events", params={"after": 0, "timeout_ms": 30_000})
+            ).json()
+            assert [e["type"] for e in page["events"]] == ["terminal"]
+            assert page["events"][0]["status"] == "failed"
+            assert page["events"][0]["error"] == "run watchdog: no progress; orchestrator presumed dead"
+            metrics = (await http.get("/metrics")).text
+        failures = next(x for x in metrics.splitlines() if x.startswith("ledger_watchdog_failures_total "))
+        assert float(failures.split()[1]) >= 1
+    finally:
+        stop_server(server)
