@@ -92,7 +92,8 @@ async def stream_events(
         raise InvalidInput(source, exc.problem) from None
     if not first["events"] and first["terminal"] is not None:
         return Response(status_code=204)
-    start = first["latest_seq"] if raw == "now" else int(raw)
+    text = raw.strip()
+    start = first["latest_seq"] if text == "now" else int(text)
     return StreamingResponse(
         _tail(svc, run_id, start, first),
         media_type="text/event-stream",

@@ -43,7 +43,7 @@ def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> L
         log_config=None,
         # One JSON access line per request comes from our middleware instead.
         access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None,
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
         server_header=False,
         **overrides,
     )

@@ -161,3 +161,34 @@ def test_junk_path_segments_never_cause_a_500(client: httpx.Client) -> None:
             body = {"version": "v", "ids": ["a"], "run_id": "r", "id": "a", "instance_id": "i"}
             check(client, (method, path[:80]), method, path, json=body if method in ("POST", "PUT") else None)
     check.assert_clean()
+
+
+def test_junk_cursors_on_the_stream_never_cause_a_500(client: httpx.Client) -> None:
+    check = Checker()
+    run_id = new_id("fuzzstream")
+    client.post("/v1/runs", json={"run_id": run_id})
+    client.post(f"/v1/runs/{run_id}/events", json={"events": [{"type": "log", "line": "x"}]})
+    # Finished, so every accepted cursor gets a bounded answer (the replay, or 204).
+    client.put(f"/v1/runs/{run_id}/terminal", json={"status": "completed"})
+    path = f"/v1/runs/{run_id}/events/stream"
+    cursors = [
+        "",
+        " ",
+        "now",
+        " now ",
+        "-1",
+        "-2",
+        "0",
+        "+1",
+        "1.0",
+        "1e2",
+        "🙂",
+        "\t7",
+        str(HUGE),
+        "2" * 400,
+    ]
+    for cursor in cursors:
+        check(client, ("after", cursor), "GET", path, params={"after": cursor})
+        if cursor.isascii() and cursor == cursor.strip():  # httpx refuses padded header values
+            check(client, ("Last-Event-ID", cursor), "GET", path, headers={"Last-Event-ID": cursor})
+    check.assert_clean()
