@@ -54,8 +54,6 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
             svc = Services(
                 settings=settings, db=db, metrics=metrics, listener=listener, runlog=runlog, pool=WarmPool(db)
             )
-            # Runs first on the way out: waiting readers return before anything below closes.
-            stack.callback(svc.drain.start)
             watchdog = (
                 Watchdog(
                     db,
@@ -69,6 +67,9 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
             if watchdog is not None:
                 watchdog.start()
                 stack.push_async_callback(watchdog.stop)
+            # Pushed last, so it runs first on the way out: waiting readers return before anything
+            # they use closes (the server normally started the drain already, see `server.py`).
+            stack.callback(svc.drain.start)
             metrics.bind_sources(
                 listener_reconnects=lambda: listener.reconnects,
                 listener_connected=lambda: float(listener.connected),
