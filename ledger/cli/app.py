@@ -34,7 +34,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, demo, serve, watchdog
+    from ledger.cli import client, db, demo, psql, serve, watchdog
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)
@@ -42,6 +42,7 @@ def _register() -> None:
         cli.add_command(command)
     cli.add_command(watchdog.watchdog)
     cli.add_command(demo.demo)
+    cli.add_command(psql.psql)
     from ledger.cli import report
 
     cli.add_command(report.report_command)
