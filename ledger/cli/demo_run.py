@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import secrets
-import shutil
 import socket
 import time
 import uuid
@@ -34,7 +33,6 @@ from ledger.cli.demo_view import DemoView
 from ledger.config import load_settings
 from ledger.db import resolve_url
 from ledger.demo import DemoPlan, DriveReport, drive, open_run
-from ledger.embedded import EmbeddedPostgres
 
 STARTUP_TIMEOUT_S = 30.0
 WATCH_TIMEOUT_S = 60.0
@@ -188,13 +186,6 @@ def inspection_sql(run_id: str) -> list[str]:
     ]
 
 
-def psql_command(url: str, server: EmbeddedPostgres | None) -> str:
-    psql = "psql"
-    if shutil.which("psql") is None and server is not None:
-        psql = str(server.bin_dir / "psql")
-    return f"{psql} '{url}'"
-
-
 def main(plan: DemoPlan) -> None:
     """Run the demo with `plan` on the configured (or embedded) Postgres and print how to inspect it."""
     console = Console(highlight=False)
@@ -208,12 +199,7 @@ def main(plan: DemoPlan) -> None:
         for line in summary_lines(outcome, plan):
             click.echo(line)
         run_id = outcome["run"]["run_id"]
-        click.echo("\nInspect it with SQL (as any role granted ledger_reader):")
-        if server is not None:
-            click.echo(
-                "  (the embedded Postgres runs while `ledger serve` does: start it in another terminal)"
-            )
-        click.echo(f"  {psql_command(url, server)}")
+        click.echo("\nInspect it with SQL: `ledger psql` opens psql on this database, then")
         for statement in inspection_sql(run_id):
             click.echo(f"    {statement}")
         click.echo(f"\nOr with `ledger serve` running: ledger runs; ledger run {run_id}")
