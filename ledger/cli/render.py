@@ -113,8 +113,11 @@ def run_row(run: Mapping[str, Any], now_ms: int) -> tuple[str, ...]:
 def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
     """The `ledger runs` table."""
     table = Table(*RUNS_COLUMNS, title=f"{len(runs)} run(s), newest first", title_justify="left")
-    for run in runs:
-        cells = run_row(run, now_ms)
+    rows = [run_row(run, now_ms) for run in runs]
+    # A run id is what a person copies into `ledger run`: never cut it, let other columns wrap.
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = max((len(cells[0]) for cells in rows), default=3)
+    for cells in rows:
         style = STATUS_STYLES.get(cells[1], "")
         table.add_row(cells[0], Text(cells[1], style=style), *cells[2:])
     return table

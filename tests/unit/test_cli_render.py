@@ -80,6 +80,13 @@ def test_runs_table_has_the_columns_and_one_line_per_run() -> None:
     assert [line for line in out.splitlines() if "run-" in line][1].count("1 / 10") == 1
 
 
+def test_runs_table_never_cuts_a_run_id_on_a_narrow_terminal() -> None:
+    long_id = "demo-20261129-154633-51dbff"
+    runs = [{"run_id": long_id, "status": "running", "rows_completed": 3959, "rows_total": 6000}]
+    out = text_of(render.runs_table(runs, NOW), width=60)
+    assert long_id in out
+
+
 def test_steps_are_ordered_by_start_with_unstarted_last_and_states_derived() -> None:
     progress = {
         "tool-3": {"started_at": NOW - 1000},
