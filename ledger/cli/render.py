@@ -114,9 +114,11 @@ def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
     """The `ledger runs` table."""
     table = Table(*RUNS_COLUMNS, title=f"{len(runs)} run(s), newest first", title_justify="left")
     rows = [run_row(run, now_ms) for run in runs]
-    # A run id is what a person copies into `ledger run`: never cut it, let other columns wrap.
-    table.columns[0].no_wrap = True
-    table.columns[0].min_width = max((len(cells[0]) for cells in rows), default=3)
+    # A run id is what a person copies into `ledger run`, and a status is one word: never cut
+    # either; the other columns wrap instead.
+    for index in (0, 1):
+        table.columns[index].no_wrap = True
+        table.columns[index].min_width = max((len(cells[index]) for cells in rows), default=3)
     for cells in rows:
         style = STATUS_STYLES.get(cells[1], "")
         table.add_row(cells[0], Text(cells[1], style=style), *cells[2:])
