@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ledger import validate
 from ledger.errors import InvalidInput
 
 TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")
@@ -111,68 +112,15 @@ class TerminalState:
 
 def validate_run_id(run_id: object, field: str = "run_id") -> str:
     """A usable run id: a non-empty string that fits a NOTIFY payload and a text column."""
-    if not isinstance(run_id, str):
-        raise InvalidInput(field, "must be a string")
-    if not run_id.strip():
-        raise InvalidInput(field, "must not be empty")
-    if len(run_id) > MAX_RUN_ID_LENGTH:
-        raise InvalidInput(field, f"must be at most {MAX_RUN_ID_LENGTH} characters")
-    if "\x00" in run_id:
-        raise InvalidInput(field, "must not contain NUL characters")
-    return run_id
+    return validate.required_text(field, run_id, non_empty=True, max_len=MAX_RUN_ID_LENGTH)
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_json(value: object, field: str) -> None:
-    # Postgres jsonb refuses NaN/Infinity, NUL and lone surrogates; say so before writing anything.
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        text.encode()
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
-        raise InvalidInput(field, f"is not valid JSON ({exc})") from None
-    if "\\u0000" in text:
-        raise InvalidInput(field, "must not contain NUL characters")
-
-
-def _str(value: object, field: str, *, optional: bool = False, non_empty: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(field, "must be a string" + (" or null" if optional else ""))
-    if non_empty and not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    if "\x00" in value:
-        raise InvalidInput(field, "must not contain NUL characters")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidInput(field, "must be valid Unicode (it holds a lone surrogate)") from None
-    return value
-
-
-def _non_negative_int(value: object, field: str) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
-        raise InvalidInput(field, "must be a non-negative integer or null")
-    assert isinstance(value, int)
-    return value
-
-
-def _logs(value: object, field: str) -> list[str]:
-    if not isinstance(value, list):
-        raise InvalidInput(field, "must be a list of strings")
-    for index, line in enumerate(value):
-        _str(line, f"{field}[{index}]")
-    return list(value)
-
-
 def _run_status(value: object, field: str) -> str:
-    status = _str(value, field, non_empty=True)
-    assert status is not None
+    status = validate.required_text(field, value, non_empty=True)
     if status in TERMINAL_STATUSES:
         raise InvalidInput(field, f"{status!r} is terminal: set the run's terminal state instead")
     return status
@@ -186,18 +134,20 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
     if kind == "log":
         if "line" not in event:
             raise InvalidInput(f"{field}.line", "is required")
-        return {"line": _str(event["line"], f"{field}.line")}
+        return {"line": validate.text(f"{field}.line", event["line"])}
     if kind == "terminal":
         return parse_terminal_state(event, field).payload()
     payload: dict[str, Any] = {"status": _run_status(event.get("status"), f"{field}.status")}
     if "logs" in event:
-        payload["logs"] = _logs(event["logs"], f"{field}.logs")
+        payload["logs"] = validate.string_list(f"{field}.logs", event["logs"])
     if kind == "progress":
         for key in ("active_node_id", "active_artifact_table_namespace"):
             if key in event:
-                payload[key] = _str(event[key], f"{field}.{key}", optional=True)
+                payload[key] = validate.text(f"{field}.{key}", event[key], optional=True)
         if "updated_at" in event:
-            payload["updated_at"] = _non_negative_int(event["updated_at"], f"{field}.updated_at")
+            payload["updated_at"] = validate.integer(
+                f"{field}.updated_at", event["updated_at"], optional=True
+            )
     return payload
 
 
@@ -207,10 +157,8 @@ def _ingestion_payload(kind: str, event: Mapping[str, Any], field: str) -> dict[
         if not isinstance(key, str):
             raise InvalidInput(field, "field names must be strings")
     if kind == "log.gap":
-        missing = payload.get("missing")
-        if not isinstance(missing, int) or isinstance(missing, bool) or missing <= 0:
-            raise InvalidInput(f"{field}.missing", "must be a positive integer")
-    _check_json(payload, field)
+        validate.integer(f"{field}.missing", payload.get("missing"), minimum=1)
+    validate.json_value(field, payload)
     return payload
 
 
@@ -255,15 +203,14 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
     status = body.get("status")
     if status not in TERMINAL_STATUSES:
         raise InvalidInput(f"{prefix}status", f"must be one of {list(TERMINAL_STATUSES)}")
-    result = body.get("result")
-    _check_json(result, f"{prefix}result")
     return TerminalState(
         status=str(status),
-        result=result,
-        error=_str(body.get("error"), f"{prefix}error", optional=True),
-        total_rows=_non_negative_int(body.get("total_rows"), f"{prefix}total_rows"),
-        duration_ms=_non_negative_int(body.get("duration_ms"), f"{prefix}duration_ms"),
-        play_name=_str(body.get("play_name"), f"{prefix}play_name", optional=True),
+        result=validate.json_value(f"{prefix}result", body.get("result")),
+        error=validate.text(f"{prefix}error", body.get("error"), optional=True),
+        # Both are bigint columns of ledger.runs.
+        total_rows=validate.integer(f"{prefix}total_rows", body.get("total_rows"), optional=True),
+        duration_ms=validate.integer(f"{prefix}duration_ms", body.get("duration_ms"), optional=True),
+        play_name=validate.text(f"{prefix}play_name", body.get("play_name"), optional=True),
     )
 
 
@@ -280,7 +227,8 @@ def parse_after(after: object) -> int | None:
             after = int(text)
         except ValueError:
             raise InvalidInput("after", "must be a sequence number, -1 or 'now'") from None
-    if not _is_int(after) or after < -1:  # type: ignore[operator]
+    # A seq is a bigint: a larger cursor would fail in SQL rather than find nothing.
+    if not _is_int(after) or not -1 <= after <= validate.INT64_MAX:  # type: ignore[operator]
         raise InvalidInput("after", "must be a sequence number, -1 or 'now'")
     assert isinstance(after, int)
     return after

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
+from ledger.validate import INT32_MAX, INT64_MAX
 
 LIVE_LOG_TAIL_LIMIT = 1_000
 UPLOAD_STATUSES = ("running", "completed", "failed")
@@ -92,52 +93,13 @@ class StatusUpload:
     dropped_one_shot_events: int = 0
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int(name: str, value: object, *, minimum: int = 0) -> int:
+def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
     # JSON from JavaScript may carry integral floats (3.0); anything else is a type error.
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not _is_int(value):
-        raise InvalidInput(name, f"must be an integer, got {type(value).__name__}")
-    assert isinstance(value, int)
-    if value < minimum:
-        raise InvalidInput(name, f"must be >= {minimum}, got {value}")
-    return value
+    return validate.required_integer(name, value, minimum=minimum, maximum=maximum, integral_float=True)
 
 
-def _optional_int(name: str, value: object, *, minimum: int = 0) -> int | None:
-    return None if value is None else _int(name, value, minimum=minimum)
-
-
-def _number(name: str, value: object) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(name, "must be a finite number")
-    return value
-
-
-def _str(name: str, value: object, *, non_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(name, f"must be a string, got {type(value).__name__}")
-    if non_empty and not value.strip():
-        raise InvalidInput(name, "must not be empty")
-    if "\x00" in value:  # Postgres text and jsonb refuse NUL
-        raise InvalidInput(name, "must not contain NUL characters")
-    return value
-
-
-def _json_object(name: str, value: object) -> dict[str, Any]:
-    """A passed-through object that must be storable as jsonb (no NaN/Infinity, no NUL)."""
-    obj = _object(name, value)
-    try:
-        text = json.dumps(obj, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(name, f"is not valid JSON ({exc})") from None
-    if "\\u0000" in text:
-        raise InvalidInput(name, "must not contain NUL characters")
-    return obj
+def _optional_int(name: str, value: object, *, minimum: int = 0, maximum: int = INT64_MAX) -> int | None:
+    return None if value is None else _int(name, value, minimum=minimum, maximum=maximum)
 
 
 def _list(name: str, value: object) -> list[Any]:
@@ -155,24 +117,25 @@ def _object(name: str, value: object) -> dict[str, Any]:
 
 
 def _lines(name: str, value: object) -> tuple[str, ...]:
-    return tuple(_str(f"{name}[{i}]", line) for i, line in enumerate(_list(name, value)))
+    return tuple(validate.required_text(f"{name}[{i}]", line) for i, line in enumerate(_list(name, value)))
 
 
 def parse_node(name: str, value: object) -> dict[str, Any]:
     """One node's progress with only the known fields, `None`s dropped (unknown keys ignored)."""
     raw = _object(name, value)
     node: dict[str, Any] = {}
+    # The inspection views cast counts to bigint and times to timestamptz: keep both in range.
     for key in COUNT_FIELDS:
         if raw.get(key) is not None:
             node[key] = _int(f"{name}.{key}", raw[key])
     for key in TIME_FIELDS:
         if raw.get(key) is not None:
-            node[key] = _int(f"{name}.{key}", raw[key])
+            node[key] = _int(f"{name}.{key}", raw[key], maximum=validate.MAX_EPOCH_MS)
     for key in TEXT_FIELDS:
         if raw.get(key) is not None:
-            node[key] = _str(f"{name}.{key}", raw[key])
+            node[key] = validate.text(f"{name}.{key}", raw[key])
     if raw.get("node_io") is not None:
-        node["node_io"] = _json_object(f"{name}.node_io", raw["node_io"])
+        node["node_io"] = validate.json_object(f"{name}.node_io", raw["node_io"])
     return node
 
 
@@ -191,9 +154,9 @@ def _parse_replay(value: object) -> LogReplay | None:
 
 
 def _parse_observation(name: str, value: object) -> dict[str, Any]:
-    observation = _json_object(name, value)
-    _str(f"{name}.activityId", observation.get("activityId"), non_empty=True)
-    _number(f"{name}.observedAt", observation.get("observedAt"))
+    observation = validate.json_object(name, value)
+    validate.text(f"{name}.activityId", observation.get("activityId"), non_empty=True)
+    validate.number(f"{name}.observedAt", observation.get("observedAt"))
     return observation
 
 
@@ -214,8 +177,12 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
     nodes: NodeSnapshot = {}
     for node_id, node in progress.items():
-        if not isinstance(node_id, str) or not node_id.strip() or "\x00" in node_id:
-            raise InvalidInput("live_node_progress", "node ids must be non-empty strings without NUL")
+        try:
+            validate.text("live_node_progress", node_id, non_empty=True)
+        except InvalidInput:
+            raise InvalidInput(
+                "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
+            ) from None
         nodes[node_id] = parse_node(f"live_node_progress.{node_id}", node)
     logs = _lines("live_logs", raw.get("live_logs"))
     if len(logs) > LIVE_LOG_TAIL_LIMIT:
@@ -226,23 +193,27 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     if total < len(logs):
         raise InvalidInput("live_log_total_count", f"{total} is smaller than the {len(logs)}-line tail")
     lifecycle = tuple(
-        _json_object(f"dataset_lifecycle_events[{i}]", event)
+        validate.json_object(f"dataset_lifecycle_events[{i}]", event)
         for i, event in enumerate(_list("dataset_lifecycle_events", raw.get("dataset_lifecycle_events")))
     )
     observations = tuple(
         _parse_observation(f"activity_observations[{i}]", obs)
         for i, obs in enumerate(_list("activity_observations", raw.get("activity_observations")))
     )
+    replay = _parse_replay(raw.get("terminal_log_replay"))
+    if replay is not None and replay_end(replay, total) > INT64_MAX:  # runs.live_log_count is bigint
+        raise InvalidInput("terminal_log_replay", f"would place lines beyond log position {INT64_MAX}")
     return StatusUpload(
         status=status,
         upload_seq=_optional_int("upload_seq", raw.get("upload_seq"), minimum=1),
-        producer_attempt=_optional_int("producer_attempt", raw.get("producer_attempt")),
+        # runs.producer_attempt is an int4 column (last_upload_seq and live_log_count are bigint).
+        producer_attempt=_optional_int("producer_attempt", raw.get("producer_attempt"), maximum=INT32_MAX),
         live_node_progress=nodes,
         live_logs=logs,
         live_log_total_count=total,
         dataset_lifecycle_events=lifecycle,
         activity_observations=observations,
-        terminal_log_replay=_parse_replay(raw.get("terminal_log_replay")),
+        terminal_log_replay=replay,
         last_checkpoint_at=_optional_int("last_checkpoint_at", raw.get("last_checkpoint_at")),
         dropped_one_shot_events=_optional_int("dropped_one_shot_events", raw.get("dropped_one_shot_events"))
         or 0,

@@ -13,18 +13,18 @@ Times are epoch milliseconds on the way in and out.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
+from ledger import validate
+from ledger.clock import from_ms, to_ms
 from ledger.db import Database
 from ledger.errors import InvalidInput, NotFound
 from ledger.events import validate_run_id
 from ledger.sheets import ensure_run_in_transaction
+from ledger.validate import INT32_MAX
 
 OBSERVATION_STATUSES: Final = ("started", "completed", "failed")
 
@@ -53,90 +53,49 @@ ORDER BY o.node_id, o.attempt, o.invocation_seq
 """
 
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MS: Final = timedelta(milliseconds=1)
-
-
-# Exact integer arithmetic: going through float seconds loses a millisecond on ~1% of values.
-def _from_ms(ms: int | None) -> datetime | None:
-    return None if ms is None else _EPOCH + ms * _MS
-
-
-def _to_ms(value: datetime | None) -> int | None:
-    return None if value is None else (value - _EPOCH) // _MS
-
-
-def _text(field: str, value: object, *, optional: bool = False, non_empty: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(field, "must be a string" + (" or null" if optional else ""))
-    if non_empty and not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    if "\x00" in value:
-        raise InvalidInput(field, "must not contain NUL characters")
-    return value
-
-
-def _int(field: str, value: object) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidInput(field, "must be a non-negative integer")
-    return value
-
-
-def _ms(field: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise InvalidInput(field, "must be epoch milliseconds (a non-negative number) or null")
-    return int(value)
-
-
-def _json(field: str, value: object) -> object:
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(field, f"is not valid JSON ({exc})") from None
-    if "\\u0000" in text:
-        raise InvalidInput(field, "must not contain NUL characters")
-    return value
-
-
 def invocation_seq_from_id(invocation_id: str | None) -> int:
     """The seed's rule: the number after the last `:` of the invocation id, else 0."""
     if not invocation_id:
         return 0
     tail = invocation_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+    # ASCII only: str.isdigit() also says yes to '²', which int() refuses.
+    return int(tail) if tail.isascii() and tail.isdigit() else 0
 
 
 def parse_observation(field: str, raw: object) -> dict[str, Any]:
     """One validated observation; `invocation_seq` defaults to the one in `invocation_id`."""
     if not isinstance(raw, dict):
         raise InvalidInput(field, "must be an object")
-    invocation_id = _text(f"{field}.invocation_id", raw.get("invocation_id"), optional=True)
+    invocation_id = validate.text(f"{field}.invocation_id", raw.get("invocation_id"), optional=True)
     status = raw.get("status")
     if status not in OBSERVATION_STATUSES:
         raise InvalidInput(f"{field}.status", f"must be one of {', '.join(OBSERVATION_STATUSES)}")
     if "attempt" not in raw:
         raise InvalidInput(f"{field}.attempt", "is required")
     seq = raw.get("invocation_seq")
+    if seq is None:
+        seq = invocation_seq_from_id(invocation_id)
+        if seq > INT32_MAX:
+            raise InvalidInput(
+                f"{field}.invocation_id", f"its sequence number (after the last ':') must be <= {INT32_MAX}"
+            )
     return {
-        "node_id": _text(f"{field}.node_id", raw.get("node_id"), non_empty=True),
-        "attempt": _int(f"{field}.attempt", raw["attempt"]),
-        "invocation_seq": invocation_seq_from_id(invocation_id)
-        if seq is None
-        else _int(f"{field}.invocation_seq", seq),
+        "node_id": validate.text(f"{field}.node_id", raw.get("node_id"), non_empty=True),
+        # attempt and invocation_seq are int4 columns.
+        "attempt": _int4(f"{field}.attempt", raw["attempt"]),
+        "invocation_seq": _int4(f"{field}.invocation_seq", seq),
         "invocation_id": invocation_id,
         "status": status,
-        "inputs": _json(f"{field}.inputs", raw.get("inputs")),
-        "outputs": _json(f"{field}.outputs", raw.get("outputs")),
-        "error": _text(f"{field}.error", raw.get("error"), optional=True),
-        "started_at": _ms(f"{field}.started_at", raw.get("started_at")),
-        "settled_at": _ms(f"{field}.settled_at", raw.get("settled_at")),
+        "inputs": validate.json_value(f"{field}.inputs", raw.get("inputs")),
+        "outputs": validate.json_value(f"{field}.outputs", raw.get("outputs")),
+        "error": validate.text(f"{field}.error", raw.get("error"), optional=True),
+        "started_at": validate.epoch_ms(f"{field}.started_at", raw.get("started_at"), optional=True),
+        "settled_at": validate.epoch_ms(f"{field}.settled_at", raw.get("settled_at"), optional=True),
     }
+
+
+def _int4(field: str, value: object) -> int:
+    return validate.required_integer(field, value, maximum=INT32_MAX, integral_float=True)
 
 
 def parse_observations(observations: object) -> list[dict[str, Any]]:
@@ -152,8 +111,8 @@ def _params(run_id: str, obs: dict[str, Any]) -> dict[str, Any]:
         "run_id": run_id,
         "inputs": None if obs["inputs"] is None else Jsonb(obs["inputs"]),
         "outputs": None if obs["outputs"] is None else Jsonb(obs["outputs"]),
-        "started_at": _from_ms(obs["started_at"]),
-        "settled_at": _from_ms(obs["settled_at"]),
+        "started_at": None if obs["started_at"] is None else from_ms(obs["started_at"]),
+        "settled_at": None if obs["settled_at"] is None else from_ms(obs["settled_at"]),
     }
 
 
@@ -200,8 +159,8 @@ async def list_observations(db: Database, run_id: str) -> list[dict[str, Any]]:
             "inputs": row["inputs"],
             "outputs": row["outputs"],
             "error": row["error"],
-            "started_at": _to_ms(row["started_at"]),
-            "settled_at": _to_ms(row["settled_at"]),
+            "started_at": to_ms(row["started_at"]),
+            "settled_at": to_ms(row["settled_at"]),
         }
         for row in rows
         if row["node_id"] is not None

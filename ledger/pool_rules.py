@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from ledger import validate
 from ledger.clock import from_ms
 from ledger.errors import InvalidInput
 
@@ -87,11 +88,8 @@ class Counts:
 
 
 def _text(field: str, value: object, *, trim: bool) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(field, f"must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    return value.strip() if trim else value
+    checked = validate.required_text(field, value, non_empty=True)
+    return checked.strip() if trim else checked
 
 
 def check_pool(value: object) -> str:
@@ -120,13 +118,7 @@ def check_ids(value: object) -> list[str]:
 
 
 def _number(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(field, f"must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InvalidInput(field, "must be finite")
-    if value < 0:
-        raise InvalidInput(field, "must not be negative")
-    return value
+    return validate.number(field, value, minimum=0)
 
 
 def check_flag(field: str, value: object) -> bool | None:
@@ -179,10 +171,10 @@ def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
     if flag is False:
         raise InvalidInput("ready_at", "cannot be given with ready=false")
     value = _number("ready_at", ready_at_ms)
-    try:
-        return ReadyRequest(ready=True, at=from_ms(math.floor(value)))
-    except (OverflowError, ValueError, OSError):
-        raise InvalidInput("ready_at", "is out of range") from None
+    # epoch_ms truncates; ready_at is non-negative here, so that is the floor the seed takes.
+    ms = validate.epoch_ms("ready_at", value)
+    assert ms is not None
+    return ReadyRequest(ready=True, at=from_ms(ms))
 
 
 # -- pool entries ------------------------------------------------------------------------------------

@@ -466,6 +466,7 @@ class RunLog:
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """The run in API shape; `NotFound` if it was never opened."""
+        validate_run_id(run_id)
         async with self.db.connection() as conn:
             cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
@@ -526,6 +527,7 @@ class RunLog:
         Returns `{events, latest_seq, first_seq, terminal}`. A terminal run with nothing after the
         cursor answers at once: nothing more can come.
         """
+        validate_run_id(run_id)
         cursor = parse_after(after)
         timeout_s = clamp_timeout_ms(timeout_ms) / 1000
         limit = check_limit(limit)

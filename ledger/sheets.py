@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from ledger import validate
 from ledger.db import Conn, Database
 from ledger.errors import InvalidInput, NotFound
 from ledger.events import validate_run_id
@@ -57,16 +58,6 @@ async def ensure_run_in_transaction(conn: Conn, run_id: str) -> None:
         await open_run_in_transaction(conn, run_id)
 
 
-def _text(field: str, value: object, *, non_empty: bool) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(field, "must be a string")
-    if non_empty and not value.strip():
-        raise InvalidInput(field, "must not be empty")
-    if "\x00" in value:
-        raise InvalidInput(field, "must not contain NUL characters")
-    return value
-
-
 def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
     """Validated `(table_namespace, row_key, status)` rows, one per key (last wins), sorted by key."""
     if not isinstance(rows, Sequence) or isinstance(rows, str | bytes):
@@ -76,8 +67,10 @@ def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
         field = f"rows[{index}]"
         if not isinstance(row, dict):
             raise InvalidInput(field, "must be an object")
-        namespace = _text(f"{field}.table_namespace", row.get("table_namespace"), non_empty=True)
-        key = _text(f"{field}.row_key", row.get("row_key"), non_empty=False)
+        namespace = validate.required_text(
+            f"{field}.table_namespace", row.get("table_namespace"), non_empty=True
+        )
+        key = validate.required_text(f"{field}.row_key", row.get("row_key"))
         status = row.get("status")
         if status not in SHEET_STATUSES:
             raise InvalidInput(f"{field}.status", f"must be one of {', '.join(SHEET_STATUSES)}")

@@ -1,0 +1,207 @@
+"""Input-validation primitives shared by every module that takes client input (pure, no I/O).
+
+Each check returns the value it accepted (normalised where said) or raises
+`InvalidInput(field, problem)`. The bounds are the database's: text columns refuse NUL and text
+that is not valid UTF-8 (a lone surrogate), integer columns are int4 or int8, jsonb refuses
+NaN/Infinity, NUL and lone surrogates, and times must convert to a `datetime` (year 1 to 9999), so
+anything accepted here can be written without Postgres or `ledger.clock.from_ms` failing on it.
+
+`bool` is never an integer or a number here, although Python says it is one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from ledger.errors import InvalidInput
+
+INT32_MAX: Final = 2**31 - 1
+INT64_MAX: Final = 2**63 - 1
+# The last millisecond `datetime` can hold: from_ms of anything up to here never overflows.
+MAX_EPOCH_MS: Final = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+    milliseconds=1
+)
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def text(
+    field: str,
+    value: object,
+    *,
+    optional: bool = False,
+    non_empty: bool = False,
+    max_len: int | None = None,
+) -> str | None:
+    """A string without NUL that encodes as UTF-8; None only when `optional`.
+
+    `non_empty` refuses blank strings (whitespace only); `max_len` counts characters.
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        expected = "a string or null" if optional else "a string"
+        raise InvalidInput(field, f"must be {expected}, got {_kind(value)}")
+    if non_empty and not value.strip():
+        raise InvalidInput(field, "must not be empty")
+    if max_len is not None and len(value) > max_len:
+        raise InvalidInput(field, f"must be at most {max_len} characters")
+    if "\x00" in value:
+        raise InvalidInput(field, "must not contain NUL characters")
+    if not _encodable(value):
+        raise InvalidInput(field, "must be valid Unicode (it holds a lone surrogate)")
+    return value
+
+
+def required_text(field: str, value: object, *, non_empty: bool = False, max_len: int | None = None) -> str:
+    """`text` for a value that may not be null (typed as `str`)."""
+    checked = text(field, value, non_empty=non_empty, max_len=max_len)
+    assert checked is not None
+    return checked
+
+
+def string_list(field: str, value: object, *, none_is_empty: bool = False) -> list[str]:
+    """A list of `text` strings (items named `field[i]`); None is `[]` only when `none_is_empty`."""
+    if value is None and none_is_empty:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(field, f"must be a list of strings, got {_kind(value)}")
+    return [required_text(f"{field}[{index}]", item) for index, item in enumerate(value)]
+
+
+def integer(
+    field: str,
+    value: object,
+    *,
+    minimum: int = 0,
+    maximum: int = INT64_MAX,
+    optional: bool = False,
+    integral_float: bool = False,
+) -> int | None:
+    """An int in `[minimum, maximum]` (by default one a bigint column holds); None only when
+    `optional`. With `integral_float`, a float with no fraction (3.0, as JavaScript sends) is
+    accepted as the int it equals."""
+    if value is None and optional:
+        return None
+    if integral_float and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        expected = "an integer or null" if optional else "an integer"
+        raise InvalidInput(field, f"must be {expected}, got {_kind(value)}")
+    # The value is not echoed: str() of a huge int is slow, and past 4300 digits it raises.
+    if value < minimum:
+        raise InvalidInput(field, f"must be >= {minimum}")
+    if value > maximum:
+        raise InvalidInput(field, f"must be <= {maximum}")
+    return value
+
+
+def required_integer(
+    field: str,
+    value: object,
+    *,
+    minimum: int = 0,
+    maximum: int = INT64_MAX,
+    integral_float: bool = False,
+) -> int:
+    """`integer` for a value that may not be null (typed as `int`)."""
+    checked = integer(field, value, minimum=minimum, maximum=maximum, integral_float=integral_float)
+    assert checked is not None
+    return checked
+
+
+def number(field: str, value: object, *, minimum: float | None = None) -> float | int:
+    """A finite int or float (not bool), at least `minimum` when given."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(field, f"must be a number, got {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(field, "must be finite")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(field, "must not be negative" if minimum == 0 else f"must be >= {minimum}")
+    return value
+
+
+def epoch_ms(field: str, value: object, *, optional: bool = False) -> int | None:
+    """Epoch milliseconds: a non-negative finite number up to year 9999, truncated to an int.
+
+    Anything accepted converts with `ledger.clock.from_ms` and fits a timestamptz column.
+    """
+    if value is None and optional:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or value < 0
+    ):
+        expected = " or null" if optional else ""
+        raise InvalidInput(field, f"must be epoch milliseconds (a non-negative number){expected}")
+    if value > MAX_EPOCH_MS:
+        raise InvalidInput(field, f"is out of range (epoch milliseconds up to {MAX_EPOCH_MS}, year 9999)")
+    return int(value)
+
+
+def json_value(field: str, value: object) -> Any:
+    """Any value storable as jsonb: JSON-serialisable, no NaN/Infinity, no NUL, no lone surrogate."""
+    try:
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        encoded.encode()
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError (a lone surrogate) is a ValueError
+        raise InvalidInput(field, f"is not valid JSON ({exc})") from None
+    # A NUL is always escaped as \u0000; the walk tells it apart from a literal backslash-u0000.
+    if "\\u0000" in encoded and _holds_nul(value):
+        raise InvalidInput(field, "must not contain NUL characters")
+    return value
+
+
+def json_object(field: str, value: object) -> dict[str, Any]:
+    """A dict that `json_value` accepts."""
+    if not isinstance(value, dict):
+        raise InvalidInput(field, f"must be an object, got {_kind(value)}")
+    json_value(field, value)
+    return value
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _holds_nul(value: object) -> bool:
+    # Iterative: json.dumps already accepted the structure, however deep it is.
+    pending: list[object] = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "MAX_EPOCH_MS",
+    "epoch_ms",
+    "integer",
+    "json_object",
+    "json_value",
+    "number",
+    "required_integer",
+    "required_text",
+    "string_list",
+    "text",
+]
