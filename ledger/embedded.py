@@ -8,6 +8,7 @@ it exits (or calls `stop`).
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,13 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._server = _pgserver().get_server(self.pgdata, cleanup_mode="stop" if stop_on_exit else None)
+        # The wheel caches one handle per data dir and process, and registers the process (and
+        # starts the server) only when it first builds it. A handle taken after an earlier `stop`
+        # in this process must count again, and find the server running even if another process
+        # stopped it meanwhile.
+        with type(self._server)._lock:
+            self._server.global_process_id_list.get_and_add(os.getpid())
+            self._server.ensure_postgres_running()
 
     def url(self, database: str = "postgres") -> str:
         """A `postgresql://` URL over the server's Unix socket."""
@@ -49,8 +57,20 @@ class EmbeddedPostgres:
         return Path(self._server.bin_path)
 
     def stop(self) -> None:
-        """Release this process's handle; the server stops when no process holds one."""
+        """Release this process's handle; the server stops when no live process holds one."""
+        self._forget_dead_handles()
         self._server.cleanup()
+
+    def _forget_dead_handles(self) -> None:
+        # The wheel counts handles by pid in a file and stops the server when the last one leaves;
+        # a process killed before its exit hook ran would otherwise keep the server up forever.
+        import psutil
+
+        with type(self._server)._lock:
+            handles = self._server.global_process_id_list
+            for pid in handles._get():
+                if not psutil.pid_exists(pid):
+                    handles.get_and_remove(pid)
 
 
 def client_bin_dir() -> Path:
