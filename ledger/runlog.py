@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
+from ledger import validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import Conflict, CursorExpired, NotFound
@@ -174,7 +175,12 @@ async def open_run_in_transaction(
     conn: Conn, run_id: str, *, play_name: str | None = None, now: datetime | None = None
 ) -> None:
     """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
-    await conn.execute(OPEN_RUN_SQL, {"run_id": validate_run_id(run_id), "play_name": play_name, "now": now})
+    params = {
+        "run_id": validate_run_id(run_id),
+        "play_name": validate.text("play_name", play_name, optional=True),
+        "now": now,
+    }
+    await conn.execute(OPEN_RUN_SQL, params)
 
 
 async def lock_run(
@@ -457,6 +463,7 @@ class RunLog:
     async def open_run(self, run_id: str, play_name: str | None = None) -> dict[str, Any]:
         """Open the run (idempotent) and return it."""
         validate_run_id(run_id)
+        validate.text("play_name", play_name, optional=True)
         async with self.db.transaction() as conn:
             await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
             cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})

@@ -67,8 +67,10 @@ async def test_terminal_counts_beyond_bigint(seeded: Database) -> None:
     assert (state["total_rows"], state["duration_ms"]) == (INT64_MAX, INT64_MAX)
 
 
-async def test_run_log_reads_refuse_a_nul_run_id(seeded: Database) -> None:
+async def test_run_log_refuses_a_nul_run_id_on_reads_and_a_nul_play_name(seeded: Database) -> None:
     runlog = RunLog(seeded)
+    await refused(seeded, "play_name", runlog.open_run("r2", play_name="p\x00"))
+    await refused(seeded, "play_name", runlog.open_run("r1", play_name="\ud800"))
     await refused(seeded, "run_id", runlog.get_run("r1\x00"))
     await refused(seeded, "run_id", runlog.get_terminal("\x00"))
     await refused(seeded, "run_id", runlog.list_events("r\x00", after=-1))
