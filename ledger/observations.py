@@ -21,9 +21,9 @@ from psycopg.types.json import Jsonb
 from ledger import validate
 from ledger.clock import from_ms, to_ms
 from ledger.db import Database
-from ledger.errors import InvalidInput, NotFound
+from ledger.errors import InvalidInput
 from ledger.events import validate_run_id
-from ledger.sheets import ensure_run_in_transaction
+from ledger.sheets import ensure_run_in_transaction, read_run_rows
 from ledger.validate import INT32_MAX
 
 OBSERVATION_STATUSES: Final = ("started", "completed", "failed")
@@ -143,12 +143,7 @@ async def list_observations(db: Database, run_id: str) -> list[dict[str, Any]]:
 
     Raises `NotFound` for an unknown run.
     """
-    validate_run_id(run_id)
-    async with db.connection() as conn:
-        cur = await conn.execute(LIST_OBSERVATIONS_SQL, {"run_id": run_id})
-        rows = await cur.fetchall()
-    if not rows:
-        raise NotFound(f"unknown run {run_id!r}")
+    rows = await read_run_rows(db, LIST_OBSERVATIONS_SQL, run_id)
     return [
         {
             "node_id": row["node_id"],

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ledger import validate
-from ledger.db import Conn, Database
+from ledger.db import Conn, Database, Row
 from ledger.errors import InvalidInput, NotFound
 from ledger.events import validate_run_id
 from ledger.runlog import open_run_in_transaction
@@ -56,6 +56,18 @@ async def ensure_run_in_transaction(conn: Conn, run_id: str) -> None:
     cur = await conn.execute(RUN_EXISTS_SQL, {"run_id": run_id})
     if await cur.fetchone() is None:
         await open_run_in_transaction(conn, run_id)
+
+
+async def read_run_rows(db: Database, sql: str, run_id: str) -> list[Row]:
+    """The rows of a per-run read whose statement LEFT JOINs from `ledger.runs` (so a known run
+    always yields a row); `NotFound` when there is none. The run id is validated first."""
+    validate_run_id(run_id)
+    async with db.connection() as conn:
+        cur = await conn.execute(sql, {"run_id": run_id})
+        rows = await cur.fetchall()
+    if not rows:
+        raise NotFound(f"unknown run {run_id!r}")
+    return rows
 
 
 def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
@@ -107,12 +119,7 @@ async def sheet_outcomes(db: Database, run_id: str) -> list[dict[str, Any]]:
 
     `total` counts every row, pending ones included. Raises `NotFound` for an unknown run.
     """
-    validate_run_id(run_id)
-    async with db.connection() as conn:
-        cur = await conn.execute(OUTCOMES_SQL, {"run_id": run_id})
-        rows = await cur.fetchall()
-    if not rows:
-        raise NotFound(f"unknown run {run_id!r}")
+    rows = await read_run_rows(db, OUTCOMES_SQL, run_id)
     return [
         {
             "table_namespace": row["table_namespace"],
