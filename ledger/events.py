@@ -146,7 +146,7 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
                 payload[key] = validate.text(f"{field}.{key}", event[key], optional=True)
         if "updated_at" in event:
             payload["updated_at"] = validate.integer(
-                f"{field}.updated_at", event["updated_at"], optional=True
+                f"{field}.updated_at", event["updated_at"], optional=True, maximum=None
             )
     return payload
 
@@ -157,7 +157,7 @@ def _ingestion_payload(kind: str, event: Mapping[str, Any], field: str) -> dict[
         if not isinstance(key, str):
             raise InvalidInput(field, "field names must be strings")
     if kind == "log.gap":
-        validate.integer(f"{field}.missing", payload.get("missing"), minimum=1)
+        validate.integer(f"{field}.missing", payload.get("missing"), minimum=1, maximum=None)
     validate.json_value(field, payload)
     return payload
 

@@ -93,12 +93,14 @@ class StatusUpload:
     dropped_one_shot_events: int = 0
 
 
-def _int(name: str, value: object, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
+def _int(name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX) -> int:
     # JSON from JavaScript may carry integral floats (3.0); anything else is a type error.
     return validate.required_integer(name, value, minimum=minimum, maximum=maximum, integral_float=True)
 
 
-def _optional_int(name: str, value: object, *, minimum: int = 0, maximum: int = INT64_MAX) -> int | None:
+def _optional_int(
+    name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX
+) -> int | None:
     return None if value is None else _int(name, value, minimum=minimum, maximum=maximum)
 
 
@@ -214,8 +216,11 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         dataset_lifecycle_events=lifecycle,
         activity_observations=observations,
         terminal_log_replay=replay,
-        last_checkpoint_at=_optional_int("last_checkpoint_at", raw.get("last_checkpoint_at")),
-        dropped_one_shot_events=_optional_int("dropped_one_shot_events", raw.get("dropped_one_shot_events"))
+        # Neither of these two is stored: no column bound applies.
+        last_checkpoint_at=_optional_int("last_checkpoint_at", raw.get("last_checkpoint_at"), maximum=None),
+        dropped_one_shot_events=_optional_int(
+            "dropped_one_shot_events", raw.get("dropped_one_shot_events"), maximum=None
+        )
         or 0,
     )
 

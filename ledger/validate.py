@@ -79,13 +79,14 @@ def integer(
     value: object,
     *,
     minimum: int = 0,
-    maximum: int = INT64_MAX,
+    maximum: int | None = INT64_MAX,
     optional: bool = False,
     integral_float: bool = False,
 ) -> int | None:
-    """An int in `[minimum, maximum]` (by default one a bigint column holds); None only when
-    `optional`. With `integral_float`, a float with no fraction (3.0, as JavaScript sends) is
-    accepted as the int it equals."""
+    """An int in `[minimum, maximum]` (by default one a bigint column holds; `maximum=None` for a
+    value only ever stored inside jsonb, which has no such limit); None only when `optional`. With
+    `integral_float`, a float with no fraction (3.0, as JavaScript sends) is accepted as the int it
+    equals."""
     if value is None and optional:
         return None
     if integral_float and isinstance(value, float) and value.is_integer():
@@ -96,7 +97,7 @@ def integer(
     # The value is not echoed: str() of a huge int is slow, and past 4300 digits it raises.
     if value < minimum:
         raise InvalidInput(field, f"must be >= {minimum}")
-    if value > maximum:
+    if maximum is not None and value > maximum:
         raise InvalidInput(field, f"must be <= {maximum}")
     return value
 
@@ -106,7 +107,7 @@ def required_integer(
     value: object,
     *,
     minimum: int = 0,
-    maximum: int = INT64_MAX,
+    maximum: int | None = INT64_MAX,
     integral_float: bool = False,
 ) -> int:
     """`integer` for a value that may not be null (typed as `int`)."""

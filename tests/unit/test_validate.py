@@ -83,6 +83,7 @@ def test_integer_custom_bounds() -> None:
     assert problem(validate.integer, "n", INT32_MAX + 1, maximum=INT32_MAX).field == "n"
     assert validate.integer("n", -1, minimum=-1) == -1
     assert problem(validate.integer, "n", 0, minimum=1).problem == "must be >= 1"
+    assert validate.integer("n", 10**30, maximum=None) == 10**30
 
 
 @pytest.mark.parametrize("value", [True, False, 1.5, 3.0, "3", None, float("nan"), [1]])
