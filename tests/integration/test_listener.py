@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -12,6 +13,7 @@ import pytest
 from ledger.db import Database
 from ledger.listener import APPLICATION_NAME, ListenConn, Listener
 from ledger.runlog import RunLog, append_in_transaction, lock_run
+from tests import postgres
 
 
 class RollBack(Exception):
@@ -25,6 +27,19 @@ async def until(condition: Callable[[], bool]) -> None:
     """Until `condition` holds (the test's own timeout bounds it); no timing is asserted."""
     while not condition():  # noqa: ASYNC110 - counters, not events, are what we watch
         await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def database_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+    """A database of this module's own. These tests count the backends on their database; the
+    acceptance tests' session-scoped `ledger serve` keeps a listener and a pool open on the shared
+    worker database, which would be counted too whenever it ran earlier on the same worker."""
+    template = postgres.ensure_template(pg_admin_url)
+    name = f"ledger_test_listener_{worker_id}_{os.getpid()}"
+    url = postgres.clone_database(pg_admin_url, template, name)
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        postgres.drop_database(conn, name)
 
 
 @pytest.fixture
