@@ -14,7 +14,7 @@ from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
 def serve(host: str, port: int) -> None:
-    """Serve the ledger over HTTP/JSON (OpenAPI at /docs); on the embedded Postgres by default."""
+    """Serve the ledger over HTTP/JSON (schema at /openapi.json); on the embedded Postgres by default."""
     # The web stack is imported here, not at module level, so other `ledger` commands start fast.
     from ledger.service.app import create_app
     from ledger.service.logs import configure_json_logging

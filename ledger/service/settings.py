@@ -35,8 +35,9 @@ class ServiceSettings:
     max_body_bytes: int = 1024 * 1024
     # An idle SSE stream sends a comment this often, so proxies do not cut it.
     sse_keepalive_s: float = 15.0
-    # /openapi.json and /docs without a token (the contract is public; the data is not).
-    public_docs: bool = True
+    # SPEC 4.1: every endpoint but health needs a token, the schema included; opt in to serve
+    # /openapi.json and /docs openly (the contract holds no data) with LEDGER_PUBLIC_DOCS=1.
+    public_docs: bool = False
     # Connections for requests; waiting (long-poll, SSE) holds none of them.
     db_pool_size: int = 10
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
@@ -84,7 +85,7 @@ def load_service_settings(
         port=DEFAULT_PORT if port is None else port,
         max_body_bytes=int(_number(env, MAX_BODY_VAR, 1024 * 1024, minimum=1)),
         sse_keepalive_s=_number(env, KEEPALIVE_VAR, 15.0, minimum=0.01),
-        public_docs=_flag(env, PUBLIC_DOCS_VAR, True),
+        public_docs=_flag(env, PUBLIC_DOCS_VAR, False),
         db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
         max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),

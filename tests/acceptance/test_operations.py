@@ -88,8 +88,9 @@ def test_metrics_count_requests_by_route_template(client: httpx.Client) -> None:
         assert name in text
 
 
-def test_openapi_schema_is_public_and_lists_the_contract(server: Server) -> None:
-    schema = httpx.get(server.base_url + "/openapi.json").json()
+def test_openapi_schema_needs_the_token_and_lists_the_contract(server: Server) -> None:
+    assert httpx.get(server.base_url + "/openapi.json").status_code == 401
+    schema = httpx.get(server.base_url + "/openapi.json", headers=server.headers).json()
     offered = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
     assert set(CONTRACT) <= offered
     claim = schema["paths"]["/v1/pools/{pool}/claim"]["post"]

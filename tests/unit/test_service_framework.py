@@ -178,7 +178,7 @@ async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
     assert fine.json() == {"size": 15}
 
 
-async def test_api_docs_are_public_by_default_and_can_require_the_token() -> None:
+async def test_api_docs_need_the_token_by_default_and_can_be_opened() -> None:
     # No lifespan runs here (no database): only routes that need none are exercised.
     for public in (True, False):
         app = create_app(ServiceSettings(public_docs=public), "postgresql://unused/db", ["tok"])

@@ -20,14 +20,14 @@ def test_environment_and_options_override_the_defaults() -> None:
     env = {
         "LEDGER_MAX_BODY_BYTES": "2048",
         "LEDGER_SSE_KEEPALIVE_S": "0.5",
-        "LEDGER_PUBLIC_DOCS": "off",
+        "LEDGER_PUBLIC_DOCS": "on",
         "LEDGER_MAX_EVENTS_PER_RUN": "0",
     }
     settings = load_service_settings(env, host="0.0.0.0", port=9000)
     assert (settings.host, settings.port) == ("0.0.0.0", 9000)
     assert settings.max_body_bytes == 2048
     assert settings.sse_keepalive_s == 0.5
-    assert settings.public_docs is False
+    assert settings.public_docs is True
     assert settings.max_events_per_run == 0
 
 
