@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bench_ingest.py [--seconds 3]
 
-Starts a throwaway embedded Postgres (server defaults) unless LEDGER_DATABASE_URL is set, migrates
-it, then applies uploads to fresh runs for `--seconds` per scenario, one client per run:
+Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync on),
+migrated (bench/common.py), then applies uploads to fresh runs for `--seconds` per scenario, one
+client per run:
 
 - all 1,000 nodes change counts every upload (1,000 step.progress events + the snapshot),
 - 10 of 1,000 nodes change (the common case: the snapshot is still read and written whole),
@@ -15,21 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import bench_database, print_footer, print_table
 
-from ledger import migrate  # noqa: E402
-from ledger.db import Database  # noqa: E402
-from ledger.embedded import EmbeddedPostgres  # noqa: E402
-from ledger.ingest import apply_status_upload  # noqa: E402
+from ledger.db import Database
+from ledger.ingest import apply_status_upload
 
 NODES = 1000
 
@@ -103,29 +97,15 @@ async def measure(url: str, seconds: float) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def print_table(rows: list[tuple[str, str, str, str]]) -> None:
-    header = ("scenario", "clients", "uploads/s", "events/s")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    print(" | ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)))
-    print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each scenario")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
-        server = EmbeddedPostgres(Path(tmp))
-        try:
-            url = os.environ.get("LEDGER_DATABASE_URL") or server.url()
-            migrate.upgrade(url)
-            started = time.perf_counter()
-            print_table(asyncio.run(measure(url, args.seconds)))
-            print(f"\n({time.perf_counter() - started:.0f} s; {os.cpu_count()} cores shared with other work)")
-        finally:
-            server.stop()
+    with bench_database("bench-ingest-") as database:
+        started = time.perf_counter()
+        rows = asyncio.run(measure(database.url, args.seconds))
+        print_table(("scenario", "clients", "uploads/s", "events/s"), rows)
+        print_footer(started, database.where)
 
 
 if __name__ == "__main__":

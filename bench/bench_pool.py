@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/bench_pool.py [--entries 1000] [--rounds 2]
 
-Uses LEDGER_DATABASE_URL when set, else starts an embedded Postgres (server defaults: fsync on) in
-a temporary LEDGER_DATA_DIR, migrates it, then per scenario: fills a fresh pool with `--entries`
+Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync on),
+migrated (bench/common.py), then per scenario: fills a fresh pool with `--entries`
 ready entries and lets N claimers (each on its own connection, each claim for a new run) claim until
 the pool is empty. Every claim is the full operation: GC, the run lock, `SKIP LOCKED` pick, delete,
 mapping upsert and the counts. Reported: claims/s and per-claim latency percentiles, best of
@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import bench_database, print_footer, print_table
 
-from ledger import migrate  # noqa: E402
-from ledger.config import load_settings  # noqa: E402
-from ledger.db import Database, resolve_url  # noqa: E402
-from ledger.pool import WarmPool  # noqa: E402
+from ledger.db import Database
+from ledger.pool import WarmPool
 
 CLAIMERS = (1, 4, 16)
 Row = tuple[str, str, str, str, str]
@@ -78,38 +71,16 @@ async def measure(url: str, entries: int, rounds: int) -> list[Row]:
     return rows
 
 
-def print_table(rows: list[Row]) -> None:
-    header = ("claimers", "entries", "claims/s", "p50 ms", "p99 ms")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print(" | ".join(c.rjust(w) for c, w in zip(header, widths, strict=True)))
-    print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--entries", type=int, default=1000, help="ready entries per scenario")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scenario (best is shown)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-pool-") as tmp:
-        env = dict(os.environ)
-        env.setdefault("LEDGER_DATA_DIR", tmp)
-        if not env.get("LEDGER_DATABASE_URL"):
-            env["LEDGER_DATA_DIR"] = tmp
-        url, server = resolve_url(load_settings(env))
-        try:
-            migrate.upgrade(url)
-            started = time.perf_counter()
-            print_table(asyncio.run(measure(url, args.entries, args.rounds)))
-            where = "embedded Postgres" if server is not None else "LEDGER_DATABASE_URL"
-            print(
-                f"\n({where}; {time.perf_counter() - started:.0f} s; "
-                f"{os.cpu_count()} cores shared with other work)"
-            )
-        finally:
-            if server is not None:
-                server.stop()
+    with bench_database("bench-pool-") as database:
+        started = time.perf_counter()
+        rows = asyncio.run(measure(database.url, args.entries, args.rounds))
+        print_table(("claimers", "entries", "claims/s", "p50 ms", "p99 ms"), rows, align="right")
+        print_footer(started, database.where)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import time
 import tracemalloc
 from typing import Any
 
+from common import print_footer, print_table
+
 from reporter import ProgressReporter, SimulatedRun
 
 CONTRACT = SimulatedRun().contract()
@@ -152,25 +154,27 @@ async def memory_for_map(rows: int) -> tuple[str, str]:
     )
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    args = parser.parse_args()
+async def measure(events: int, rows: int) -> list[tuple[str, str]]:
     table: list[tuple[str, str]] = []
-    table += await per_event_cost(args.events)
+    table += await per_event_cost(events)
     for total in (5_000, 50_000, 500_000, 5_000_000):
         uploads = await uploads_per_minute(total)
         table.append((f"uploads in 60 s simulated, {total:,}-row run, 1,000 ev/s", f"{uploads}"))
-    table.append(await memory_for_map(args.rows))
-    width = max(len(name) for name, _ in table)
-    print(f"{'measure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 40}")
-    for name, value in table:
-        print(f"{name:<{width}}  {value}")
+    table.append(await memory_for_map(rows))
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=1_000_000, help="events per hot-path measure")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the simulated map")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    print_table(("measure", "value"), asyncio.run(measure(args.events, args.rows)))
+    print_footer(started)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -2,16 +2,17 @@
 
     .venv/bin/python bench/bench_runlog.py [--seconds 5]
 
-Starts a throwaway embedded Postgres (server defaults: fsync and synchronous_commit on) unless
-LEDGER_DATABASE_URL is set, migrates it, then measures
+Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
+synchronous_commit on), migrated (bench/common.py), then measures
 
 - single-event appends/s with 1 and 8 concurrent runs (one appender per run),
 - batched appends (1,000 events per call) in events/s,
 - commit-to-wake latency p50/p99 with 1 and 1,000 long-poll waiters on one process: from issuing
   COMMIT of an append to each waiter returning the event (NOTIFY, fan-out, re-read).
 
-The baseline for throughput is pgbench (from the embedded wheel) running the same SQL shape (lock
-the run row, one insert/advance/trim/NOTIFY statement, commit). pgbench cannot LISTEN, so the wake
+The baseline for throughput is pgbench (the embedded wheel's client program, which works against
+any server) running the same SQL shape (lock the run row, one insert/advance/trim/NOTIFY statement,
+commit). pgbench cannot LISTEN, so the wake
 baseline is one bare psycopg LISTEN connection: COMMIT to notification arrival, plus one re-read.
 """
 
@@ -23,21 +24,17 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import psycopg
+from common import bench_database, print_footer, print_table
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ledger import migrate  # noqa: E402
-from ledger.db import Database  # noqa: E402
-from ledger.embedded import EmbeddedPostgres  # noqa: E402
-from ledger.listener import CHANNEL, Listener  # noqa: E402
-from ledger.runlog import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run  # noqa: E402
+from ledger.db import Database
+from ledger.embedded import client_bin_dir
+from ledger.listener import CHANNEL, Listener
+from ledger.runlog import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run
 
 BATCH = 1000
 
@@ -214,31 +211,15 @@ async def measure(url: str, bin_dir: Path, seconds: float) -> list[tuple[str, st
     return rows
 
 
-def print_table(rows: list[tuple[str, str, str, str]]) -> None:
-    header = ("measure", "run-ledger", "raw baseline (pgbench / bare LISTEN)", "ratio")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    line = " | ".join("-" * w for w in widths)
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print(line)
-    for row in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-runlog-") as tmp:
-        server = EmbeddedPostgres(Path(tmp))
-        try:
-            url = os.environ.get("LEDGER_DATABASE_URL") or server.url()
-            migrate.upgrade(url)
-            started = time.perf_counter()
-            rows = asyncio.run(measure(url, server.bin_dir, args.seconds))
-            print_table(rows)
-            print(f"\n({time.perf_counter() - started:.0f} s; {os.cpu_count()} cores shared with other work)")
-        finally:
-            server.stop()
+    with bench_database("bench-runlog-") as database:
+        started = time.perf_counter()
+        rows = asyncio.run(measure(database.url, client_bin_dir(), args.seconds))
+        print_table(("measure", "run-ledger", "raw baseline (pgbench / bare LISTEN)", "ratio"), rows)
+        print_footer(started, database.where)
 
 
 if __name__ == "__main__":

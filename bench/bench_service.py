@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/bench_service.py [--readers 1000] [--seconds 5]
 
-Starts a throwaway embedded Postgres unless LEDGER_DATABASE_URL is set, runs `ledger serve` on it
-as a subprocess, and measures over HTTP (httpx, one process):
+Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync on),
+migrated (bench/common.py), runs `ledger serve` on it as a subprocess, and measures over HTTP
+(httpx, one process):
 
 - appends/s (one event per request) with 1 and 8 concurrent clients, and GET /v1/runs/{id} per s;
 - fan-out: `--readers` concurrent long-polls on one run (bare asyncio HTTP/1.1 connections), then
@@ -28,11 +29,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ledger.embedded import EmbeddedPostgres  # noqa: E402
+from common import ROOT, bench_database, print_footer, print_table
 
 TOKEN = "bench-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -154,38 +151,38 @@ async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, f
     }
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--readers", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=5.0)
+async def measure(base: str, url: str, readers: int, seconds: float) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for clients in (1, 8):
+        appends, reads = await throughput(base, clients, seconds)
+        rows.append((f"appends/s, {clients} client(s)", f"{appends:.0f}"))
+        rows.append((f"GET run/s, {clients} client(s)", f"{reads:.0f}"))
+    for sse, count in ((False, readers), (True, max(1, readers // 10))):
+        kind = "SSE streams" if sse else "long-polls"
+        result = await fanout(base, url, count, sse=sse)
+        rows.append((f"{count} {kind}: wake p50 ms", f"{result['p50']:.1f}"))
+        rows.append((f"{count} {kind}: wake p99 ms", f"{result['p99']:.1f}"))
+        rows.append((f"{count} {kind}: wake max ms", f"{result['max']:.1f}"))
+        rows.append((f"{count} {kind}: server PG connections", f"{result['connections']:.0f}"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--readers", type=int, default=1000, help="concurrent long-polls (SSE: a tenth)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        server = None
-        url = os.environ.get("LEDGER_DATABASE_URL")
-        if not url:
-            server = EmbeddedPostgres(work / "pg")
-            url = server.url()
-        proc, base = start(url, work)
+    with bench_database("bench-service-") as database, tempfile.TemporaryDirectory() as tmp:
+        proc, base = start(database.url, Path(tmp))
         try:
-            print(f"{'measure':<44}{'value':>14}")
-            for clients in (1, 8):
-                appends, reads = await throughput(base, clients, args.seconds)
-                print(f"{f'appends/s, {clients} client(s)':<44}{appends:>14.0f}")
-                print(f"{f'GET run/s, {clients} client(s)':<44}{reads:>14.0f}")
-            for sse, readers in ((False, args.readers), (True, max(1, args.readers // 10))):
-                kind = "SSE streams" if sse else "long-polls"
-                result = await fanout(base, url, readers, sse=sse)
-                print(f"{f'{readers} {kind}: wake p50 ms':<44}{result['p50']:>14.1f}")
-                print(f"{f'{readers} {kind}: wake p99 ms':<44}{result['p99']:>14.1f}")
-                print(f"{f'{readers} {kind}: wake max ms':<44}{result['max']:>14.1f}")
-                print(f"{f'{readers} {kind}: server PG connections':<44}{result['connections']:>14.0f}")
+            started = time.perf_counter()
+            rows = asyncio.run(measure(base, database.url, args.readers, args.seconds))
+            print_table(("measure", "value"), rows, align="right")
+            print_footer(started, database.where)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-            if server is not None:
-                server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -1,0 +1,89 @@
+"""Scaffolding shared by the bench scripts: the database they measure on and the table they print.
+
+The scripts run as files (`.venv/bin/python bench/bench_x.py`), which puts bench/ on sys.path, so
+they import this module as `common`. Importing it also puts the project root on sys.path, so the
+scripts find `ledger` and `reporter` even outside the editable install.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ledger import migrate  # noqa: E402
+from ledger.config import load_settings  # noqa: E402
+from ledger.embedded import EmbeddedPostgres  # noqa: E402
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    """A migrated database to measure on: its URL and, for the table's footer, where it runs."""
+
+    url: str
+    where: str
+
+
+@contextmanager
+def bench_database(prefix: str) -> Iterator[BenchDatabase]:
+    """LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres; migrated either way.
+
+    The embedded server keeps the server defaults (fsync and synchronous_commit on) and lives in a
+    temporary directory named with `prefix`; it is stopped and removed on exit. With
+    LEDGER_DATABASE_URL set no embedded server is started at all.
+    """
+    url = load_settings().database_url
+    if url is not None:
+        migrate.upgrade(url)
+        yield BenchDatabase(url, "LEDGER_DATABASE_URL")
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        server = EmbeddedPostgres(Path(tmp))
+        try:
+            url = server.url()
+            migrate.upgrade(url)
+            yield BenchDatabase(url, "embedded Postgres (fsync on)")
+        finally:
+            server.stop()
+
+
+def print_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    align: Literal["left", "right"] = "left",
+) -> None:
+    """Print `rows` under `header` as columns separated by ` | `, each as wide as its widest cell.
+
+    `align="right"` right-aligns every column but the first, which holds the row's label.
+    """
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(
+            cell.rjust(width) if align == "right" and i > 0 else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    print(line(header))
+    print("-+-".join("-" * width for width in widths))
+    for row in rows:
+        print(line(row))
+
+
+def print_footer(started: float, where: str | None = None) -> None:
+    """The line under a table: seconds since `started` (perf_counter), `where` it ran, the cores."""
+    parts = [where] if where else []
+    parts.append(f"{time.perf_counter() - started:.0f} s")
+    parts.append(f"{os.cpu_count()} cores shared with other work")
+    print(f"\n({'; '.join(parts)})")
