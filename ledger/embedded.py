@@ -66,10 +66,17 @@ class EmbeddedPostgres:
         # a process killed before its exit hook ran would otherwise keep the server up forever.
         import psutil
 
+        def alive(pid: int) -> bool:
+            # A killed process its parent has not reaped yet is a zombie: as gone as a dead one.
+            try:
+                return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+            except psutil.NoSuchProcess:
+                return False
+
         with type(self._server)._lock:
             handles = self._server.global_process_id_list
             for pid in handles._get():
-                if not psutil.pid_exists(pid):
+                if not alive(pid):
                     handles.get_and_remove(pid)
 
 

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
@@ -42,6 +43,14 @@ def start_holder(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
+def wait_for_zombie(pid: int) -> None:
+    for _ in range(100):
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} did not die")
+
+
 def postmaster_pid(data_dir: Path) -> int | None:
     pid_file = data_dir / "pgdata" / "postmaster.pid"
     return int(pid_file.read_text().splitlines()[0]) if pid_file.exists() else None
@@ -66,9 +75,14 @@ def test_reused_while_another_process_holds_it_and_stopped_by_the_last_live_one(
         with psycopg.connect(server.url()) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
-        # The holder dies without running its exit hook: its handle must not keep the server up.
-        stop_holder(holder, signal.SIGKILL)
+        # The holder dies without running its exit hook, and is not even reaped yet (a zombie):
+        # its handle must not keep the server up.
+        holder.send_signal(signal.SIGKILL)
+        wait_for_zombie(holder.pid)
         server.stop()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
     wait_until_stopped(tmp_path)
 
 
