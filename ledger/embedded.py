@@ -52,10 +52,6 @@ class EmbeddedPostgres:
         """A `postgresql://` URL over the server's Unix socket."""
         return str(self._server.get_uri(database=database))
 
-    @property
-    def bin_dir(self) -> Path:
-        return Path(self._server.bin_path)
-
     def stop(self) -> None:
         """Release this process's handle; the server stops when no live process holds one."""
         self._forget_dead_handles()

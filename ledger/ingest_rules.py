@@ -58,7 +58,6 @@ COUNT_FIELDS: tuple[str, ...] = (
 )
 TIME_FIELDS: tuple[str, ...] = ("started_at", "completed_at", "updated_at")
 TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
-NODE_FIELDS: tuple[str, ...] = (*COUNT_FIELDS, *TEXT_FIELDS, *TIME_FIELDS, "node_io")
 
 Event = dict[str, Any]
 NodeSnapshot = dict[str, dict[str, Any]]

@@ -31,6 +31,7 @@ from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import Conflict, CursorExpired, NotFound
 from ledger.events import (
+    DEFAULT_LIST_LIMIT,
     NewEvent,
     TerminalState,
     check_limit,
@@ -526,7 +527,7 @@ class RunLog:
         return terminal
 
     async def list_events(
-        self, run_id: str, after: int | str = -1, timeout_ms: int = 0, limit: int = 1000
+        self, run_id: str, after: int | str = -1, timeout_ms: int = 0, limit: int = DEFAULT_LIST_LIMIT
     ) -> dict[str, Any]:
         """Events after the cursor, waiting up to `timeout_ms` (clamped to 30 s) when there are none.
 

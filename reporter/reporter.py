@@ -30,15 +30,11 @@ from reporter.pipeline import StaticPipeline
 from reporter.replay import build_terminal_replay
 from reporter.state import DEFAULT_MAX_PENDING_ONE_SHOT, ProgressState
 from reporter.transport import Transport
-from reporter.uploader import CoalescingUploader, Status, interval_for_total_rows
+from reporter.uploader import CoalescingUploader, Status, epoch_ms_now, interval_for_total_rows
 
 log = logging.getLogger("reporter")
 
 DEFAULT_FINALIZE_DEADLINE_S = 120.0
-
-
-def _wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ProgressReporter:
@@ -57,7 +53,7 @@ class ProgressReporter:
         initial_upload_seq: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        wall_clock_ms: Callable[[], int] = epoch_ms_now,
         interval: Callable[[int], float] = interval_for_total_rows,
         trailing_flush: bool = True,
         max_pending_one_shot: int = DEFAULT_MAX_PENDING_ONE_SHOT,

@@ -52,7 +52,8 @@ def interval_for_total_rows(total_rows: int) -> float:
     return 1.5
 
 
-def _wall_clock_ms() -> int:
+def epoch_ms_now() -> int:
+    """Epoch milliseconds now: the default time source for `updated_at` stamps."""
     return int(time.time() * 1000)
 
 
@@ -86,7 +87,7 @@ class CoalescingUploader:
         is_current_attempt: Callable[[], bool | Awaitable[bool]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        wall_clock_ms: Callable[[], int] = epoch_ms_now,
         interval: Callable[[int], float] = interval_for_total_rows,
         initial_upload_seq: int = 0,
         trailing_flush: bool = True,

@@ -27,7 +27,6 @@ from ledger.config import Settings, load_settings
 
 URL_VAR = "LEDGER_URL"
 DEFAULT_URL = "http://127.0.0.1:8787"
-EVENTS_PAGE = 1000
 
 
 class ServiceError(Exception):

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from ledger.errors import InvalidInput, LedgerError
+from ledger.events import DEFAULT_LIST_LIMIT
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
@@ -32,7 +33,7 @@ Svc = Annotated[Services, Depends(services)]
 After = Annotated[
     str, Query(description="a seq, -1 (from the oldest retained event) or now (only what comes next)")
 ]
-PAGE = 1000
+PAGE = DEFAULT_LIST_LIMIT
 
 
 @router.get(
