@@ -6,22 +6,8 @@ The HTTP layer maps them by class: `InvalidInput` 422 (400 for unparseable bodie
 
 from __future__ import annotations
 
-
-class LedgerError(Exception):
-    """Base class: `message` is the client-facing text."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class InvalidInput(LedgerError):
-    """A request field is missing, of the wrong type or out of range; nothing was written."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
+# The two that input checks raise live with the checks, which the reporter imports on its own.
+from ledger.validate import InvalidInput, LedgerError
 
 
 class NotFound(LedgerError):
@@ -56,3 +42,14 @@ class CursorExpired(LedgerError):
 
 class PayloadTooLarge(LedgerError):
     """The request body is larger than the configured limit."""
+
+
+__all__ = [
+    "Conflict",
+    "CursorExpired",
+    "InvalidInput",
+    "LedgerError",
+    "NotFound",
+    "PayloadTooLarge",
+    "StaleAttempt",
+]

@@ -1,4 +1,8 @@
-"""Input-validation primitives shared by every module that takes client input (pure, no I/O).
+"""What the ledger stores: input-validation primitives shared by the ledger and the reporter.
+
+Pure and dependency-free (it imports nothing from either package), so the worker-side reporter can
+check an upload against exactly the rules the service will apply, and drop what would be refused
+instead of having the whole upload refused.
 
 Each check returns the value it accepted (normalised where said) or raises
 `InvalidInput(field, problem)`. The bounds are the database's: text columns refuse NUL and text
@@ -6,17 +10,44 @@ that is not valid UTF-8 (a lone surrogate), integer columns are int4 or int8, js
 NaN/Infinity, NUL and lone surrogates, and times must convert to a `datetime` (year 1 to 9999), so
 anything accepted here can be written without Postgres or `ledger.clock.from_ms` failing on it.
 
-`bool` is never an integer or a number here, although Python says it is one.
+Two kinds of value are treated differently:
+
+* **Free text** (log lines, messages, error texts) is *repaired*, never refused: NUL and lone
+  surrogates become U+FFFD (`repair_text`). A runner's log is whatever its tools printed; one bad
+  byte must not cost the run its log.
+* **Structure** (ids, counts, times, JSON payloads) is refused when out of bounds: a wrong value
+  there is a bug of the producer, and guessing would store a lie.
+
+JSON nests at most `MAX_JSON_DEPTH` levels in a request and `MAX_VALUE_DEPTH` in one stored value,
+so a value that passes here still fits any request that carries it. `bool` is never an integer or
+a number here, although Python says it is one.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from ledger.errors import InvalidInput
+
+class LedgerError(Exception):
+    """Base class of the ledger's errors: `message` is the client-facing text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(LedgerError):
+    """A request field is missing, of the wrong type or out of range; nothing was written."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -24,6 +55,15 @@ INT64_MAX: Final = 2**63 - 1
 MAX_EPOCH_MS: Final = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
     milliseconds=1
 )
+# A request body nests at most this deep (an object or list is one level); deeper is refused whole.
+MAX_JSON_DEPTH: Final = 64
+# One stored JSON value: the deepest request wrapping (body, list or map, item, field) adds four.
+MAX_VALUE_DEPTH: Final = MAX_JSON_DEPTH - 4
+MAX_RUN_ID_LENGTH: Final = 512
+REPLACEMENT_CHARACTER: Final = "\ufffd"
+# Any surrogate code point in a Python str is unpaired: JSON's escaped pairs decode to one character.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _kind(value: object) -> str:
@@ -63,6 +103,65 @@ def required_text(field: str, value: object, *, non_empty: bool = False, max_len
     checked = text(field, value, non_empty=non_empty, max_len=max_len)
     assert checked is not None
     return checked
+
+
+def repair_text(value: str) -> str:
+    """`value` with every NUL and lone surrogate replaced by U+FFFD (storable as Postgres text)."""
+    return _UNSTORABLE.sub(REPLACEMENT_CHARACTER, value)
+
+
+def free_text(field: str, value: object, *, optional: bool = False) -> str | None:
+    """Free text (a log line, a message, an error): must be a string; unstorable characters are
+    repaired (`repair_text`), never refused."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        expected = "a string or null" if optional else "a string"
+        raise InvalidInput(field, f"must be {expected}, got {_kind(value)}")
+    return repair_text(value)
+
+
+def free_text_list(field: str, value: object) -> list[str]:
+    """A list of free-text lines (items named `field[i]`, each repaired); None is `[]`."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput(field, f"must be a list of strings, got {_kind(value)}")
+    return [_required(free_text(f"{field}[{index}]", item)) for index, item in enumerate(value)]
+
+
+def _required(value: str | None) -> str:
+    assert value is not None
+    return value
+
+
+def run_id(field: str, value: object) -> str:
+    """A run id: a non-blank string of at most 512 characters, no `/` (it could never be addressed
+    in a URL path again) and no control characters."""
+    checked = required_text(field, value, non_empty=True, max_len=MAX_RUN_ID_LENGTH)
+    if "/" in checked:
+        raise InvalidInput(field, "must not contain '/'")
+    if _CONTROL.search(checked):
+        raise InvalidInput(field, "must not contain control characters")
+    return checked
+
+
+def cursor(field: str, value: object) -> int | None:
+    """A read cursor: a sequence number (ASCII digits), `-1` (from the oldest retained event) or
+    `now` (None: only what comes next). `int()`'s leniency (`1_0`, `+1`, non-ASCII digits, spaces)
+    is refused: a cursor is copied from an earlier answer, never typed by hand."""
+    problem = "must be a sequence number (ASCII digits), -1 or 'now'"
+    if isinstance(value, str):
+        if value == "now":
+            return None
+        if value == "-1":
+            return -1
+        if not (value.isascii() and value.isdigit()) or len(value) > 19:
+            raise InvalidInput(field, problem)
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= INT64_MAX:
+        raise InvalidInput(field, problem)
+    return value
 
 
 def string_list(field: str, value: object, *, none_is_empty: bool = False) -> list[str]:
@@ -157,7 +256,27 @@ def json_value(field: str, value: object) -> Any:
     # A NUL is always escaped as \u0000; the walk tells it apart from a literal backslash-u0000.
     if "\\u0000" in encoded and _holds_nul(value):
         raise InvalidInput(field, "must not contain NUL characters")
+    if json_depth(value) > MAX_VALUE_DEPTH:
+        raise InvalidInput(field, f"nests deeper than {MAX_VALUE_DEPTH} levels")
     return value
+
+
+def json_depth(value: object) -> int:
+    """How deep `value` nests: a scalar is 0, an object or list one more than its deepest item."""
+    deepest = 0
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        pending.extend((child, depth) for child in children)
+    return deepest
 
 
 def json_object(field: str, value: object) -> dict[str, Any]:
@@ -196,13 +315,25 @@ __all__ = [
     "INT32_MAX",
     "INT64_MAX",
     "MAX_EPOCH_MS",
+    "MAX_JSON_DEPTH",
+    "MAX_RUN_ID_LENGTH",
+    "MAX_VALUE_DEPTH",
+    "REPLACEMENT_CHARACTER",
+    "InvalidInput",
+    "LedgerError",
+    "cursor",
+    "free_text",
+    "free_text_list",
+    "json_depth",
     "epoch_ms",
     "integer",
     "json_object",
     "json_value",
     "number",
     "required_integer",
+    "repair_text",
     "required_text",
+    "run_id",
     "string_list",
     "text",
 ]
