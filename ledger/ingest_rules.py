@@ -40,23 +40,13 @@ from typing import Any, Literal
 
 from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
-from ledger.validate import INT32_MAX, INT64_MAX
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
 
-LIVE_LOG_TAIL_LIMIT = 1_000
 UPLOAD_STATUSES = ("running", "completed", "failed")
 TERMINAL_UPLOAD_STATUSES = ("completed", "failed")
 REPLAY_MODES = ("exact", "positional")
 
-COUNT_FIELDS: tuple[str, ...] = (
-    "completed",
-    "failed",
-    "total",
-    "started_rows",
-    "active_rows",
-    "waiting_rows",
-    "completed_rows",
-)
-TIME_FIELDS: tuple[str, ...] = ("started_at", "completed_at", "updated_at")
+COUNT_FIELDS = validate.NODE_COUNT_FIELDS
 TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
 
 Event = dict[str, Any]
@@ -118,26 +108,18 @@ def _object(name: str, value: object) -> dict[str, Any]:
 
 
 def _lines(name: str, value: object) -> tuple[str, ...]:
-    return tuple(validate.required_text(f"{name}[{i}]", line) for i, line in enumerate(_list(name, value)))
+    # Log lines are free text: repaired, never refused.
+    return tuple(validate.free_text_list(name, value))
 
 
 def parse_node(name: str, value: object) -> dict[str, Any]:
     """One node's progress with only the known fields, `None`s dropped (unknown keys ignored)."""
     raw = _object(name, value)
-    node: dict[str, Any] = {}
-    # The inspection views cast counts to bigint and times to timestamptz: keep both in range.
-    for key in COUNT_FIELDS:
-        if raw.get(key) is not None:
-            node[key] = _int(f"{name}.{key}", raw[key])
-    for key in TIME_FIELDS:
-        if raw.get(key) is not None:
-            node[key] = _int(f"{name}.{key}", raw[key], maximum=validate.MAX_EPOCH_MS)
-    for key in TEXT_FIELDS:
-        if raw.get(key) is not None:
-            node[key] = validate.text(f"{name}.{key}", raw[key])
-    if raw.get("node_io") is not None:
-        node["node_io"] = validate.json_object(f"{name}.node_io", raw["node_io"])
-    return node
+    return {
+        key: validate.node_field(f"{name}.{key}", key, raw[key])
+        for key in validate.NODE_FIELDS
+        if raw.get(key) is not None
+    }
 
 
 def _parse_replay(value: object) -> LogReplay | None:
@@ -152,13 +134,6 @@ def _parse_replay(value: object) -> LogReplay | None:
     if total is not None and total < len(lines):
         raise InvalidInput("terminal_log_replay.total_count", "is smaller than the number of lines")
     return LogReplay(lines=lines, dedupe_mode="exact" if mode == "exact" else "positional", total_count=total)
-
-
-def _parse_observation(name: str, value: object) -> dict[str, Any]:
-    observation = validate.json_object(name, value)
-    validate.text(f"{name}.activityId", observation.get("activityId"), non_empty=True)
-    validate.number(f"{name}.observedAt", observation.get("observedAt"))
-    return observation
 
 
 def parse_upload(run_id: str, body: object) -> StatusUpload:
@@ -179,7 +154,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     nodes: NodeSnapshot = {}
     for node_id, node in progress.items():
         try:
-            validate.text("live_node_progress", node_id, non_empty=True)
+            validate.node_id("live_node_progress", node_id)
         except InvalidInput:
             raise InvalidInput(
                 "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
@@ -198,7 +173,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         for i, event in enumerate(_list("dataset_lifecycle_events", raw.get("dataset_lifecycle_events")))
     )
     observations = tuple(
-        _parse_observation(f"activity_observations[{i}]", obs)
+        validate.activity_observation(f"activity_observations[{i}]", obs)
         for i, obs in enumerate(_list("activity_observations", raw.get("activity_observations")))
     )
     replay = _parse_replay(raw.get("terminal_log_replay"))

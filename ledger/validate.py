@@ -246,8 +246,12 @@ def epoch_ms(field: str, value: object, *, optional: bool = False) -> int | None
     return int(value)
 
 
-def json_value(field: str, value: object) -> Any:
-    """Any value storable as jsonb: JSON-serialisable, no NaN/Infinity, no NUL, no lone surrogate."""
+def json_value(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -> Any:
+    """Any value storable as jsonb: JSON-serialisable, no NaN/Infinity, no NUL, no lone surrogate,
+    nesting at most `max_depth` levels."""
+    # First, and without recursion: serialising a deeply nested value would exhaust the stack.
+    if json_depth(value) > max_depth:
+        raise InvalidInput(field, f"nests deeper than {max_depth} levels")
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
         encoded.encode()
@@ -256,9 +260,56 @@ def json_value(field: str, value: object) -> Any:
     # A NUL is always escaped as \u0000; the walk tells it apart from a literal backslash-u0000.
     if "\\u0000" in encoded and _holds_nul(value):
         raise InvalidInput(field, "must not contain NUL characters")
-    if json_depth(value) > MAX_VALUE_DEPTH:
-        raise InvalidInput(field, f"nests deeper than {MAX_VALUE_DEPTH} levels")
     return value
+
+
+# -- the reporter's upload: the parts both sides check field by field -----------------------------
+
+LIVE_LOG_TAIL_LIMIT: Final = 1_000
+NODE_COUNT_FIELDS: Final = (
+    "completed",
+    "failed",
+    "total",
+    "started_rows",
+    "active_rows",
+    "waiting_rows",
+    "completed_rows",
+)
+NODE_TIME_FIELDS: Final = ("started_at", "completed_at", "updated_at")
+NODE_FIELDS: Final = (*NODE_COUNT_FIELDS, *NODE_TIME_FIELDS, "message", "artifact_table_namespace", "node_io")
+
+
+def node_id(field: str, value: object) -> str:
+    """A node id of `live_node_progress`: non-blank text."""
+    return required_text(field, value, non_empty=True)
+
+
+def node_field(field: str, key: str, value: object) -> Any:
+    """One known field of a node's progress (`key` in `NODE_FIELDS`, `value` not None).
+
+    Counts are bigints and times epoch milliseconds (the inspection views cast both); JavaScript's
+    integral floats (3.0) are taken as ints. `message` is free text, the rest is structure.
+    """
+    if key in NODE_COUNT_FIELDS:
+        return required_integer(field, value, integral_float=True)
+    if key in NODE_TIME_FIELDS:
+        return required_integer(field, value, maximum=MAX_EPOCH_MS, integral_float=True)
+    if key == "message":
+        return free_text(field, value)
+    if key == "artifact_table_namespace":
+        return required_text(field, value)
+    if key == "node_io":
+        return json_object(field, value)
+    raise ValueError(f"{key!r} is not a node progress field")
+
+
+def activity_observation(field: str, value: object) -> dict[str, Any]:
+    """A runner's activity observation: a JSON object with a non-blank `activityId` and a numeric
+    `observedAt` (the newest per activity wins, so it must compare as a number)."""
+    observation = json_object(field, value)
+    text(f"{field}.activityId", observation.get("activityId"), non_empty=True)
+    number(f"{field}.observedAt", observation.get("observedAt"))
+    return observation
 
 
 def json_depth(value: object) -> int:
@@ -314,13 +365,18 @@ def _holds_nul(value: object) -> bool:
 __all__ = [
     "INT32_MAX",
     "INT64_MAX",
+    "LIVE_LOG_TAIL_LIMIT",
     "MAX_EPOCH_MS",
     "MAX_JSON_DEPTH",
     "MAX_RUN_ID_LENGTH",
     "MAX_VALUE_DEPTH",
+    "NODE_COUNT_FIELDS",
+    "NODE_FIELDS",
+    "NODE_TIME_FIELDS",
     "REPLACEMENT_CHARACTER",
     "InvalidInput",
     "LedgerError",
+    "activity_observation",
     "cursor",
     "epoch_ms",
     "free_text",
@@ -329,6 +385,8 @@ __all__ = [
     "json_depth",
     "json_object",
     "json_value",
+    "node_field",
+    "node_id",
     "number",
     "repair_text",
     "required_integer",

@@ -3,8 +3,10 @@
 For a worker that runs next to the ledger (and for tests against the real ledger without a
 server). Uploads go through ``ledger.ingest.apply_status_upload``, imported lazily so that the
 reporter package itself never needs the ledger's database stack. Ledger errors become transport
-errors: `ledger.errors.StaleAttempt` → `StaleAttemptError`, other ledger errors → `UploadRejected`.
-There are no retries: an in-process call either worked or will fail the same way again.
+errors: `ledger.errors.StaleAttempt` → `StaleAttemptError`, a run already terminal →
+`RunTerminalError`, other ledger errors → `UploadRejected`; a lost or unreachable database (the
+outcome of the call is then unknown) → `TransportError`, which the reporter retries. The transport
+itself never retries.
 
 Sheet outcomes and node observations are read by two injectable async readers (``run_id`` →
 list of dicts); by default they come from the ledger's own read functions (`ledger.sheets`,
@@ -13,10 +15,17 @@ list of dicts); by default they come from the ledger's own read functions (`ledg
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from reporter.transport import StaleAttemptError, UploadRejected
+from reporter.transport import (
+    RunTerminalError,
+    StaleAttemptError,
+    TransportError,
+    UploadRejected,
+    terminal_message,
+)
 
 if TYPE_CHECKING:
     from ledger.db import Database
@@ -39,25 +48,59 @@ class DirectTransport:
         self._observation_reader = observation_reader
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from ledger.errors import LedgerError, StaleAttempt
         from ledger.ingest import apply_status_upload
 
-        try:
-            return await apply_status_upload(self.db, str(payload["run_id"]), payload)
-        except StaleAttempt as exc:
-            raise StaleAttemptError(exc.message) from exc
-        except LedgerError as exc:
-            raise UploadRejected(422, exc.message) from exc
+        run_id = str(payload["run_id"])
+        async with _ledger_errors(run_id):
+            return await apply_status_upload(self.db, run_id, payload)
+        raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
+
+    async def run_state(self, run_id: str) -> dict[str, Any] | None:
+        from ledger.errors import NotFound
+        from ledger.runlog import RunLog
+
+        async with _ledger_errors(run_id):
+            try:
+                return await RunLog(self.db).get_run(run_id)
+            except NotFound:
+                return None
+        raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
-        if self._sheet_reader is not None:
-            return await self._sheet_reader(run_id)
-        return await _default_sheet_outcomes(self.db, run_id)
+        async with _ledger_errors(run_id):
+            if self._sheet_reader is not None:
+                return await self._sheet_reader(run_id)
+            return await _default_sheet_outcomes(self.db, run_id)
+        raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
 
     async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
-        if self._observation_reader is not None:
-            return await self._observation_reader(run_id)
-        return await _default_node_observations(self.db, run_id)
+        async with _ledger_errors(run_id):
+            if self._observation_reader is not None:
+                return await self._observation_reader(run_id)
+            return await _default_node_observations(self.db, run_id)
+        raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
+
+
+@asynccontextmanager
+async def _ledger_errors(run_id: str) -> AsyncIterator[None]:
+    """The ledger's errors as transport errors (see the module docstring)."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    from ledger.db import DatabaseUnavailable
+    from ledger.errors import LedgerError, StaleAttempt
+
+    try:
+        yield
+    except StaleAttempt as exc:
+        raise StaleAttemptError(exc.message) from exc
+    except LedgerError as exc:
+        terminal = getattr(exc, "terminal", None)
+        if isinstance(terminal, dict):
+            raise RunTerminalError(terminal_message(run_id, terminal), terminal) from exc
+        raise UploadRejected(422, exc.message) from exc
+    except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
+        raise TransportError(f"the ledger's database is unreachable: {exc}") from exc
 
 
 async def _default_sheet_outcomes(db: Database, run_id: str) -> list[dict[str, Any]]:

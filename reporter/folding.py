@@ -28,7 +28,6 @@ from reporter.progress import NodeProgress, calls_in_flight_message, rows_proces
 from reporter.state import ProgressState
 
 LogMode = Literal["progress_reporter", "direct_worker"]
-LOG_MODES: tuple[LogMode, ...] = ("progress_reporter", "direct_worker")
 
 
 def as_int(value: object) -> int | None:
@@ -190,9 +189,12 @@ class EventFolder:
                 self.lifecycle.on_tool_called(tool_id)
         elif kind == "tool.call.settled":
             tool_id = event.get("toolId")
-            if event.get("outcome") == "failed" and isinstance(tool_id, str) and tool_id:
-                self.lifecycle.on_tool_failed(tool_id)
-                self.schedule(True)
+            if isinstance(tool_id, str) and tool_id:
+                if event.get("outcome") == "failed":
+                    self.lifecycle.on_tool_failed(tool_id)
+                    self.schedule(True)
+                elif event.get("outcome") == "completed":
+                    self.lifecycle.on_tool_completed(tool_id)
         elif kind == "activity.observed":
             observation = event.get("observation")
             if isinstance(observation, dict) and isinstance(observation.get("activityId"), str):

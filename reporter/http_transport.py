@@ -3,9 +3,10 @@
 `RetryPolicy` is the single named retry policy (tenacity underneath): connection errors, timeouts
 and 408/429/502/503/504 are retried with exponential backoff and full jitter, a ``Retry-After``
 header is honoured as the *minimum* wait, attempts and total time are capped (the run gives up
-before the next wait would pass the time cap). Every other answer is final: 409 "stale producer
-attempt" raises `StaleAttemptError` (the reporter stops), other 4xx/5xx raise `UploadRejected`.
-Tests build a policy with their own ``sleep`` so they never wait.
+before the next wait would pass the time cap). Every other answer is final: a 409 is read by its
+``code`` — ``stale_attempt`` raises `StaleAttemptError`, ``terminal`` raises `RunTerminalError`
+(the reporter stops at once either way) — and other 4xx/5xx raise `UploadRejected`. Tests build a
+policy with their own ``sleep`` so they never wait.
 
 Uploads go to ``POST {base}/v1/runs/{run_id}/status`` with ``Authorization: Bearer <token>`` and
 ``Idempotency-Key: <run_id>:<producer_attempt>:<upload_seq>`` — the same key on every retry of one
@@ -32,7 +33,13 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from reporter.transport import StaleAttemptError, TransportError, UploadRejected
+from reporter.transport import (
+    RunTerminalError,
+    StaleAttemptError,
+    TransportError,
+    UploadRejected,
+    terminal_message,
+)
 
 RETRYABLE_STATUS = frozenset({408, 429, 502, 503, 504})
 
@@ -97,25 +104,28 @@ class RetryPolicy:
 DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_body(response: httpx.Response) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        return response.text[:500]
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, str):
-        return error
-    return response.text[:500]
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
-def _check(response: httpx.Response) -> None:
+def _check(response: httpx.Response, run_id: str) -> None:
     if response.status_code < 400:
         return
     if response.status_code in RETRYABLE_STATUS:
         raise RetryableHttpError(response.status_code, parse_retry_after(response.headers.get("Retry-After")))
-    message = _error_text(response)
-    if response.status_code == 409 and "stale producer attempt" in message.lower():
+    body = _error_body(response)
+    error = body.get("error")
+    message = error if isinstance(error, str) else response.text[:500]
+    if response.status_code == 409 and body.get("code") == "stale_attempt":
         raise StaleAttemptError(message)
+    if response.status_code == 409 and body.get("code") == "terminal":
+        terminal = body.get("terminal")
+        terminal = terminal if isinstance(terminal, dict) else {}
+        raise RunTerminalError(terminal_message(run_id, terminal) if terminal else message, terminal)
     raise UploadRejected(response.status_code, message)
 
 
@@ -151,13 +161,17 @@ class HttpTransport:
     def _url(self, run_id: str, tail: str) -> str:
         return f"{self.base_url}/v1/runs/{quote(run_id, safe='')}/{tail}"
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> Any:
+    async def _send(self, method: str, url: str, run_id: str, **kwargs: Any) -> Any:
         try:
             async for attempt in self.retry_policy.retrying():
                 with attempt:
                     response = await self.client.request(method, url, **kwargs)
-                    _check(response)
-                    return response.json() if response.content else {}
+                    _check(response, run_id)
+                    answer = response.json() if response.content else {}
+                    if attempt.retry_state.attempt_number > 1 and isinstance(answer, dict):
+                        # An earlier delivery of this very request may have been applied.
+                        answer["redelivered"] = True
+                    return answer
         except httpx.HTTPError as exc:
             raise TransportError(f"cannot reach the ledger at {self.base_url}: {exc}") from exc
         except ValueError as exc:
@@ -168,16 +182,26 @@ class HttpTransport:
         run_id = str(payload["run_id"])
         key = f"{run_id}:{payload.get('producer_attempt', '')}:{payload.get('upload_seq', '')}"
         headers = {**self._headers, "Idempotency-Key": key}
-        answer = await self._send("POST", self._url(run_id, "status"), json=payload, headers=headers)
+        answer = await self._send("POST", self._url(run_id, "status"), run_id, json=payload, headers=headers)
         return answer if isinstance(answer, dict) else {}
 
     async def _read(self, run_id: str, tail: str) -> Any:
         try:
-            return await self._send("GET", self._url(run_id, tail), headers=self._headers)
+            return await self._send("GET", self._url(run_id, tail), run_id, headers=self._headers)
         except UploadRejected as exc:
             if exc.status_code == 404:
                 return {}  # the ledger has nothing recorded for the run: nothing to reconcile from
             raise
+
+    async def run_state(self, run_id: str) -> dict[str, Any] | None:
+        url = f"{self.base_url}/v1/runs/{quote(run_id, safe='')}"
+        try:
+            answer = await self._send("GET", url, run_id, headers=self._headers)
+        except UploadRejected as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+        return answer if isinstance(answer, dict) else None
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         answer = await self._read(run_id, "sheets")

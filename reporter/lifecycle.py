@@ -9,13 +9,16 @@ Rules (SPEC 3):
 
 * At creation, the steps before the first dataset step start (they have no events of their own;
   with no dataset step at all, every step is "before" it).
-* A map start starts its dataset step and closes the pre-dataset steps that are still open: the
-  pipeline is sequential, so they are done once the first map runs.
+* A map start starts its dataset step and completes every earlier step that is still open: the
+  pipeline is sequential, so the steps before a running map are done.
 * A map completion/failure settles its step (starting it first if its start was missed).
-* ``tool.call.started`` starts the first not-yet-settled tool step with that ``toolId``; a failed
-  settlement fails it.
-* At the end, a failed run fails every started step and a completed run completes them; steps that
-  never started (untaken branches) stay unexecuted.
+* ``tool.call.started`` starts the first not-yet-settled tool step with that ``toolId``; its
+  settlement completes or fails it.
+* At the end, a failed run fails every step still open and a completed run completes them; steps
+  that settled stay as they settled, and steps that never started (untaken branches) stay
+  unexecuted.
+* A reporter that continues an attempt (resume) restores the states the ledger holds without
+  reporting them again.
 
 A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
 puts it in the node's ``node_io.error``, which is how the ledger tells a failed step from a
@@ -92,10 +95,19 @@ class StepLifecycleTracker:
         for node_id in self._pre_dataset:
             self._start(node_id)
 
+    def restore(self, node_id: str, state: StepState) -> None:
+        """Take a node's state as the ledger holds it, reporting nothing (a resumed attempt)."""
+        if node_id in self._states:
+            self._states[node_id] = state
+
     def on_map_started(self, node_id: str) -> None:
-        for earlier in self._pre_dataset:
-            if self._states[earlier] is StepState.STARTED:
-                self._settle(earlier, "completed")
+        if node_id not in self._states:
+            return
+        for node in self._nodes:
+            if node.node_id == node_id:
+                break
+            if self._states[node.node_id] is StepState.STARTED:
+                self._settle(node.node_id, "completed")
         self._start(node_id)
 
     def on_map_completed(self, node_id: str) -> None:
@@ -117,6 +129,11 @@ class StepLifecycleTracker:
         node_id = self._tool_node(tool_id, open_only=False)
         if node_id is not None:
             self._start(node_id)
+
+    def on_tool_completed(self, tool_id: str) -> None:
+        node_id = self._tool_node(tool_id, open_only=True)
+        if node_id is not None:
+            self._settle(node_id, "completed")
 
     def on_tool_failed(self, tool_id: str) -> None:
         node_id = self._tool_node(tool_id, open_only=True) or self._tool_node(tool_id, open_only=False)

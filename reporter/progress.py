@@ -65,6 +65,18 @@ class NodeProgress:
                 out[name] = dict(value) if name == "node_io" else value
         return out
 
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> NodeProgress:
+        """A node from its JSON object as the ledger stores it (unknown keys ignored)."""
+        node = cls()
+        for name in _WIRE_ORDER:
+            value = wire.get(name)
+            if value is not None:
+                setattr(
+                    node, name, dict(value) if name == "node_io" and isinstance(value, Mapping) else value
+                )
+        return node
+
 
 _WIRE_ORDER = tuple(f.name for f in fields(NodeProgress))
 

@@ -2,13 +2,20 @@
 
 Feed it synchronously from the worker's event loop (`on_runner_event` never awaits and never does
 I/O); it folds the events into node progress and asks its single-flight uploader for throttled
-uploads. At the end, `finalize` applies the terminal step transitions, reconciles the map nodes
-from the result's checkpoint and then from the sheet outcomes (the reconciliation of record), adds
-the terminal log replay and makes one forced upload that must succeed for a terminal status.
+uploads. At the end, `finalize` reconciles the map nodes from the result's checkpoint and then from
+the sheet outcomes (the reconciliation of record), applies the terminal step transitions, adds the
+terminal log replay and makes one forced upload that must succeed for a terminal status.
+
+The end of a run is where faults cost the most, so there the reporter does not give up on a fault
+it can outlast: a lost connection, a timeout or a 503 is retried (with backoff) until the finalize
+deadline, for the final upload and for the reads of the terminal truth alike. What the ledger
+refuses for good stops it at once: a newer attempt (`StaleAttemptError`), a run someone else ended
+(`RunTerminalError`), another reporter's uploads of this attempt (`DuplicateUploadError`).
 
 Typical use::
 
     reporter = ProgressReporter(run_id, transport, contract=contract)
+    await reporter.resume()                     # only when continuing an attempt's earlier batch
     for event in runner_events:
         reporter.on_runner_event(event)
     await reporter.load_terminal_truth()        # sheet outcomes + node observations
@@ -21,20 +28,33 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from reporter import reconcile
 from reporter.folding import EventFolder, LogMode
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
+from reporter.progress import NodeProgress
 from reporter.replay import build_terminal_replay
 from reporter.state import DEFAULT_MAX_PENDING_ONE_SHOT, ProgressState
-from reporter.transport import Transport
+from reporter.transport import (
+    Refused,
+    RunTerminalError,
+    StaleAttemptError,
+    Transport,
+    TransportError,
+    terminal_message,
+)
 from reporter.uploader import CoalescingUploader, Status, epoch_ms_now, interval_for_total_rows
 
 log = logging.getLogger("reporter")
 
 DEFAULT_FINALIZE_DEADLINE_S = 120.0
+# Between two tries of a call that failed with an unknown outcome: doubling up to the cap.
+RETRY_FIRST_WAIT_S = 0.25
+RETRY_MAX_WAIT_S = 5.0
+
+T = TypeVar("T")
 
 
 class ProgressReporter:
@@ -83,6 +103,8 @@ class ProgressReporter:
             initial_upload_seq=initial_upload_seq,
             trailing_flush=trailing_flush,
         )
+        self._clock = clock
+        self._sleep = sleep
         self._sheet_outcomes: list[Mapping[str, Any]] = []
         self.folder = EventFolder(self.state, self.pipeline, mode=mode, schedule=self._schedule)
 
@@ -116,31 +138,110 @@ class ProgressReporter:
         ):
             self.state.set_node_progress(node_id, patch)
 
-    async def load_terminal_truth(self) -> None:
-        """Read sheet outcomes and node observations through the transport (best effort)."""
+    async def resume(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
+        """Continue this attempt where the ledger has it: after its last applied ``upload_seq``,
+        its log count and its steps' progress. Call it before feeding the first event.
+
+        A run the ledger does not know yet starts from the beginning. A newer attempt raises
+        `StaleAttemptError`, a run already ended `RunTerminalError`; the reporter then stops.
+        """
+        run = await self._retrying("read the run", lambda: self.transport.run_state(self.run_id), deadline_s)
+        if run is None:
+            return
+        attempt = int(run.get("producer_attempt") or 0)
         try:
-            self.apply_terminal_sheet_outcomes(await self.transport.sheet_outcomes(self.run_id))
-        except Exception as exc:
-            log.warning("run %s: cannot read sheet outcomes: %s", self.run_id, exc)
-        try:
-            self.apply_durable_observations(await self.transport.node_observations(self.run_id))
-        except Exception as exc:
-            log.warning("run %s: cannot read node observations: %s", self.run_id, exc)
+            if isinstance(run.get("terminal"), dict):
+                raise RunTerminalError(terminal_message(self.run_id, run["terminal"]), run["terminal"])
+            if attempt > self.uploader.producer_attempt:
+                raise StaleAttemptError(
+                    f"run {self.run_id} is on attempt {attempt}, newer than {self.uploader.producer_attempt}"
+                )
+        except Refused as exc:
+            self.uploader.stopped, self.uploader.stop_reason = True, exc
+            raise
+        if attempt < self.uploader.producer_attempt:
+            return  # this reporter's attempt is new to the ledger: it starts from the beginning
+        self.uploader.upload_seq = max(self.uploader.upload_seq, int(run.get("last_upload_seq") or 0))
+        self.state.log_total_count = max(self.state.log_total_count, int(run.get("live_log_count") or 0))
+        self._restore_nodes(run.get("live_node_progress"))
+
+    def _restore_nodes(self, nodes: object) -> None:
+        if not isinstance(nodes, Mapping):
+            return
+        for node_id, wire in nodes.items():
+            if not isinstance(node_id, str) or not isinstance(wire, Mapping):
+                continue
+            node = NodeProgress.from_wire(wire)
+            self.state.nodes[node_id] = node
+            self.state.note_total_rows(node.total)
+            if node.completed_at is not None:
+                failed = isinstance(node.node_io, Mapping) and bool(node.node_io.get("error"))
+                self.folder.lifecycle.restore(node_id, StepState.FAILED if failed else StepState.COMPLETED)
+            elif node.started_at is not None:
+                self.folder.lifecycle.restore(node_id, StepState.STARTED)
+
+    async def load_terminal_truth(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
+        """Read sheet outcomes and node observations through the transport.
+
+        Failed reads are retried until `deadline_s`; if they still fail, this raises rather than
+        let `finalize` reconcile from partial truth.
+        """
+        outcomes = await self._retrying(
+            "read sheet outcomes", lambda: self.transport.sheet_outcomes(self.run_id), deadline_s
+        )
+        observations = await self._retrying(
+            "read node observations", lambda: self.transport.node_observations(self.run_id), deadline_s
+        )
+        self.apply_terminal_sheet_outcomes(outcomes)
+        self.apply_durable_observations(observations)
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], deadline_s: float | None) -> T:
+        """`call()`, tried again after a `TransportError` of unknown outcome until `deadline_s`
+        (`TimeoutError` then); a `Refused` answer is final and raised at once."""
+        give_up = None if deadline_s is None else self._clock() + deadline_s
+        wait = RETRY_FIRST_WAIT_S
+        while True:
+            try:
+                return await call()
+            except Refused:
+                raise
+            except TransportError as exc:
+                if give_up is not None and self._clock() + wait > give_up:
+                    raise
+                log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
+            await self._sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_WAIT_S)
 
     def reconcile_terminal(self, result: Mapping[str, Any] | None) -> None:
-        """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""
+        """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win).
+
+        A step the data plane shows settled is settled: one still open completes, as it would
+        have on its own ``map.completed``.
+        """
         now = self.wall_clock_ms()
-        for node_id, patch in reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now):
+        patches = reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now)
+        for node_id, patch in patches:
             self.state.set_node_progress(node_id, patch)
-        for node_id, patch in reconcile.sheet_outcome_patches(
+        outcome_patches = reconcile.sheet_outcome_patches(
             self._sheet_outcomes, self.pipeline, self.state.nodes, now
-        ):
+        )
+        for node_id, patch in outcome_patches:
             self.state.set_node_progress(node_id, patch)
-        self.state.progress_dirty = True
+        for node_id, _ in (*patches, *outcome_patches):
+            self.folder.lifecycle.on_map_completed(node_id)
 
     async def flush(self, *, force: bool = False, required: bool = False) -> None:
         """A running-status upload now (forced) or when the interval allows (best effort)."""
         await self.uploader.flush(force=force, required=required)
+
+    async def end_batch(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
+        """End this reporter's batch without finalizing the run: one forced running upload that
+        must land (retried until `deadline_s`). A later reporter continues with `resume`."""
+        await self._retrying(
+            "upload the batch's progress",
+            lambda: self.uploader.flush(force=True, required=True),
+            deadline_s,
+        )
 
     async def finalize(
         self,
@@ -152,18 +253,21 @@ class ProgressReporter:
         skip_terminal_log_replay: bool = False,
         deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S,
     ) -> None:
-        """Terminal transitions, reconciliation, replay and the final forced upload.
+        """Reconciliation, terminal transitions, replay and the final forced upload.
 
         `status` defaults to the result's ``status`` when that is ``completed``/``failed``, else
-        ``running``. The upload is required for a terminal status (or when `required`): its
-        failure raises, and so does missing the `deadline_s` (`TimeoutError`); the upload itself
-        is not cancelled by the deadline.
+        ``running``. The upload is required for a terminal status (or when `required`): a fault of
+        unknown outcome is retried until `deadline_s` (`TimeoutError` then), a refusal raises at
+        once; the upload in flight is not cancelled by the deadline.
         """
+        finalizing = self._finalize(
+            result, status, required, replay_all_terminal_logs, skip_terminal_log_replay, deadline_s
+        )
         if deadline_s is None:
-            await self._finalize(result, status, required, replay_all_terminal_logs, skip_terminal_log_replay)
+            await finalizing
             return
         async with asyncio.timeout(deadline_s):
-            await self._finalize(result, status, required, replay_all_terminal_logs, skip_terminal_log_replay)
+            await finalizing
 
     async def _finalize(
         self,
@@ -172,20 +276,27 @@ class ProgressReporter:
         required: bool,
         replay_all: bool,
         skip_replay: bool,
+        deadline_s: float | None,
     ) -> None:
         result_status = result.get("status") if isinstance(result, Mapping) else None
         if status is None:
             status = result_status if result_status in ("completed", "failed") else "running"
+        required = required or status != "running"
+        if result_status in ("completed", "failed"):
+            self.reconcile_terminal(result)
         if status == "failed" and self.state.has_changes and not self.uploader.stopped:
             # The ledger records a step that first shows completed in a *failed* upload as failed.
-            # Steps that finished before the run failed must land in a running upload first.
-            await self.uploader.flush(force=True)
+            # Steps that finished before the run failed (or that reconciliation shows settled)
+            # must land in a running upload first.
+            await self._retrying(
+                "upload the settled steps",
+                lambda: self.uploader.flush(force=True, required=required),
+                deadline_s,
+            )
         if result_status == "failed":
             self.folder.lifecycle.mark_started_failed()
         elif result_status == "completed":
             self.folder.lifecycle.mark_all_terminal()
-        if result_status in ("completed", "failed"):
-            self.reconcile_terminal(result)
         replay = None
         logs = result.get("logs") if isinstance(result, Mapping) else None
         if not skip_replay and isinstance(logs, list):
@@ -196,11 +307,12 @@ class ProgressReporter:
                 live_log_total_count=self.state.log_total_count,
                 replay_all=replay_all,
             )
-        await self.uploader.flush(
-            force=True,
-            status=status,
-            required=required or status != "running",
-            terminal_log_replay=replay,
+        await self._retrying(
+            "make the final upload",
+            lambda: self.uploader.flush(
+                force=True, status=status, required=required, terminal_log_replay=replay
+            ),
+            deadline_s,
         )
 
     async def aclose(self) -> None:

@@ -15,11 +15,21 @@ carries everything folded up to then. Best-effort flushes are throttled by an ad
 throttled request that leaves changes behind arms one *trailing* timer so a quiet stream still
 lands within an interval (the seed waited for the next event or the final flush).
 
-A failed upload gives its one-shot events back to the state (they go out with the next upload) and
-rejects only the required callers. `StaleAttemptError` (another attempt owns the run) stops the
-uploader for good: nothing more is sent. ``is_current_attempt()`` is asked before every upload; a
-stale attempt uploads nothing. Every upload carries ``upload_seq`` (1, 2, … within the attempt).
-Clock and sleep are injectable so tests never wait for real.
+Exactly once. Every upload carries ``upload_seq`` (1, 2, … within the attempt) and is built once:
+an upload whose outcome is unknown (a lost connection, a lost answer, a timeout) is kept *unacked*
+and sent again, byte for byte under the same ``upload_seq``, before anything newer. The ledger
+absorbs it as a late duplicate if the first delivery was applied, or applies it now; either way its
+one-shot events (dataset lifecycle, activity observations) land once, which resending them inside a
+newer upload could not promise. A ``duplicate`` answer to an upload that was never delivered before
+means another reporter already used that ``upload_seq`` of the attempt (one that was not started
+with resume): it raises `DuplicateUploadError` instead of passing for a success.
+
+An upload the ledger refused (`UploadRejected`: nothing was written) gives its one-shot events back
+to the state. Failures reject only the required callers. `StaleAttemptError` (another attempt owns
+the run), `RunTerminalError` (someone else ended the run) and `DuplicateUploadError` stop the
+uploader for good: nothing more is sent. ``is_current_attempt()`` is asked before every new upload;
+a stale attempt uploads nothing. Each upload is made storable first (`reporter.sanitize`). Clock and
+sleep are injectable so tests never wait for real.
 """
 
 from __future__ import annotations
@@ -32,11 +42,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reporter.sanitize import Dropped, sanitize_upload
 from reporter.state import ProgressState, Snapshot
-from reporter.transport import StaleAttemptError, Transport
+from reporter.transport import (
+    DuplicateUploadError,
+    Refused,
+    StaleAttemptError,
+    Transport,
+    UploadRejected,
+)
 
 Status = Literal["running", "completed", "failed"]
-STATUSES: tuple[Status, ...] = ("running", "completed", "failed")
 
 log = logging.getLogger("reporter.uploader")
 
@@ -74,6 +90,17 @@ class FlushRequest:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Unacked:
+    """An upload sent but not acknowledged: its body (resent as is), the snapshot it was built
+    from (whose one-shot events go back to the state if the ledger refuses it) and the replay
+    that its request carried."""
+
+    body: dict[str, Any]
+    snapshot: Snapshot
+    replay: dict[str, Any] | None
+
+
 class CoalescingUploader:
     """Sends `ProgressState` snapshots through a `Transport`, one at a time."""
 
@@ -106,7 +133,11 @@ class CoalescingUploader:
         self.uploads_made = 0
         self.failed_uploads = 0
         self.stopped = False
+        self.stop_reason: Refused | None = None
         self.last_error: BaseException | None = None
+        self.dropped = Dropped(run_id)
+        # The upload whose outcome is unknown; sent again before anything newer.
+        self._unacked: Unacked | None = None
         self._last_flush_at: float | None = None
         self._pending: FlushRequest | None = None
         self._pump_task: asyncio.Task[None] | None = None
@@ -164,10 +195,10 @@ class CoalescingUploader:
         if self.stopped:
             if required and waiter:
                 failed: asyncio.Future[None] = loop.create_future()
-                failed.set_exception(StaleAttemptError(f"reporter for run {self.run_id!r} was stopped"))
+                failed.set_exception(self._stopped_error())
                 return failed
             return None
-        if not force and not self.state.has_changes:
+        if not force and not self.state.has_changes and self._unacked is None:
             return self._idle_future(loop) if waiter else None
         now = self._clock()
         if (
@@ -235,37 +266,93 @@ class CoalescingUploader:
             answer = await answer
         return bool(answer)
 
+    def _stopped_error(self) -> Refused:
+        if self.stop_reason is not None:
+            return self.stop_reason
+        return StaleAttemptError(f"reporter for run {self.run_id!r} was stopped")
+
+    @property
+    def has_unacked(self) -> bool:
+        """True while an upload whose outcome is unknown waits to be sent again."""
+        return self._unacked is not None
+
     async def _upload(self, request: FlushRequest) -> None:
         if self.stopped:
-            _settle(request, StaleAttemptError(f"reporter for run {self.run_id!r} was stopped"))
+            _settle(request, self._stopped_error())
             return
-        snapshot = self.state.snapshot()
         try:
+            if self._unacked is not None and await self._resend_covers(request):
+                _settle(request, None)
+                return
             if await self._current_attempt():
+                snapshot = self.state.snapshot()
                 self.upload_seq += 1
-                await self.transport.upload(self.payload(request, snapshot, self.upload_seq))
+                body = self.payload(request, snapshot, self.upload_seq)
+                self._unacked = Unacked(body, snapshot, request.terminal_log_replay)
+                await self._deliver(body, redelivery=False)
+                self._unacked = None
                 self.uploads_made += 1
-        except StaleAttemptError as exc:
-            self.stopped = True
-            self.last_error = exc
-            log.warning(
-                "run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt
-            )
+        except Refused as exc:
+            self._refused(exc)
             _settle(request, exc)
             return
         except asyncio.CancelledError:
-            self.state.requeue(snapshot)
             for future, _ in request.waiters:
                 future.cancel()
             raise
         except Exception as exc:
-            self.state.requeue(snapshot)
+            # Outcome unknown: the unacked upload stays, and the next request sends it again.
             self.failed_uploads += 1
             self.last_error = exc
             log.warning("run %s: progress upload failed: %s", self.run_id, exc)
             _settle(request, exc)
             return
         _settle(request, None)
+
+    async def _resend_covers(self, request: FlushRequest) -> bool:
+        """Send the unacked upload again; True when it already carries all `request` asks for."""
+        unacked = self._unacked
+        assert unacked is not None
+        await self._deliver(unacked.body, redelivery=True)
+        self._unacked = None
+        self.uploads_made += 1
+        # It was built from the state as it then was: if nothing changed since and it had the
+        # same status and replay, a second upload would only repeat it.
+        return (
+            not self.state.has_changes
+            and unacked.body["status"] == request.status
+            and (request.terminal_log_replay is None or unacked.replay is request.terminal_log_replay)
+        )
+
+    async def _deliver(self, payload: dict[str, Any], *, redelivery: bool) -> None:
+        answer = await self.transport.upload(payload)
+        if answer.get("duplicate") is True and not (redelivery or answer.get("redelivered")):
+            raise DuplicateUploadError(
+                f"the ledger already holds upload {payload['upload_seq']} of attempt "
+                f"{self.producer_attempt} of run {self.run_id} from another reporter: this one "
+                "changed nothing (start a reporter that continues an attempt with resume)"
+            )
+
+    def _refused(self, exc: Refused) -> None:
+        self.last_error = exc
+        if isinstance(exc, UploadRejected) and self._unacked is not None:
+            # Refused whole, nothing written: its one-shot events go out with a later upload.
+            self.state.requeue(self._unacked.snapshot)
+            self._unacked = None
+            self.failed_uploads += 1
+            log.warning("run %s: progress upload refused: %s", self.run_id, exc)
+            return
+        if isinstance(exc, UploadRejected):
+            self.failed_uploads += 1
+            return
+        self.stopped = True
+        self.stop_reason = exc
+        if isinstance(exc, StaleAttemptError):
+            log.warning(
+                "run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt
+            )
+        else:
+            log.warning("run %s: reporter stops: %s", self.run_id, exc)
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
         """The SPEC 2.7 upload for one snapshot."""
@@ -284,7 +371,7 @@ class CoalescingUploader:
         }
         if snapshot.dropped_one_shot_events:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
-        return body
+        return sanitize_upload(body, self.dropped)
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the uploads in flight (they are not cancelled)."""

@@ -56,7 +56,9 @@ class FakeTransport:
         self.gate: asyncio.Event | None = None
         self.failures: list[BaseException] = []
         self.fail_calls: dict[int, BaseException] = {}  # the n-th call (from 1) fails
+        self.answers: list[dict[str, Any]] = []  # the next answers, then {"applied": True}
         self.outcomes: list[dict[str, Any]] = []
+        self.runs: dict[str, dict[str, Any]] = {}
         self.observations: list[dict[str, Any]] = []
         self.started = 0
 
@@ -81,9 +83,12 @@ class FakeTransport:
             if self.failures:
                 raise self.failures.pop(0)
             self.payloads.append(payload)
-            return {"applied": True}
+            return self.answers.pop(0) if self.answers else {"applied": True}
         finally:
             self.in_flight -= 1
+
+    async def run_state(self, run_id: str) -> dict[str, Any] | None:
+        return self.runs.get(run_id)
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         return list(self.outcomes)

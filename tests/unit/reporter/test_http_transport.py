@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from reporter.http_transport import HttpTransport, RetryPolicy, parse_retry_after
-from reporter.transport import StaleAttemptError, TransportError, UploadRejected
+from reporter.transport import RunTerminalError, StaleAttemptError, TransportError, UploadRejected
 
 PAYLOAD = {"run_id": "run/1", "upload_seq": 7, "producer_attempt": 2, "status": "running"}
 
@@ -65,7 +65,7 @@ async def test_503_is_retried_honouring_retry_after_as_a_minimum_with_the_same_k
             httpx.Response(200, json={"ok": True}),
         ]
     )
-    assert await transport.upload(dict(PAYLOAD)) == {"ok": True}
+    assert await transport.upload(dict(PAYLOAD)) == {"ok": True, "redelivered": True}
     assert len(recorder.requests) == 4
     assert {r.headers["Idempotency-Key"] for r in recorder.requests} == {"run/1:2:7"}
     assert recorder.sleeps[0] >= 5.0  # Retry-After wins over the (capped at 2 s) backoff
@@ -92,7 +92,10 @@ async def test_other_errors_are_not_retried(status: int) -> None:
 
 
 async def test_409_stale_attempt_stops_without_retry() -> None:
-    body = {"error": "stale producer attempt 2 for run 'run/1': the run is on attempt 3"}
+    body = {
+        "error": "stale producer attempt 2 for run 'run/1': the run is on attempt 3",
+        "code": "stale_attempt",
+    }
     transport, recorder, close = make([httpx.Response(409, json=body)])
     with pytest.raises(StaleAttemptError, match="attempt 3"):
         await transport.upload(dict(PAYLOAD))
@@ -101,10 +104,21 @@ async def test_409_stale_attempt_stops_without_retry() -> None:
 
 
 async def test_other_409_is_a_rejection_not_a_stale_attempt() -> None:
-    transport, _, close = make([httpx.Response(409, json={"error": "run is terminal"})])
+    body = {"error": "stale producer attempt, says the text only"}
+    transport, _, close = make([httpx.Response(409, json=body)])
     with pytest.raises(UploadRejected) as info:
         await transport.upload(dict(PAYLOAD))
     assert not isinstance(info.value, StaleAttemptError)
+    await close()
+
+
+async def test_409_terminal_names_who_ended_the_run_and_how() -> None:
+    terminal = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}
+    body = {"error": "run is terminal", "code": "terminal", "terminal": terminal}
+    transport, recorder, close = make([httpx.Response(409, json=body)])
+    with pytest.raises(RunTerminalError, match="ended as failed by someone else: run watchdog") as info:
+        await transport.upload(dict(PAYLOAD))
+    assert info.value.terminal == terminal and len(recorder.requests) == 1
     await close()
 
 

@@ -8,19 +8,32 @@ from typing import Any
 import pytest
 
 from reporter import ProgressReporter, SimulatedRun, StepState
-from reporter.transport import StaleAttemptError, TransportError
+from reporter.transport import StaleAttemptError, TransportError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 
 SIM = SimulatedRun(rows=1_000, fail_every=10, page_size=250)
 T = "[2026-01-01T00:00:00.000Z] "
 
 
-def make(transport: FakeTransport | None = None, **kwargs: Any) -> tuple[ProgressReporter, FakeTransport]:
+def make(
+    transport: FakeTransport | None = None, *, skip_waits: bool = False, **kwargs: Any
+) -> tuple[ProgressReporter, FakeTransport]:
     clock = FakeClock()
     transport = transport or FakeTransport()
     kwargs.setdefault("contract", SIM.contract())
+
+    async def skip(seconds: float) -> None:
+        # The time passes at once: retries within a deadline are counted, never waited for.
+        clock.now += seconds
+        await asyncio.sleep(0)
+
     reporter = ProgressReporter(
-        "run-1", transport, clock=clock.monotonic, sleep=clock.sleep, wall_clock_ms=clock.wall_ms, **kwargs
+        "run-1",
+        transport,
+        clock=clock.monotonic,
+        sleep=skip if skip_waits else clock.sleep,
+        wall_clock_ms=clock.wall_ms,
+        **kwargs,
     )
     return reporter, transport
 
@@ -202,16 +215,30 @@ async def test_replay_all_and_skip() -> None:
     assert transport.payloads[-1]["terminal_log_replay"] is None
 
 
-async def test_terminal_flush_is_required_but_a_running_finalize_is_not() -> None:
-    reporter, transport = make()
+async def test_a_running_finalize_is_best_effort_a_terminal_one_outlasts_faults_until_its_deadline() -> None:
+    reporter, transport = make(skip_waits=True)
     transport.failures.append(boom("down"))
-    await reporter.finalize(None)  # status running: best effort
-    transport.failures.append(boom("still down"))
-    with pytest.raises(TransportError, match="still down"):
+    await reporter.finalize(None)  # status running: best effort, returns although it failed
+    assert transport.payloads == []
+    transport.failures.extend([boom("still down"), boom("and again")])
+    await reporter.finalize({"status": "completed"})
+    # The lost running upload is resent under its seq, then the terminal one: nothing doubled.
+    assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "running"), (2, "completed")]
+
+
+async def test_a_terminal_finalize_raises_once_the_deadline_passes() -> None:
+    reporter, transport = make(skip_waits=True)
+    transport.failures.extend(boom("down") for _ in range(10_000))
+    with pytest.raises(TransportError, match="down"):
+        await reporter.finalize({"status": "completed"}, deadline_s=1.0)
+
+
+async def test_a_refusal_of_the_final_upload_raises_at_once() -> None:
+    reporter, transport = make(skip_waits=True)
+    transport.failures.append(UploadRejected(422, "no"))
+    with pytest.raises(UploadRejected):
         await reporter.finalize({"status": "completed"})
-    transport.failures.append(boom("down again"))
-    with pytest.raises(TransportError):
-        await reporter.finalize(None, required=True)
+    assert transport.started == 1
 
 
 async def test_finalize_deadline_raises_but_does_not_cancel_the_upload() -> None:

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from reporter.state import ProgressState
-from reporter.transport import StaleAttemptError, TransportError
+from reporter.transport import (
+    DuplicateUploadError,
+    RunTerminalError,
+    StaleAttemptError,
+    TransportError,
+    UploadRejected,
+)
 from reporter.uploader import CoalescingUploader, interval_for_total_rows
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 
@@ -142,23 +148,108 @@ async def test_every_waiter_resolves_only_after_the_merged_upload() -> None:
     assert len(transport.payloads) == 2
 
 
-async def test_failed_upload_requeues_one_shot_events_delivered_exactly_once() -> None:
+async def test_an_upload_of_unknown_outcome_is_resent_as_is_before_anything_newer() -> None:
     uploader, state, transport, _ = make()
     transport.failures.append(boom())
     state.add_lifecycle_event({"id": "e1"})
     state.add_activity_observation({"activityId": "a", "observedAt": 5, "v": "failed-upload"})
     await uploader.flush(force=True)  # best effort: returns normally
-    assert transport.payloads == [] and uploader.failed_uploads == 1
+    assert transport.payloads == [] and uploader.failed_uploads == 1 and uploader.has_unacked
     state.add_lifecycle_event({"id": "e2"})
     state.add_activity_observation({"activityId": "a", "observedAt": 4, "v": "older"})
     state.add_activity_observation({"activityId": "b", "observedAt": 1, "v": "b"})
     await uploader.flush(force=True)
+    # The lost upload again under its own seq (the ledger absorbs it if it had applied it), then
+    # the newer events in an upload of their own: each one-shot event is in exactly one upload_seq.
+    assert [p["upload_seq"] for p in transport.payloads] == [1, 2]
+    assert [[e["id"] for e in p["dataset_lifecycle_events"]] for p in transport.payloads] == [["e1"], ["e2"]]
+    activities = [[o["v"] for o in p["activity_observations"]] for p in transport.payloads]
+    assert activities == [["failed-upload"], ["older", "b"]]
+    assert not uploader.has_unacked
+
+
+async def test_a_refused_upload_gives_its_one_shot_events_back_and_is_not_resent() -> None:
+    uploader, state, transport, _ = make()
+    transport.failures.append(UploadRejected(422, "nope"))
+    state.add_lifecycle_event({"id": "e1"})
     await uploader.flush(force=True)
-    delivered = [e["id"] for p in transport.payloads for e in p["dataset_lifecycle_events"]]
-    assert delivered == ["e1", "e2"]
-    activities = [o["v"] for p in transport.payloads for o in p["activity_observations"]]
-    assert activities == ["failed-upload", "b"]  # newest per activity wins, each sent once
-    assert [p["upload_seq"] for p in transport.payloads] == [2, 3]  # a failed upload's seq is never reused
+    assert not uploader.has_unacked and uploader.failed_uploads == 1
+    state.add_lifecycle_event({"id": "e2"})
+    await uploader.flush(force=True)
+    assert [p["upload_seq"] for p in transport.payloads] == [2]  # a refused upload's seq is not reused
+    assert [e["id"] for e in transport.payloads[0]["dataset_lifecycle_events"]] == ["e1", "e2"]
+
+
+async def test_a_duplicate_answer_to_a_first_delivery_is_an_error_and_stops() -> None:
+    uploader, state, transport, _ = make()
+    transport.answers.append({"duplicate": True})
+    touch(state)
+    with pytest.raises(DuplicateUploadError, match="another reporter"):
+        await uploader.flush(force=True, required=True)
+    assert uploader.stopped
+    touch(state, 2)
+    with pytest.raises(DuplicateUploadError):
+        await uploader.flush(force=True, required=True)
+    assert len(transport.payloads) == 1
+
+
+async def test_a_duplicate_answer_to_a_resend_or_a_transport_redelivery_is_its_own() -> None:
+    uploader, state, transport, _ = make()
+    transport.failures.append(boom("answer lost"))
+    touch(state)
+    await uploader.flush(force=True)
+    transport.answers.extend([{"duplicate": True}, {"duplicate": True, "redelivered": True}])
+    touch(state, 2)
+    await uploader.flush(force=True, required=True)  # the resend (dup) and the new upload (redelivered)
+    assert not uploader.stopped
+    assert [p["upload_seq"] for p in transport.payloads] == [1, 2]
+
+
+async def test_a_resend_that_already_carries_the_request_is_not_followed_by_a_repeat() -> None:
+    uploader, state, transport, _ = make()
+    transport.failures.append(boom("answer lost"))
+    touch(state)
+    with pytest.raises(TransportError):
+        await uploader.flush(force=True, status="completed", required=True)
+    await uploader.flush(force=True, status="completed", required=True)
+    assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "completed")]
+
+
+async def test_a_run_ended_by_someone_else_stops_the_uploader() -> None:
+    uploader, state, transport, _ = make()
+    transport.failures.append(RunTerminalError("run r1 was already ended as failed", {"status": "failed"}))
+    touch(state)
+    with pytest.raises(RunTerminalError):
+        await uploader.flush(force=True, required=True)
+    assert uploader.stopped
+    with pytest.raises(RunTerminalError, match="already ended"):
+        await uploader.flush(force=True, required=True)
+
+
+async def test_junk_is_repaired_or_dropped_before_upload_and_counted() -> None:
+    uploader, state, transport, _ = make()
+    state.append_log("bad \x00 byte")
+    state.add_lifecycle_event({"nested": "\x00"})
+    state.add_lifecycle_event({"ok": 1})
+    state.add_activity_observation({"activityId": "a", "observedAt": "2026-11-30T00:00:00Z"})
+    state.set_node_progress("n", {"completed": 2**70, "message": "m\ud800", "node_io": {"error": "e\x00"}})
+    state.set_node_progress("bad\x00id", {"completed": 1})
+    await uploader.flush(force=True, required=True)
+    payload = transport.payloads[0]
+    assert payload["live_logs"] == ["bad \ufffd byte"]
+    assert payload["dataset_lifecycle_events"] == [{"ok": 1}]
+    assert payload["activity_observations"] == []
+    assert "bad\x00id" not in payload["live_node_progress"]
+    node = payload["live_node_progress"]["n"]
+    assert (
+        "completed" not in node and node["message"] == "m\ufffd" and node["node_io"] == {"error": "e\ufffd"}
+    )
+    assert uploader.dropped.counts == {
+        "dataset lifecycle event": 1,
+        "activity observation": 1,
+        "node progress field": 1,
+        "node": 1,
+    }
 
 
 async def test_required_callers_are_rejected_best_effort_callers_are_not() -> None:
@@ -198,18 +289,18 @@ async def test_merged_required_and_best_effort_waiters_in_one_failed_upload() ->
 async def test_one_shot_backlog_is_bounded_and_the_drop_count_is_reported_once() -> None:
     uploader, state, transport, _ = make(max_pending_one_shot=3)
     transport.failures.extend([boom(), boom()])
-    for i in range(2):
-        state.add_lifecycle_event({"id": i})
-    await uploader.flush(force=True)  # fails: 0, 1 re-queued
-    for i in range(2, 4):
-        state.add_lifecycle_event({"id": i})  # 4 pending > 3: the oldest (0) dropped
-    await uploader.flush(force=True)  # fails again
-    state.add_lifecycle_event({"id": 4})  # 1 dropped
+    state.add_lifecycle_event({"id": 0})
+    await uploader.flush(force=True)  # fails: 0 waits in the unacked upload
+    for i in range(1, 5):
+        state.add_lifecycle_event({"id": i})  # 4 pending > 3: the oldest (1) dropped
+    await uploader.flush(force=True)  # the resend fails again
+    state.add_lifecycle_event({"id": 5})  # 1 more dropped (2)
     await uploader.flush(force=True)
+    assert [[e["id"] for e in p["dataset_lifecycle_events"]] for p in transport.payloads] == [[0], [3, 4, 5]]
+    assert "dropped_one_shot_events" not in transport.payloads[0]
+    assert transport.payloads[1]["dropped_one_shot_events"] == 2
     await uploader.flush(force=True)
-    assert [e["id"] for e in transport.payloads[0]["dataset_lifecycle_events"]] == [2, 3, 4]
-    assert transport.payloads[0]["dropped_one_shot_events"] == 2
-    assert "dropped_one_shot_events" not in transport.payloads[1]
+    assert "dropped_one_shot_events" not in transport.payloads[-1]
 
 
 async def test_fenced_attempt_uploads_nothing_and_resolves_waiters() -> None:

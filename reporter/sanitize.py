@@ -1,0 +1,120 @@
+"""Make an upload storable before it leaves the worker: repair free text, drop what would be refused.
+
+A runner's stream is whatever its tools produced. The ledger refuses a whole upload when one field
+is out of bounds (a NUL in a node id, a string `observedAt`, a count past a bigint), and a refused
+upload would be retried forever: one junk value must never cost the run its progress. So every
+upload goes through `sanitize_upload`, which checks it field by field with the very functions the
+ledger parses it with (`ledger.validate`, dependency-free):
+
+* free text (log lines, replay lines, node messages) is repaired: NUL and lone surrogates become
+  U+FFFD, as the ledger itself would store them;
+* a structured value the ledger would refuse is dropped at the smallest unit that holds it (one
+  node field, one key of a node's I/O, one node, one lifecycle event, one activity observation),
+  and counted per kind in `Dropped`; the rest of the upload still goes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+from ledger import validate
+
+log = logging.getLogger("reporter.sanitize")
+
+
+class Dropped:
+    """Counts of dropped values per kind; says so once per kind on the logger."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.counts: Counter[str] = Counter()
+
+    def note(self, kind: str, problem: validate.InvalidInput) -> None:
+        if not self.counts[kind]:
+            log.warning(
+                "run %s: dropping %s the ledger would refuse (%s); further ones are counted, not logged",
+                self.run_id,
+                kind,
+                problem.message,
+            )
+        self.counts[kind] += 1
+
+
+def sanitize_upload(payload: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
+    """A copy of `payload` the ledger accepts whole (see the module docstring)."""
+    clean = dict(payload)
+    clean["live_logs"] = [validate.repair_text(line) for line in payload["live_logs"]]
+    clean["live_node_progress"] = _nodes(payload["live_node_progress"], dropped)
+    clean["dataset_lifecycle_events"] = _kept(
+        payload["dataset_lifecycle_events"], validate.json_object, "dataset lifecycle event", dropped
+    )
+    clean["activity_observations"] = _kept(
+        payload["activity_observations"], validate.activity_observation, "activity observation", dropped
+    )
+    replay = payload.get("terminal_log_replay")
+    if replay is not None:
+        clean["terminal_log_replay"] = {
+            **replay,
+            "lines": [validate.repair_text(line) for line in replay["lines"]],
+        }
+    return clean
+
+
+def _kept(items: list[Any], check: Any, kind: str, dropped: Dropped) -> list[Any]:
+    kept = []
+    for index, item in enumerate(items):
+        try:
+            kept.append(check(f"{kind}[{index}]", item))
+        except validate.InvalidInput as problem:
+            dropped.note(kind, problem)
+    return kept
+
+
+def _nodes(nodes: dict[str, dict[str, Any]], dropped: Dropped) -> dict[str, dict[str, Any]]:
+    clean: dict[str, dict[str, Any]] = {}
+    for node_id, node in nodes.items():
+        try:
+            validate.node_id("node id", node_id)
+        except validate.InvalidInput as problem:
+            dropped.note("node", problem)
+            continue
+        clean[node_id] = _node(node_id, node, dropped)
+    return clean
+
+
+def _node(node_id: str, node: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    for key, value in node.items():
+        if value is None or key not in validate.NODE_FIELDS:
+            continue
+        name = f"{node_id}.{key}"
+        try:
+            clean[key] = validate.node_field(name, key, value)
+        except validate.InvalidInput as problem:
+            if key == "node_io" and isinstance(value, dict):
+                clean[key] = _node_io(name, value, dropped)
+            else:
+                dropped.note("node progress field", problem)
+    return clean
+
+
+def _node_io(name: str, node_io: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
+    """The keys of a node's I/O the ledger stores; the error (free text) survives repaired, since
+    it is how the ledger tells a failed step from a completed one."""
+    clean: dict[str, Any] = {}
+    for key, value in node_io.items():
+        try:
+            validate.text(f"{name} key", key)
+            clean[key] = (
+                validate.repair_text(value)
+                if key == "error" and isinstance(value, str)
+                # One level less: the node's I/O object itself counts against the stored depth.
+                else validate.json_value(f"{name}.{key}", value, max_depth=validate.MAX_VALUE_DEPTH - 1)
+            )
+        except validate.InvalidInput as problem:
+            dropped.note("node I/O value", problem)
+            if key == "error":
+                clean[key] = "step failed (its error text could not be stored)"
+    return clean
