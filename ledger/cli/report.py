@@ -8,8 +8,13 @@ reconciles, and makes the final upload. End of input without a ``result`` report
 (exit 1, with a line saying so in the run's log). A line that is not a JSON object is reported on
 stderr with its line number and skipped.
 
-Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 2 the ledger refused or
-could not be reached for the final upload, 3 a newer attempt owns the run (stale attempt).
+A runner that reports one attempt in several batches ends each batch but the last with
+``--no-finalize`` (its progress is uploaded, the run stays open) and starts the next with
+``--resume`` (it continues after the uploads and log lines the ledger already holds).
+
+Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 3 a newer attempt owns the
+run (stale attempt), 4 someone else already ended the run, 5 the final upload failed (the ledger
+refused it, or could not be reached before the deadline). Click's usage errors keep 2.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ import click
 from ledger.auth import client_token
 from ledger.cli.client_http import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
+from reporter.transport import RunTerminalError
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
-EXIT_UPLOAD_FAILED = 2
 EXIT_STALE = 3
+EXIT_TERMINAL = 4
+EXIT_UPLOAD_FAILED = 5
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
 )
@@ -104,14 +111,27 @@ async def feed(
     return None
 
 
-async def report(reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None]) -> int:
-    """Feed, reconcile and finalize; the exit code (see the module docstring)."""
+async def report(
+    reporter: ProgressReporter,
+    lines: AsyncIterator[str],
+    warn: Callable[[str], None],
+    *,
+    resume: bool = False,
+    finalize: bool = True,
+) -> int:
+    """Feed, reconcile and finalize (or only end the batch); the exit code (module docstring)."""
+    missing = False
     try:
+        if resume:
+            await reporter.resume()
         try:
             result = await feed(reporter, lines, warn)
         except OSError as exc:
             warn(str(exc))
             result = None
+        if not finalize:
+            await reporter.end_batch()
+            return EXIT_OK
         missing = result is None
         if result is None:
             reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
@@ -121,6 +141,9 @@ async def report(reporter: ProgressReporter, lines: AsyncIterator[str], warn: Ca
     except StaleAttemptError as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
+    except RunTerminalError as exc:
+        warn(str(exc))
+        return EXIT_TERMINAL
     except (TransportError, TimeoutError) as exc:
         warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
         return EXIT_UPLOAD_FAILED
@@ -142,7 +165,15 @@ def load_contract(path: Path | None) -> object:
 
 
 async def _main(
-    run_id: str, contract: object, attempt: int, mode: str, stream: IO[str], warn: Callable[[str], None]
+    run_id: str,
+    contract: object,
+    attempt: int,
+    mode: str,
+    stream: IO[str],
+    warn: Callable[[str], None],
+    *,
+    resume: bool,
+    finalize: bool,
 ) -> int:
     async with HttpTransport(service_url(), client_token()) as transport:
         reporter = ProgressReporter(
@@ -152,7 +183,7 @@ async def _main(
             producer_attempt=attempt,
             mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
         )
-        return await report(reporter, read_lines(stream), warn)
+        return await report(reporter, read_lines(stream), warn, resume=resume, finalize=finalize)
 
 
 @click.command("report")
@@ -168,16 +199,44 @@ async def _main(
     type=click.Choice(["progress_reporter", "direct_worker"]),
     default="progress_reporter",
     show_default=True,
-    help="Which log lines are durable (SPEC 3, log modes).",
+    help="Which log lines are durable: all (progress_reporter), or not the worker host's own.",
 )
-def report_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> None:
-    """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL)."""
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue this attempt after what the ledger already holds (a later batch of the same attempt).",
+)
+@click.option(
+    "--no-finalize",
+    "no_finalize",
+    is_flag=True,
+    help="End this batch without finalizing the run (a later `--resume` batch continues it).",
+)
+def report_command(
+    run_id: str, contract: Path | None, attempt: int, mode: str, resume: bool, no_finalize: bool
+) -> None:
+    """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
+
+    Exit codes: 0 reported, 1 no result line, 3 stale attempt, 4 the run was already ended by
+    someone else, 5 the final upload failed.
+    """
     if not run_id.strip():
         raise click.BadParameter("must not be empty", param_hint="--run-id")
 
     def warn(message: str) -> None:
         click.echo(f"ledger report: {message}", err=True)
 
-    code = asyncio.run(_main(run_id, load_contract(contract), attempt, mode, sys.stdin, warn))
+    code = asyncio.run(
+        _main(
+            run_id,
+            load_contract(contract),
+            attempt,
+            mode,
+            sys.stdin,
+            warn,
+            resume=resume,
+            finalize=not no_finalize,
+        )
+    )
     if code != EXIT_OK:
         sys.exit(code)

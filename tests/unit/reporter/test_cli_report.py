@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from ledger.cli import report as report_cli
 from ledger.cli.app import cli
 from reporter import HttpTransport, ProgressReporter, RetryPolicy, SimulatedRun
-from reporter.transport import StaleAttemptError
+from reporter.transport import RunTerminalError, StaleAttemptError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport
 
 SIM = SimulatedRun(rows=300, fail_every=7, page_size=100)
@@ -135,3 +135,53 @@ def test_a_bad_contract_file_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["report", "--run-id", "r", "--contract", str(contract)], input="")
     assert result.exit_code == 2
     assert "cannot read the contract" in result.output
+
+
+async def test_a_run_ended_by_someone_else_exits_4_naming_who_and_how() -> None:
+    transport = FakeTransport()
+    terminal = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}
+    transport.failures = [
+        RunTerminalError("run run-cli was already ended as failed by someone else", terminal)
+    ]
+    warnings: list[str] = []
+    result = json.dumps({"type": "result", "status": "completed"})
+    code = await report_cli.report(make(transport), lines_of([result]), warnings.append)
+    assert code == report_cli.EXIT_TERMINAL == 4
+    assert "already ended as failed" in warnings[-1]
+    assert transport.started == 1  # not retried
+
+
+async def test_a_refused_final_upload_exits_5() -> None:
+    transport = FakeTransport()
+    transport.failures = [UploadRejected(422, "no")]
+    warnings: list[str] = []
+    result = json.dumps({"type": "result", "status": "completed"})
+    code = await report_cli.report(make(transport), lines_of([result]), warnings.append)
+    assert code == report_cli.EXIT_UPLOAD_FAILED == 5
+    assert "final upload" in warnings[-1]
+
+
+async def test_batches_of_one_attempt_continue_after_what_the_ledger_holds() -> None:
+    transport = FakeTransport()
+    events = [json.dumps(e) for e in SIM.events() if e["type"] != "result"]
+    first = await report_cli.report(make(transport), lines_of(events[:20]), print, finalize=False)
+    assert first == report_cli.EXIT_OK
+    assert all(p["status"] == "running" for p in transport.payloads)
+    last = transport.payloads[-1]
+    transport.runs["run-cli"] = {
+        "producer_attempt": 1,
+        "last_upload_seq": last["upload_seq"],
+        "live_log_count": last["live_log_total_count"],
+        "live_node_progress": last["live_node_progress"],
+        "terminal": None,
+    }
+    sent_before = len(transport.payloads)
+    rest = [*events[20:], json.dumps({"type": "result", "status": "completed"})]
+    second = await report_cli.report(make(transport), lines_of(rest), print, resume=True)
+    assert second == report_cli.EXIT_OK
+    later = transport.payloads[sent_before:]
+    assert later[0]["upload_seq"] == last["upload_seq"] + 1
+    assert later[-1]["status"] == "completed"
+    # Positional logs: the second batch counts on from the first batch's lines.
+    batch_lines = sum(1 for e in events[20:] if json.loads(e)["type"] == "log")
+    assert later[-1]["live_log_total_count"] == last["live_log_total_count"] + batch_lines
