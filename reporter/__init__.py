@@ -6,7 +6,6 @@ run used by the demo and tests. Everything else lives in the submodules.
 """
 
 from reporter.direct_transport import DirectTransport
-from reporter.folding import LogMode
 from reporter.http_transport import DEFAULT_RETRY_POLICY, HttpTransport, RetryPolicy
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline, static_node_id
@@ -15,6 +14,7 @@ from reporter.reporter import ProgressReporter
 from reporter.simulate import SimulatedRun
 from reporter.transport import StaleAttemptError, Transport, TransportError, UploadRejected
 from reporter.uploader import Status, interval_for_total_rows
+from reporter.wire import LogMode
 
 __all__ = [
     "DEFAULT_RETRY_POLICY",

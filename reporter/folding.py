@@ -18,38 +18,28 @@ Counting rules worth knowing:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, NamedTuple
 
-from reporter import parsing
-from reporter.lifecycle import StepLifecycleTracker, StepTransition
+from reporter import reconcile, wire
+from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
 from reporter.pipeline import StaticPipeline
-from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message
+from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
 from reporter.state import ProgressState
+from reporter.wire import LogMode, as_int, invocation_sequence, is_durable_log
 
-LogMode = Literal["progress_reporter", "direct_worker"]
-
-
-def as_int(value: object) -> int | None:
-    """A finite integral number as int (bools and NaN are not numbers here), else None."""
-    if type(value) is int:  # the exact type: bool is an int subclass and must not count
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
+_MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
+MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
 
 
-def invocation_sequence(invocation_id: object) -> int:
-    """The trailing ``:<n>`` of a docflow invocation id, or -1."""
-    if not isinstance(invocation_id, str) or not invocation_id:
-        return -1
-    tail = invocation_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isascii() and tail.isdigit() else -1
+class MapFacts(NamedTuple):
+    """What a ``map.*`` execution event says, read once."""
 
-
-def is_durable_log(mode: LogMode, line: str, source: object) -> bool:
-    """In direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
-    return mode != "direct_worker" or source != "worker" or line.startswith(parsing.PERF_TRACE_MARKER)
+    node_id: str
+    total: int | None
+    completed: int | None
+    failed: int
+    namespace: str | None
 
 
 class EventFolder:
@@ -85,6 +75,60 @@ class EventFolder:
             self.state.set_node_progress(event.node_id, {"completed_at": event.at, "node_io": node_io})
         self.schedule(False)
 
+    # -- the end of a run (not the hot path) -----------------------------------------------------
+
+    def step_states(self) -> dict[str, StepState]:
+        """Every known step's state, in pipeline order."""
+        return self.lifecycle.states()
+
+    def apply_observations(self, observations: Iterable[object]) -> None:
+        """Fold durable node observations that are at least as recent as the live node I/O."""
+        for node_id, patch in reconcile.observation_patches(
+            observations, self.state.nodes, self.state.now_ms()
+        ):
+            self.state.set_node_progress(node_id, patch)
+
+    def reconcile(self, result: Mapping[str, Any] | None, sheet_outcomes: Iterable[object]) -> None:
+        """Rewrite map nodes from the result's checkpoint frames, then from the sheet outcomes
+        (the reconciliation of record: they win). A step the data plane shows settled is settled:
+        one still open completes, as it would have on its own ``map.completed``."""
+        now = self.state.now_ms()
+        patches = reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now)
+        for node_id, patch in patches:
+            self.state.set_node_progress(node_id, patch)
+        outcome_patches = reconcile.sheet_outcome_patches(
+            sheet_outcomes, self.pipeline, self.state.nodes, now
+        )
+        for node_id, patch in outcome_patches:
+            self.state.set_node_progress(node_id, patch)
+        for node_id, _ in (*patches, *outcome_patches):
+            self.lifecycle.on_map_completed(node_id)
+
+    def finish(self, result_status: Literal["completed", "failed"]) -> None:
+        """The terminal step transitions: every step still open fails with a failed run and
+        completes with a completed one; settled and never-started steps stay as they are."""
+        if result_status == "failed":
+            self.lifecycle.mark_started_failed()
+        else:
+            self.lifecycle.mark_all_terminal()
+
+    def restore(self, nodes: object) -> None:
+        """Take the steps' progress as the ledger holds it (a reporter continuing an attempt),
+        reporting no transition again."""
+        if not isinstance(nodes, Mapping):
+            return
+        for node_id, wire_node in nodes.items():
+            if not isinstance(node_id, str) or not isinstance(wire_node, Mapping):
+                continue
+            node = NodeProgress.from_wire(wire_node)
+            self.state.replace_node(node_id, node)
+            self.state.note_total_rows(node.total)
+            if node.completed_at is not None:
+                failed = isinstance(node.node_io, Mapping) and bool(node.node_io.get("error"))
+                self.lifecycle.restore(node_id, StepState.FAILED if failed else StepState.COMPLETED)
+            elif node.started_at is not None:
+                self.lifecycle.restore(node_id, StepState.STARTED)
+
     # -- entry point ------------------------------------------------------------------------------
 
     def on_runner_event(self, event: object) -> None:
@@ -114,14 +158,14 @@ class EventFolder:
     # -- log lines --------------------------------------------------------------------------------
 
     def _fold_log_line(self, line: str) -> None:
-        start = parsing.parse_map_start(line)
+        start = wire.parse_map_start(line)
         if start is not None:
             self._map_started_from_log(start.table_namespace, start.total, start.already_satisfied)
-        setup = parsing.parse_map_setup(line)
+        setup = wire.parse_map_setup(line)
         if setup is not None:
             self._map_started_from_log(setup.table_namespace, setup.rows, 0)
         if self.active_map_node_id is not None:
-            batch = parsing.parse_tool_batch(line)
+            batch = wire.parse_tool_batch(line)
             if batch is not None:
                 self._tool_batch_in_flight(self.active_map_node_id, batch.calls)
 
@@ -190,10 +234,11 @@ class EventFolder:
         elif kind == "tool.call.settled":
             tool_id = event.get("toolId")
             if isinstance(tool_id, str) and tool_id:
+                # Any settlement but a failure ("succeeded", "completed") completes the step.
                 if event.get("outcome") == "failed":
                     self.lifecycle.on_tool_failed(tool_id)
                     self.schedule(True)
-                elif event.get("outcome") == "completed":
+                else:
                     self.lifecycle.on_tool_completed(tool_id)
         elif kind == "activity.observed":
             observation = event.get("observation")
@@ -255,93 +300,78 @@ class EventFolder:
             )
         self.schedule(True)
 
-    def _map_node_id(self, event: Mapping[str, Any]) -> str | None:
-        explicit = event.get("mapNodeId")
-        if isinstance(explicit, str) and explicit.strip():
-            return explicit.strip()
-        namespace = event.get("artifactTableNamespace") or event.get("logicalNamespace")
-        ref = self.pipeline.resolve_namespace(namespace)
-        return ref.node_id if ref is not None else None
-
     def _fold_map_event(self, kind: str, event: Mapping[str, Any]) -> None:
-        node_id = self._map_node_id(event)
-        if node_id is None:
+        node_id = self.pipeline.map_node_id(event)
+        if kind not in MAP_EVENT_KINDS or node_id is None:
             return
-        total = as_int(event.get("totalRows"))
-        completed = as_int(event.get("completedRows"))
-        failed = as_int(event.get("failedRows"))
         namespace = event.get("artifactTableNamespace")
-        namespace = namespace if isinstance(namespace, str) and namespace else None
-        if kind in ("map.preparing", "map.started", "map.resumed"):
-            self.active_map_node_id = node_id
-            self.state.note_total_rows(total)
-            done = completed or 0
-            self.lifecycle.on_map_started(node_id)
-            message = (
-                "Preparing durable table..."
-                if kind == "map.preparing"
-                else rows_processed_message(done, total or 0)
-            )
-            self.state.set_node_progress(
-                node_id,
-                {
-                    "completed": done,
-                    "failed": 0,
-                    "total": total,
-                    "started_rows": done,
-                    "active_rows": 0,
-                    "waiting_rows": max(0, total - done) if total is not None else None,
-                    "completed_rows": done,
-                    "artifact_table_namespace": namespace,
-                    "started_at": self.state.now_ms(),
-                    "message": message,
-                },
-            )
-            return
-        if kind not in ("map.progress", "map.completed", "map.failed", "map.suspended"):
-            return
-        if completed is None:
-            return
-        failed = failed or 0
+        facts = MapFacts(
+            node_id=node_id,
+            total=as_int(event.get("totalRows")),
+            completed=as_int(event.get("completedRows")),
+            failed=as_int(event.get("failedRows")) or 0,
+            namespace=namespace if isinstance(namespace, str) and namespace else None,
+        )
+        if kind not in _MAP_STARTS and facts.completed is None:
+            return  # a count-carrying event without its counts says nothing
         self.active_map_node_id = node_id
-        self.state.note_total_rows(total)
-        if kind == "map.progress":
-            self._map_progress(node_id, completed, failed, total, namespace)
+        self.state.note_total_rows(facts.total)
+        if kind in _MAP_STARTS:
+            self._map_started(kind, facts)
+        elif kind == "map.progress":
+            self._map_progress(node_id, facts.completed or 0, facts.failed, facts.total, facts.namespace)
         elif kind == "map.suspended":
-            self.state.set_node_progress(
-                node_id,
-                {
-                    "completed": completed,
-                    "failed": failed,
-                    "total": total,
-                    "completed_rows": completed,
-                    "artifact_table_namespace": namespace,
-                    "message": rows_processed_message(completed, total),
-                },
-            )
+            self._map_suspended(facts)
         else:
-            if kind == "map.failed":
-                self.lifecycle.on_map_failed(node_id)
-            else:
-                self.lifecycle.on_map_completed(node_id)
-            processed = max(0, completed + failed)
-            terminal_total = total if total is not None else 0
-            self.state.set_node_progress(
-                node_id,
-                {
-                    "completed": completed,
-                    "failed": failed,
-                    "total": total,
-                    "started_rows": min(terminal_total, processed) if terminal_total > 0 else processed,
-                    "active_rows": 0,
-                    "waiting_rows": 0,
-                    "completed_rows": completed,
-                    "artifact_table_namespace": namespace,
-                    "completed_at": self.state.now_ms(),
-                    "message": rows_processed_message(completed, total),
-                },
-            )
-            self.active_map_node_id = None
+            self._map_settled(kind, facts)
+
+    def _map_started(self, kind: str, facts: MapFacts) -> None:
+        done = facts.completed or 0
+        total = facts.total
+        self.lifecycle.on_map_started(facts.node_id)
+        message = (
+            "Preparing durable table..." if kind == "map.preparing" else rows_processed_message(done, total)
+        )
+        self.state.set_node_progress(
+            facts.node_id,
+            {
+                "completed": done,
+                "failed": 0,
+                "total": total,
+                "started_rows": done,
+                "active_rows": 0,
+                "waiting_rows": max(0, total - done) if total is not None else None,
+                "completed_rows": done,
+                "artifact_table_namespace": facts.namespace,
+                "started_at": self.state.now_ms(),
+                "message": message,
+            },
+        )
+
+    def _map_suspended(self, facts: MapFacts) -> None:
+        completed = facts.completed or 0
+        self.state.set_node_progress(
+            facts.node_id,
+            {
+                "completed": completed,
+                "failed": facts.failed,
+                "total": facts.total,
+                "completed_rows": completed,
+                "artifact_table_namespace": facts.namespace,
+                "message": rows_processed_message(completed, facts.total),
+            },
+        )
+
+    def _map_settled(self, kind: str, facts: MapFacts) -> None:
+        if kind == "map.failed":
+            self.lifecycle.on_map_failed(facts.node_id)
+        else:
+            self.lifecycle.on_map_completed(facts.node_id)
+        patch = settled_map_patch(facts.completed or 0, facts.failed, facts.total or 0)
+        patch["artifact_table_namespace"] = facts.namespace
+        patch["completed_at"] = self.state.now_ms()
+        self.state.set_node_progress(facts.node_id, patch)
+        self.active_map_node_id = None
 
     def _map_progress(
         self, node_id: str, completed: int, failed: int, total: int | None, namespace: str | None

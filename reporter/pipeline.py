@@ -96,3 +96,12 @@ class StaticPipeline:
         if len(self._cache) < 10_000:  # runner namespaces are few; bound it against junk anyway
             self._cache[name] = found
         return found
+
+    def map_node_id(self, record: Mapping[str, Any]) -> str | None:
+        """The node a map event or checkpoint frame names: its ``mapNodeId``, else the dataset step
+        that owns its table namespace (the inline runner sends ``mapNodeId: null``)."""
+        explicit = record.get("mapNodeId")
+        if isinstance(explicit, str) and explicit.strip():
+            return explicit.strip()
+        ref = self.resolve_namespace(record.get("artifactTableNamespace") or record.get("logicalNamespace"))
+        return ref.node_id if ref is not None else None

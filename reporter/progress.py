@@ -99,6 +99,21 @@ def merge_patch(node: NodeProgress, patch: Mapping[str, Any], now_ms: int) -> No
     node.updated_at = now_ms
 
 
+def settled_map_patch(completed: int, failed: int, total: int) -> dict[str, Any]:
+    """The patch of a map that settled: nothing active or waiting, every row started (`total`, or
+    the settled rows when there is no positive total)."""
+    return {
+        "completed": completed,
+        "failed": failed,
+        "total": total if total > 0 else None,
+        "started_rows": total if total > 0 else completed + failed,
+        "active_rows": 0,
+        "waiting_rows": 0,
+        "completed_rows": completed,
+        "message": rows_processed_message(completed, total if total > 0 else None),
+    }
+
+
 def rows_processed_message(completed: int, total: int | None) -> str | None:
     """``1,234 / 10,000 rows processed``; None when there is no positive total."""
     if total is None or total <= 0:

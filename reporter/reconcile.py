@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from reporter.folding import as_int, invocation_sequence
 from reporter.pipeline import StaticPipeline
-from reporter.progress import NodeProgress, rows_processed_message
+from reporter.progress import NodeProgress, settled_map_patch
+from reporter.wire import as_int, invocation_sequence
 
 Patch = dict[str, Any]
 
@@ -34,19 +34,6 @@ def _count(value: object) -> int | None:
         value = int(value)
     number = as_int(value)
     return None if number is None else max(0, number)
-
-
-def _settled_patch(completed: int, failed: int, total: int) -> Patch:
-    return {
-        "completed": completed,
-        "failed": failed,
-        "total": total if total > 0 else None,
-        "started_rows": total if total > 0 else completed + failed,
-        "active_rows": 0,
-        "waiting_rows": 0,
-        "completed_rows": completed,
-        "message": rows_processed_message(completed, total if total > 0 else None),
-    }
 
 
 def checkpoint_patches(
@@ -64,7 +51,7 @@ def checkpoint_patches(
     for frame in frames.values():
         if not isinstance(frame, Mapping) or frame.get("status") not in ("completed", "failed"):
             continue
-        node_id = _frame_node_id(frame, pipeline)
+        node_id = pipeline.map_node_id(frame)
         if node_id is None:
             continue
         failed = _count(frame.get("failedRowsCount")) or 0
@@ -76,7 +63,7 @@ def checkpoint_patches(
         if total <= 0:
             total = completed + failed
         existing = nodes.get(node_id) or NodeProgress()
-        patch = _settled_patch(completed, failed, total)
+        patch = settled_map_patch(completed, failed, total)
         namespace = frame.get("artifactTableNamespace")
         patch["artifact_table_namespace"] = (
             namespace if isinstance(namespace, str) and namespace else existing.artifact_table_namespace
@@ -84,14 +71,6 @@ def checkpoint_patches(
         patch["completed_at"] = existing.completed_at if existing.completed_at is not None else now_ms
         patches.append((node_id, patch))
     return patches
-
-
-def _frame_node_id(frame: Mapping[str, Any], pipeline: StaticPipeline) -> str | None:
-    explicit = frame.get("mapNodeId")
-    if isinstance(explicit, str) and explicit.strip():
-        return explicit.strip()
-    ref = pipeline.resolve_namespace(frame.get("artifactTableNamespace") or frame.get("logicalNamespace"))
-    return ref.node_id if ref is not None else None
 
 
 def sheet_outcome_patches(
@@ -121,7 +100,7 @@ def sheet_outcome_patches(
         if total <= 0 and completed <= 0 and failed <= 0:
             continue
         existing = nodes.get(ref.node_id) or NodeProgress()
-        patch = _settled_patch(completed, failed, total)
+        patch = settled_map_patch(completed, failed, total)
         patch["artifact_table_namespace"] = existing.artifact_table_namespace or ref.artifact_table_namespace
         patch["started_at"] = existing.started_at if existing.started_at is not None else now_ms
         patch["completed_at"] = existing.completed_at if existing.completed_at is not None else now_ms

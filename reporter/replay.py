@@ -27,8 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from reporter.folding import LogMode
-from reporter.parsing import has_timestamp_prefix, strip_timestamp_prefix
+from reporter.wire import LogMode, has_timestamp_prefix, strip_timestamp_prefix
 
 
 def replay_lines_for_mode(result_logs: Iterable[object], mode: LogMode) -> list[str]:

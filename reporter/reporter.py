@@ -30,11 +30,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from reporter import reconcile
-from reporter.folding import EventFolder, LogMode
+from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
-from reporter.progress import NodeProgress
 from reporter.replay import build_terminal_replay
 from reporter.state import DEFAULT_MAX_PENDING_ONE_SHOT, ProgressState
 from reporter.transport import (
@@ -46,6 +44,7 @@ from reporter.transport import (
     terminal_message,
 )
 from reporter.uploader import CoalescingUploader, Status, epoch_ms_now, interval_for_total_rows
+from reporter.wire import LogMode
 
 log = logging.getLogger("reporter")
 
@@ -125,7 +124,7 @@ class ProgressReporter:
         return self.uploader.stopped
 
     def step_states(self) -> dict[str, StepState]:
-        return self.folder.lifecycle.states()
+        return self.folder.step_states()
 
     def apply_terminal_sheet_outcomes(self, outcomes: Iterable[object]) -> None:
         """Remember the sheet outcomes; `finalize` applies them after the checkpoint frames."""
@@ -133,10 +132,7 @@ class ProgressReporter:
 
     def apply_durable_observations(self, observations: Iterable[object]) -> None:
         """Fold durable node observations that are at least as recent as the live node I/O."""
-        for node_id, patch in reconcile.observation_patches(
-            observations, self.state.nodes, self.wall_clock_ms()
-        ):
-            self.state.set_node_progress(node_id, patch)
+        self.folder.apply_observations(observations)
 
     async def resume(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
         """Continue this attempt where the ledger has it: after its last applied ``upload_seq``,
@@ -163,22 +159,7 @@ class ProgressReporter:
             return  # this reporter's attempt is new to the ledger: it starts from the beginning
         self.uploader.upload_seq = max(self.uploader.upload_seq, int(run.get("last_upload_seq") or 0))
         self.state.log_total_count = max(self.state.log_total_count, int(run.get("live_log_count") or 0))
-        self._restore_nodes(run.get("live_node_progress"))
-
-    def _restore_nodes(self, nodes: object) -> None:
-        if not isinstance(nodes, Mapping):
-            return
-        for node_id, wire in nodes.items():
-            if not isinstance(node_id, str) or not isinstance(wire, Mapping):
-                continue
-            node = NodeProgress.from_wire(wire)
-            self.state.nodes[node_id] = node
-            self.state.note_total_rows(node.total)
-            if node.completed_at is not None:
-                failed = isinstance(node.node_io, Mapping) and bool(node.node_io.get("error"))
-                self.folder.lifecycle.restore(node_id, StepState.FAILED if failed else StepState.COMPLETED)
-            elif node.started_at is not None:
-                self.folder.lifecycle.restore(node_id, StepState.STARTED)
+        self.folder.restore(run.get("live_node_progress"))
 
     async def load_terminal_truth(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
         """Read sheet outcomes and node observations through the transport.
@@ -213,22 +194,8 @@ class ProgressReporter:
             wait = min(wait * 2, RETRY_MAX_WAIT_S)
 
     def reconcile_terminal(self, result: Mapping[str, Any] | None) -> None:
-        """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win).
-
-        A step the data plane shows settled is settled: one still open completes, as it would
-        have on its own ``map.completed``.
-        """
-        now = self.wall_clock_ms()
-        patches = reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now)
-        for node_id, patch in patches:
-            self.state.set_node_progress(node_id, patch)
-        outcome_patches = reconcile.sheet_outcome_patches(
-            self._sheet_outcomes, self.pipeline, self.state.nodes, now
-        )
-        for node_id, patch in outcome_patches:
-            self.state.set_node_progress(node_id, patch)
-        for node_id, _ in (*patches, *outcome_patches):
-            self.folder.lifecycle.on_map_completed(node_id)
+        """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""
+        self.folder.reconcile(result, self._sheet_outcomes)
 
     async def flush(self, *, force: bool = False, required: bool = False) -> None:
         """A running-status upload now (forced) or when the interval allows (best effort)."""
@@ -293,10 +260,8 @@ class ProgressReporter:
                 lambda: self.uploader.flush(force=True, required=required),
                 deadline_s,
             )
-        if result_status == "failed":
-            self.folder.lifecycle.mark_started_failed()
-        elif result_status == "completed":
-            self.folder.lifecycle.mark_all_terminal()
+        if result_status in ("completed", "failed"):
+            self.folder.finish(result_status)
         replay = None
         logs = result.get("logs") if isinstance(result, Mapping) else None
         if not skip_replay and isinstance(logs, list):

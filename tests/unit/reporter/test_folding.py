@@ -290,13 +290,55 @@ def test_tool_call_events_start_and_fail_the_tool_step() -> None:
     folder.on_runner_event(ex(type="tool.call.started", toolId="slack.post"))
     assert folder.lifecycle.state("notify") is StepState.STARTED
     assert "started_at" in node(folder, "notify")
-    folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome="succeeded"))
-    assert folder.lifecycle.state("notify") is StepState.STARTED
     scheduled.clear()
     folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome="failed"))
     assert folder.lifecycle.state("notify") is StepState.FAILED
     assert node(folder, "notify")["node_io"] == {"error": "tool slack.post failed"}
     assert True in scheduled  # a failure is flushed at once
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "completed"])
+def test_a_settled_tool_step_stays_completed_when_the_run_fails_later(outcome: str) -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="tool.call.started", toolId="slack.post"))
+    folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome=outcome))
+    assert folder.step_states()["notify"] is StepState.COMPLETED
+    folder.on_runner_event(ex(type="tool.call.settled", toolId="slack.post", outcome="failed"))
+    folder.finish("failed")
+    assert folder.step_states()["notify"] is StepState.COMPLETED
+    assert "error" not in (node(folder, "notify").get("node_io") or {})
+
+
+def test_a_map_start_completes_every_open_step_before_it_and_none_after() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=3, completedRows=0))
+    folder.on_runner_event(ex(type="tool.call.started", toolId="slack.post"))
+    folder.on_runner_event(ex(type="map.started", mapNodeId="scores_ns", totalRows=1, completedRows=0))
+    assert folder.step_states()["notify"] is StepState.STARTED  # "scores_ns" is no step: nothing closes
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=3, completedRows=0))
+    folder.on_runner_event(
+        ex(type="map.started", artifactTableNamespace="scores", totalRows=1, completedRows=0)
+    )
+    states = folder.step_states()
+    assert [states[n] for n in ("load", "enrich", "notify")] == [StepState.COMPLETED] * 3
+    folder.finish("failed")
+    assert list(folder.step_states().values())[-1] is StepState.FAILED
+
+
+def test_a_map_settles_with_one_patch_from_its_event_or_from_reconciliation() -> None:
+    by_event, _, _ = make()
+    by_event.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=0))
+    by_event.on_runner_event(
+        ex(type="map.completed", mapNodeId="enrich", totalRows=10, completedRows=6, failedRows=1)
+    )
+    by_frames, _, _ = make()
+    by_frames.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=0))
+    frame = {"mapNodeId": "enrich", "status": "completed", "totalRows": 10, "completedRowsCount": 6}
+    by_frames.reconcile({"checkpoint": {"mapFrames": {"f": {**frame, "failedRowsCount": 1}}}}, [])
+    keys = ("completed", "failed", "total", "started_rows", "active_rows", "waiting_rows", "message")
+    assert [node(by_event, "enrich")[k] for k in keys] == [node(by_frames, "enrich")[k] for k in keys]
+    assert node(by_event, "enrich")["started_rows"] == 10
+    assert by_frames.step_states()["enrich"] is StepState.COMPLETED
 
 
 def test_activity_observed_and_dataset_lifecycle_are_one_shot_and_forced() -> None:

@@ -1,4 +1,9 @@
-"""The runner's log lines that carry progress facts, and the timestamp prefix of its own lines.
+"""The runner's wire format as the reporter reads it: numbers, invocation ids, log modes, and the
+log lines that carry progress facts.
+
+Runner events are camelCase JSON from a runner in any language, so a number may arrive as an
+integral float (``3.0``) and anything may be junk: every helper here answers None (or -1) rather
+than raise.
 
 Three diagnostics of the play runner are parsed (the same stream a person reads):
 
@@ -17,7 +22,10 @@ All patterns are case-insensitive and ASCII-digit only.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Literal, NamedTuple
+
+# Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
+LogMode = Literal["progress_reporter", "direct_worker"]
 
 _FLAGS = re.IGNORECASE | re.ASCII
 
@@ -90,3 +98,25 @@ def parse_tool_batch(line: str) -> ToolBatch | None:
     if match is None:
         return None
     return ToolBatch(batch_id=match.group(1), calls=int(match.group(2)))
+
+
+def as_int(value: object) -> int | None:
+    """A finite integral number as int (bools and NaN are not numbers here), else None."""
+    if type(value) is int:  # the exact type: bool is an int subclass and must not count
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def invocation_sequence(invocation_id: object) -> int:
+    """The trailing ``:<n>`` of a docflow invocation id, or -1."""
+    if not isinstance(invocation_id, str) or not invocation_id:
+        return -1
+    tail = invocation_id.rsplit(":", 1)[-1]
+    return int(tail) if tail.isascii() and tail.isdigit() else -1
+
+
+def is_durable_log(mode: LogMode, line: str, source: object) -> bool:
+    """In direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
+    return mode != "direct_worker" or source != "worker" or line.startswith(PERF_TRACE_MARKER)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reporter.parsing import (
+from reporter.wire import (
     MapSetup,
     MapStart,
     ToolBatch,
