@@ -1,10 +1,12 @@
 """The ledger's errors. Each says what is wrong in one sentence a client can show as is.
 
 The HTTP layer maps them by class: `InvalidInput` 422 (400 for unparseable bodies), `NotFound` 404,
-`Conflict` 409 (`StaleAttempt` is one), `CursorExpired` 410, `PayloadTooLarge` 413.
+`Conflict` 409 (`StaleAttempt` and `RunTerminal` are ones), `CursorExpired` 410, `PayloadTooLarge` 413.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 # The two that input checks raise live with the checks, which the reporter imports on its own.
 from ledger.validate import InvalidInput, LedgerError
@@ -29,6 +31,17 @@ class StaleAttempt(Conflict):
         self.current = current
 
 
+class RunTerminal(Conflict):
+    """The run already ended, and the request would change that: append events to it, or end it
+    differently. `terminal` is the stored terminal state (status, error, completed_at, ...), so a
+    client can say who ended the run and how."""
+
+    def __init__(self, message: str, run_id: str, terminal: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.terminal = terminal
+
+
 class CursorExpired(LedgerError):
     """The read cursor points before the oldest retained event; `first_seq` says where to resume."""
 
@@ -51,5 +64,6 @@ __all__ = [
     "LedgerError",
     "NotFound",
     "PayloadTooLarge",
+    "RunTerminal",
     "StaleAttempt",
 ]

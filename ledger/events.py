@@ -10,6 +10,10 @@ unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.obse
 carry free-form JSON produced by the status ingestion; only their shape as a JSON object is checked
 (and `log.gap` must say how many lines are `missing`).
 
+Free text (a `log` line, the `logs` of `status`/`progress`, a terminal `error`) is repaired: a NUL
+or a lone surrogate becomes U+FFFD, so one bad byte a tool printed never costs the run its log.
+Everything else (statuses, ids, names, JSON payloads) is refused when Postgres could not store it.
+
 Nothing here touches the database: `ledger.runlog` runs the statements.
 """
 
@@ -38,7 +42,7 @@ EVENT_TYPES: Final = COORDINATOR_TYPES + INGESTION_TYPES
 # Keys the ledger assigns; an input event naming them would shadow them on the wire.
 RESERVED_KEYS: Final = frozenset({"seq", "ts", "run_id"})
 
-MAX_RUN_ID_LENGTH: Final = 512
+MAX_RUN_ID_LENGTH: Final = validate.MAX_RUN_ID_LENGTH
 MAX_LIST_TIMEOUT_MS: Final = 30_000
 DEFAULT_LIST_LIMIT: Final = 1000
 MAX_LIST_LIMIT: Final = 10_000
@@ -111,8 +115,9 @@ class TerminalState:
 
 
 def validate_run_id(run_id: object, field: str = "run_id") -> str:
-    """A usable run id: a non-empty string that fits a NOTIFY payload and a text column."""
-    return validate.required_text(field, run_id, non_empty=True, max_len=MAX_RUN_ID_LENGTH)
+    """A usable run id (`validate.run_id`): not blank, at most 512 characters (it fits a NOTIFY
+    payload), no `/` (it must stay addressable as one URL path segment), no control characters."""
+    return validate.run_id(field, run_id)
 
 
 def _is_int(value: object) -> bool:
@@ -134,12 +139,13 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
     if kind == "log":
         if "line" not in event:
             raise InvalidInput(f"{field}.line", "is required")
-        return {"line": validate.text(f"{field}.line", event["line"])}
+        # Free text: a NUL or a lone surrogate in a log line is repaired (U+FFFD), never refused.
+        return {"line": validate.free_text(f"{field}.line", event["line"])}
     if kind == "terminal":
         return parse_terminal_state(event, field).payload()
     payload: dict[str, Any] = {"status": _run_status(event.get("status"), f"{field}.status")}
     if "logs" in event:
-        payload["logs"] = validate.string_list(f"{field}.logs", event["logs"])
+        payload["logs"] = validate.free_text_list(f"{field}.logs", event["logs"])
     if kind == "progress":
         for key in ("active_node_id", "active_artifact_table_namespace"):
             if key in event:
@@ -206,7 +212,7 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
     return TerminalState(
         status=str(status),
         result=validate.json_value(f"{prefix}result", body.get("result")),
-        error=validate.text(f"{prefix}error", body.get("error"), optional=True),
+        error=validate.free_text(f"{prefix}error", body.get("error"), optional=True),
         # Both are bigint columns of ledger.runs.
         total_rows=validate.integer(f"{prefix}total_rows", body.get("total_rows"), optional=True),
         duration_ms=validate.integer(f"{prefix}duration_ms", body.get("duration_ms"), optional=True),
@@ -217,21 +223,10 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
 # -- reading -----------------------------------------------------------------------------------------
 
 
-def parse_after(after: object) -> int | None:
-    """The list cursor: an int >= -1 (`-1` = from the oldest retained event), or None for `now`."""
-    if isinstance(after, str):
-        text = after.strip()
-        if text == "now":
-            return None
-        try:
-            after = int(text)
-        except ValueError:
-            raise InvalidInput("after", "must be a sequence number, -1 or 'now'") from None
-    # A seq is a bigint: a larger cursor would fail in SQL rather than find nothing.
-    if not _is_int(after) or not -1 <= after <= validate.INT64_MAX:  # type: ignore[operator]
-        raise InvalidInput("after", "must be a sequence number, -1 or 'now'")
-    assert isinstance(after, int)
-    return after
+def parse_after(after: object, field: str = "after") -> int | None:
+    """The list cursor (`validate.cursor`): a seq of ASCII digits up to the bigint limit, `-1`
+    (from the oldest retained event), or `now` (None)."""
+    return validate.cursor(field, after)
 
 
 def clamp_timeout_ms(timeout_ms: object) -> int:

@@ -7,8 +7,17 @@ positional logs, step diff, activity watermarks, replay); this module only reads
 the planned events through the run log's one append path, stores the new ingestion state and, for
 a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
 
-A late duplicate returns before anything is written. A stale attempt raises before anything is
-written (`StaleAttempt`, HTTP 409). Bad input raises `InvalidInput` before the transaction starts.
+A late duplicate returns before anything is written, except the heartbeat. A stale attempt raises
+before anything is written (`StaleAttempt`, HTTP 409). Bad input raises `InvalidInput` before the
+transaction starts.
+
+**Heartbeat.** An upload that carries `last_checkpoint_at` proves its producer alive even when it
+appends nothing (a late duplicate, a long step with nothing new to say): it records the server's
+time in `runs.last_heartbeat_at`, which the watchdog reads like an event.
+
+**Resume.** The answer carries the attempt's `producer_attempt`, `last_upload_seq` and
+`live_log_count` after the upload (unchanged for a duplicate): a reporter restarted for the same
+attempt continues its numbering after them.
 """
 
 from __future__ import annotations
@@ -20,7 +29,14 @@ from psycopg.types.json import Jsonb
 
 from ledger.db import Conn, Database
 from ledger.events import validate_run_id
-from ledger.ingest_rules import TERMINAL_UPLOAD_STATUSES, IngestPlan, IngestState, parse_upload, plan_upload
+from ledger.ingest_rules import (
+    TERMINAL_UPLOAD_STATUSES,
+    IngestPlan,
+    IngestState,
+    StatusUpload,
+    parse_upload,
+    plan_upload,
+)
 from ledger.runlog import (
     DEFAULT_MAX_EVENTS_PER_RUN,
     append_in_transaction,
@@ -40,6 +56,8 @@ SET producer_attempt = %(producer_attempt)s,
     status = CASE WHEN terminal_status IS NULL THEN %(status)s ELSE status END
 WHERE run_id = %(run_id)s
 """
+
+RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
 
 
 def state_from_row(row: dict[str, Any]) -> IngestState:
@@ -86,13 +104,15 @@ async def apply_status_upload(
     in every error case nothing is written.
 
     Returns `{duplicate, events_appended: {type: count}, steps_changed: [node ids],
-    logs_appended, log_gap, terminal_set, last_seq}`.
+    logs_appended, log_gap, terminal_set, last_seq, producer_attempt, last_upload_seq,
+    live_log_count}`.
     """
     validate_run_id(run_id)
     parsed = parse_upload(run_id, upload)
     async with db.transaction() as conn:
         run = await lock_run(conn, run_id, create=True)
         plan = plan_upload(run_id, state_from_row(run), parsed)
+        await _record_heartbeat(conn, run_id, parsed)
         if plan.duplicate:
             return _answer(plan, run, terminal_set=False)
         if plan.events:
@@ -104,6 +124,12 @@ async def apply_status_upload(
                 conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
             )
         return _answer(plan, run, terminal_set=terminal_set)
+
+
+async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> None:
+    # After the fence: a stale attempt's producer is not the one the run waits for.
+    if upload.last_checkpoint_at is not None:
+        await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
 
 
 def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> dict[str, Any]:
@@ -118,4 +144,7 @@ def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> dic
         "log_gap": plan.log_gap,
         "terminal_set": terminal_set,
         "last_seq": int(run["last_seq"]),
+        "producer_attempt": plan.state.producer_attempt,
+        "last_upload_seq": plan.state.last_upload_seq,
+        "live_log_count": plan.state.live_log_count,
     }

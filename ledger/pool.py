@@ -32,7 +32,7 @@ from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.pool_rules import PoolEntry, PoolSettings, RunMapping
 
-__all__ = ["PoolSettings", "WarmPool"]
+__all__ = ["PoolSettings", "WarmPool", "sweep_expired_mappings"]
 
 _ENTRY_COLUMNS = "id, version, state, created_at, ready_at, expires_at"
 _MAPPING_COLUMNS = (
@@ -116,6 +116,25 @@ ON CONFLICT (run_id) DO UPDATE SET
 """
 
 DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
+
+# Expired mappings count as absent everywhere (rules.live); this only reclaims their rows. A mapping
+# another transaction holds is skipped: whoever holds it rewrites or deletes it itself.
+SWEEP_EXPIRED_MAPPINGS = """
+DELETE FROM ledger.run_mappings
+WHERE run_id IN (
+    SELECT run_id FROM ledger.run_mappings
+    WHERE expires_at <= %(now)s
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+async def sweep_expired_mappings(conn: Conn, now: datetime, *, limit: int) -> int:
+    """Delete up to `limit` run mappings expired at `now`, skipping locked ones; how many."""
+    cur = await conn.execute(SWEEP_EXPIRED_MAPPINGS, {"now": now, "limit": limit})
+    return max(cur.rowcount, 0)
 
 
 # `WarmPool.list` shadows the builtin inside the class body.

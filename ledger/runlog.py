@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 from ledger import validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
-from ledger.errors import Conflict, CursorExpired, NotFound
+from ledger.errors import CursorExpired, NotFound, RunTerminal
 from ledger.events import (
     DEFAULT_LIST_LIMIT,
     NewEvent,
@@ -125,11 +125,14 @@ FROM run CROSS JOIN bounds LEFT JOIN page ON true
 ORDER BY page.seq
 """
 
-# The watchdog's scan: idle non-terminal runs, skipping any another transaction holds (an appender
-# is busy with it, or another watchdog replica is failing it).
+# The watchdog's scan: non-terminal runs with neither an event nor a heartbeat (an upload carrying
+# `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
+# busy with it, or another watchdog replica is failing it). Written as two conditions, not
+# GREATEST(), so the partial index on updated_at still finds the candidates.
 LOCK_STALLED_RUNS_SQL: Final = """
 SELECT * FROM ledger.runs
 WHERE terminal_status IS NULL AND updated_at < %(cutoff)s
+  AND (last_heartbeat_at IS NULL OR last_heartbeat_at < %(cutoff)s)
 ORDER BY updated_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
@@ -155,7 +158,11 @@ def terminal_from_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def run_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A run row in API shape (SPEC 4.1 `GET /v1/runs/{run_id}`)."""
+    """A run row in API shape (`GET /v1/runs/{run_id}`).
+
+    `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
+    attempt continues from: its next upload_seq and log position come after them.
+    """
     return {
         "run_id": row["run_id"],
         "play_name": row["play_name"],
@@ -164,6 +171,9 @@ def run_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "updated_at": to_ms(row["updated_at"]),
         "last_seq": row["last_seq"],
         "producer_attempt": row["producer_attempt"],
+        "last_upload_seq": row["last_upload_seq"],
+        "live_log_count": row["live_log_count"],
+        "last_heartbeat_at": to_ms(row["last_heartbeat_at"]),
         "terminal": terminal_from_row(row),
         "live_node_progress": row["live_node_progress"],
     }
@@ -208,9 +218,14 @@ async def lock_run(
 
 
 def _refuse_if_terminal(run_row: Mapping[str, Any]) -> None:
-    if run_row["terminal_status"] is not None:
-        raise Conflict(
-            f"run {run_row['run_id']!r} is terminal ({run_row['terminal_status']}) and accepts no more events"
+    stored = terminal_from_row(run_row)
+    if stored is not None:
+        raise RunTerminal(
+            f"run {run_row['run_id']!r} is terminal ({stored['status']}"
+            + (f": {stored['error']}" if stored["error"] else "")
+            + ") and accepts no more events",
+            run_row["run_id"],
+            stored,
         )
 
 
@@ -283,8 +298,9 @@ async def append_in_transaction(
     """Append validated events to the run locked by `lock_run` in this transaction.
 
     Validates every event first (one bad event raises `InvalidInput` before anything is written),
-    refuses a terminal run (`Conflict`), assigns seqs after `run_row['last_seq']`, advances the run
-    (status events also set its status), trims retention and issues the transaction's one NOTIFY.
+    refuses a terminal run (`RunTerminal`, a `Conflict`), assigns seqs after `run_row['last_seq']`,
+    advances the run (status events also set its status), trims retention and issues the
+    transaction's one NOTIFY.
     A trailing `terminal` event sets the terminal state (first terminal wins). `run_row` is updated
     in place, so a second call in the same transaction continues the sequence.
     Returns the stored events in API shape.
@@ -321,18 +337,20 @@ async def set_terminal_in_transaction(
     """Set the run's terminal state, first terminal wins (SPEC 2.4).
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
-    no-op (no second event); a different one raises `Conflict`. Setting it appends the `terminal`
-    event in this transaction.
+    no-op (no second event); a different one raises `RunTerminal` (a `Conflict`). Setting it
+    appends the `terminal` event in this transaction.
     """
     terminal = state if isinstance(state, TerminalState) else parse_terminal_state(state, field="")
     stored = terminal_from_row(run_row)
     if stored is not None:
         if terminal.agrees_with(stored):
             return stored, False
-        raise Conflict(
+        raise RunTerminal(
             f"run {run_row['run_id']!r} already ended {stored['status']}"
             + (f" ({stored['error']})" if stored["error"] else "")
-            + f"; refusing a different terminal state ({terminal.status})"
+            + f"; refusing a different terminal state ({terminal.status})",
+            run_row["run_id"],
+            stored,
         )
     event = NewEvent("terminal", terminal.payload())
     await _append_parsed(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB, TIMESTAMP
 
 # The rules own the vocabularies; the checks below only restate them for the database.
 from ledger.events import EVENT_TYPES, TERMINAL_STATUSES
@@ -120,6 +120,9 @@ runs = Table(
     Column("live_node_progress", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("activity_watermarks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("replay_digest", Text),
+    # Server time of the last status upload that carried `last_checkpoint_at`: the producer is
+    # alive even when it appends nothing, so the watchdog counts it like an event.
+    _ts("last_heartbeat_at"),
     # Terminal state (2.4): null until the first terminal wins.
     Column("terminal_status", Text),
     Column("terminal_result", JSONB),
@@ -193,5 +196,38 @@ node_observations = Table(
     CheckConstraint("attempt >= 0 AND invocation_seq >= 0", name="ordering_non_negative"),
 )
 
+# -- Idempotency-Key answers of the HTTP service ---------------------------------------------------
+
+# One row per (token, method + path + key): the request's fingerprint and the answer given, kept
+# 24 hours. The token is stored only as a SHA-256 fingerprint; method, path and key are hashed into
+# `scope_digest` (a path or key may be longer than an index entry can hold) and kept as text beside
+# it for people reading the table.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("token_fingerprint", Text, nullable=False),
+    Column("scope_digest", Text, nullable=False),
+    Column("method", Text, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("request_fingerprint", Text, nullable=False),
+    Column("status_code", Integer, nullable=False),
+    Column("content_type", Text, nullable=False),
+    Column("response_body", BYTEA, nullable=False),
+    _ts("created_at", nullable=False, default_now=True),
+    PrimaryKeyConstraint("token_fingerprint", "scope_digest"),
+    CheckConstraint("status_code BETWEEN 100 AND 499", name="status_code_stored"),
+    # The watchdog sweeps expired keys oldest first.
+    Index("ix_idempotency_keys_created_at", "created_at"),
+)
+
 # Children before parents: the order a committed test deletes rows in.
-ALL_TABLES = (run_events, sheet_rows, node_observations, runs, run_mappings, pool_entries)
+ALL_TABLES = (
+    run_events,
+    sheet_rows,
+    node_observations,
+    runs,
+    run_mappings,
+    pool_entries,
+    idempotency_keys,
+)

@@ -17,6 +17,7 @@ from importlib.metadata import version
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from starlette.types import Scope
 
 from ledger.db import Database
 from ledger.listener import Listener
@@ -24,9 +25,10 @@ from ledger.pool import WarmPool
 from ledger.runlog import RunLog
 from ledger.service import routes_events, routes_health, routes_ingest, routes_pool, routes_runs
 from ledger.service.errors import install_error_handlers
-from ledger.service.jsontext import unpaired_surrogate
+from ledger.service.idempotent import IdempotencyMiddleware
+from ledger.service.jsontext import too_deep
 from ledger.service.metrics import ServiceMetrics
-from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
 from ledger.service.security import require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
@@ -44,7 +46,12 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            db = Database(database_url, min_size=1, max_size=settings.db_pool_size)
+            db = Database(
+                database_url,
+                min_size=1,
+                max_size=settings.db_pool_size,
+                timeout_s=settings.db_pool_timeout_s,
+            )
             await db.open()
             stack.push_async_callback(db.close)
             listener = Listener(database_url)
@@ -110,7 +117,16 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
         async def openapi() -> dict[str, Any]:
             return app.openapi()
 
-    # Added last = outermost: the context (run id, metrics) also covers 413 answers.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=unpaired_surrogate)
+    # Added last = outermost. Innermost, Idempotency-Key handling sees a body already bounded and
+    # checked; the context (run id, metrics) also covers the 413 and 422 answers of the others.
+    app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=too_deep)
+    app.add_middleware(RunPathMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
+
+
+def _database(scope: Scope) -> Database | None:
+    """The service's database for a request, once the lifespan has started it."""
+    svc = getattr(scope["app"].state, "services", None)
+    return svc.db if isinstance(svc, Services) else None

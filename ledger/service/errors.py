@@ -5,12 +5,18 @@
 | malformed JSON, non-JSON body            | 400    | the request could not be read at all        |
 | `InvalidInput`, request validation       | 422    | readable, but a field is wrong ("field: …") |
 | `NotFound`, unknown route                | 404    |                                            |
-| `Conflict` (incl. `StaleAttempt`)        | 409    | contradicts stored state                    |
+| `Conflict`                               | 409    | contradicts stored state; `code` says how   |
 | `CursorExpired`                          | 410    | answer also carries `first_seq`             |
 | `PayloadTooLarge`, body over the limit   | 413    |                                            |
 | Postgres data/constraint errors          | 422/409| backstop for input the library let through  |
 | `OverflowError` (a number out of range)  | 422    | backstop, likewise                          |
+| connection lost, pool timeout, lock or   | 503    | with `Retry-After`: a fault of the database,|
+| statement timeout, `DatabaseUnavailable` |        | not of the request; retrying may succeed    |
 | anything else                            | 500    | a bug: logged with its traceback            |
+
+A 409 carries a machine-readable `code` where a client must act on it: `stale_attempt` (the
+producer attempt was superseded: stop) and `terminal` (the run already ended; the answer also holds
+the stored `terminal` state, so the client can say who ended it and how).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from ledger.db import DB_FAULTS
 from ledger.errors import (
     Conflict,
     CursorExpired,
@@ -32,6 +39,8 @@ from ledger.errors import (
     LedgerError,
     NotFound,
     PayloadTooLarge,
+    RunTerminal,
+    StaleAttempt,
 )
 
 log = logging.getLogger("ledger.service")
@@ -45,8 +54,33 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
 )
 
 
+# Seconds a client should wait before retrying after a 503.
+RETRY_AFTER_S = 1
+
+
 def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def unavailable_response(exc: BaseException) -> JSONResponse:
+    """The 503 answer to a database fault (`DB_FAULTS`)."""
+    response = error_response(503, unavailable_message(exc))
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+def unavailable_message(exc: BaseException) -> str:
+    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"the database is unavailable, retry later ({first_line})"
+
+
+def conflict_details(exc: Conflict) -> dict[str, Any]:
+    """The machine-readable part of a 409 answer: `code`, and what the client needs to act on it."""
+    if isinstance(exc, StaleAttempt):
+        return {"code": "stale_attempt", "producer_attempt": exc.current}
+    if isinstance(exc, RunTerminal):
+        return {"code": "terminal", "terminal": exc.terminal}
+    return {}
 
 
 def status_for(exc: LedgerError) -> int:
@@ -85,6 +119,8 @@ async def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LedgerError)
     if isinstance(exc, CursorExpired):
         return error_response(410, exc.message, first_seq=exc.first_seq)
+    if isinstance(exc, Conflict):
+        return error_response(409, exc.message, **conflict_details(exc))
     return error_response(status_for(exc), exc.message)
 
 
@@ -124,6 +160,15 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, f"invalid input: {first_line}")
 
 
+async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning(
+        "database unavailable: %s",
+        unavailable_message(exc),
+        extra={"method": request.method, "path": request.url.path, "error_type": type(exc).__name__},
+    )
+    return unavailable_response(exc)
+
+
 async def _overflow(request: Request, exc: Exception) -> JSONResponse:
     # Backstop: a number too large for a time or an integer column that the library did not refuse.
     log.warning(
@@ -145,5 +190,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(psycopg.DataError, _database_error)
     app.add_exception_handler(psycopg.IntegrityError, _database_error)
+    for fault in DB_FAULTS:
+        app.add_exception_handler(fault, _unavailable)
     app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)

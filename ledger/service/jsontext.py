@@ -1,51 +1,37 @@
-"""JSON text Postgres cannot store: unpaired UTF-16 surrogates (`"\\ud800"`).
+"""Checks on a raw JSON request body, before anything parses it for the endpoint.
 
-JSON allows them as escapes and Python decodes them into `str`, but they are not Unicode scalar
-values, so encoding the text for Postgres fails deep inside a statement. The service refuses such a
-body up front, naming where the bad string is. (NUL, which Postgres text also refuses, is checked by
-the library per field.)
+Only nesting is checked here: JSON deeper than `MAX_JSON_DEPTH` levels is refused whole (422)
+before anything is written. Python's parser would recurse once per level - a body nested 100,000
+deep must get an answer, not exhaust the stack - and a stored value that deep would break every
+later read of the run.
+
+Everything about values (NUL, lone surrogates, ranges) is the library's: free text (log lines,
+messages, errors) is repaired there and structured values are refused naming their field, which a
+check on the raw body could not tell apart.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Any
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# Only bodies holding a \uD8xx-\uDFxx escape can decode to a surrogate: the common case skips parsing.
-_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+from ledger.validate import MAX_JSON_DEPTH, json_depth
 
 
-def _find(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if _SURROGATE.search(value) else None
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _find(item, f"{path}[{index}]")
-            if found is not None:
-                return found
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            if _SURROGATE.search(key):
-                return path or "body"
-            found = _find(item, where)
-            if found is not None:
-                return found
-    return None
-
-
-def unpaired_surrogate(body: bytes) -> str | None:
-    """A message naming the first string with an unpaired surrogate, or None (also for non-JSON:
-    the JSON parser reports that)."""
-    if not _ESCAPE.search(body):
+def too_deep(body: bytes) -> str | None:
+    """A message when the body nests deeper than `MAX_JSON_DEPTH` levels, else None (also for a
+    body that is not JSON: the JSON parser reports that)."""
+    # Each level opens a bracket: with few of them there is nothing to parse (the common case).
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
         return None
     try:
         value = json.loads(body)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        # Deeper than the interpreter's recursion limit, which is far above MAX_JSON_DEPTH.
+        return _message()
+    except ValueError:
         return None
-    where = _find(value, "")
-    if where is None:
-        return None
-    return f"{where or 'body'}: contains an unpaired UTF-16 surrogate escape, which is not valid Unicode"
+    return _message() if json_depth(value) > MAX_JSON_DEPTH else None
+
+
+def _message() -> str:
+    return f"body: JSON nests deeper than {MAX_JSON_DEPTH} levels"

@@ -81,6 +81,13 @@ class ServiceMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.idempotency = Counter(
+            "ledger_idempotency_requests",
+            "POST/PUT requests with an Idempotency-Key, by outcome (stored, replayed, mismatch, "
+            "not_stored, unavailable).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.live = _LiveSources()
         self.registry.register(self.live)
 

@@ -1,6 +1,7 @@
-"""ASGI middleware: request body limit, and per-request context (run id, metrics, access log).
+"""ASGI middleware: run ids in paths, request body limit, and per-request context (run id,
+metrics, access log). Idempotency-Key handling is in `ledger.service.idempotent`.
 
-Both are plain ASGI (not Starlette's BaseHTTPMiddleware), so streaming responses (SSE) pass through
+All are plain ASGI (not Starlette's BaseHTTPMiddleware), so streaming responses (SSE) pass through
 untouched and a client disconnect still reaches the endpoint.
 """
 
@@ -10,29 +11,74 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
-from urllib.parse import unquote
+from collections.abc import Callable, Sequence
+from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ledger import validate
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
 
 log = logging.getLogger("ledger.service.access")
 
 _RUN_PATH = re.compile(r"^/v1/runs/([^/]+)")
+_RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
 
 
-async def send_json_error(send: Send, status: int, message: str) -> None:
+async def send_json_error(
+    send: Send, status: int, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     body = json.dumps({"error": message}).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def path_run_id_problem(scope: Scope) -> str | None:
+    """Why the run id in a `/v1/runs/{run_id}...` path is not one (None if it is, or if there is
+    none). Read from the raw path: a `%2F` there decodes to a `/` that would route the request to
+    another endpoint (`/v1/runs/x%2Fevents` to `x`'s events), so it must be refused before
+    routing."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        raw = scope["path"].encode("utf-8", "surrogateescape")
+    match = _RAW_RUN_PATH.match(raw)
+    if match is None:
+        return None
+    try:
+        run_id = unquote_to_bytes(match.group(1)).decode("utf-8")
+    except UnicodeDecodeError:
+        return "run_id: must be valid UTF-8 once percent-decoded"
+    try:
+        validate.run_id("run_id", run_id)
+    except validate.InvalidInput as exc:
+        return exc.message
+    return None
+
+
+class RunPathMiddleware:
+    """Refuse a path whose run id segment is not a valid run id with 422, before routing."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = path_run_id_problem(scope)
+            if problem is not None:
+                await send_json_error(send, 422, problem)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -20,7 +20,8 @@ import psycopg
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from ledger.errors import InvalidInput, LedgerError
+from ledger import validate
+from ledger.errors import LedgerError
 from ledger.events import DEFAULT_LIST_LIMIT
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
@@ -65,6 +66,7 @@ def sse_event(event: Mapping[str, Any]) -> str:
 def _cursor(after: str | None, last_event_id: str | None) -> tuple[str, str]:
     """The cursor to start from and the name of where it came from (for error messages)."""
     if last_event_id is not None and last_event_id.strip():
+        # Surrounding whitespace is not part of an HTTP header value.
         return last_event_id.strip(), "Last-Event-ID"
     return (after if after is not None else "-1"), "after"
 
@@ -86,15 +88,12 @@ async def stream_events(
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> Response:
     raw, source = _cursor(after, last_event_id)
-    try:
-        # Read before answering: an unknown run, a bad or expired cursor get a proper status.
-        first = await svc.runlog.list_events(run_id, raw, 0, PAGE)
-    except InvalidInput as exc:
-        raise InvalidInput(source, exc.problem) from None
+    cursor = validate.cursor(source, raw)
+    # Read before answering: an unknown run or an expired cursor get a proper status.
+    first = await svc.runlog.list_events(run_id, "now" if cursor is None else cursor, 0, PAGE)
     if not first["events"] and first["terminal"] is not None:
         return Response(status_code=204)
-    text = raw.strip()
-    start = first["latest_seq"] if text == "now" else int(text)
+    start = first["latest_seq"] if cursor is None else cursor
     return StreamingResponse(
         _tail(svc, run_id, start, first),
         media_type="text/event-stream",

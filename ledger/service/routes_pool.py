@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
+from ledger import validate
 from ledger.service.models import AddEntries, Claim, ReadyEntry, VersionIds
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
@@ -34,7 +35,9 @@ async def clear_entries(pool: str, svc: Svc) -> dict[str, int]:
 
 @router.post("/claim", summary="Claim the newest available entry for a run (idempotent per run)")
 async def claim(pool: str, body: Claim, svc: Svc) -> dict[str, Any]:
-    return await svc.pool.claim(pool, body.version, body.run_id, body.min_ready_age_ms)
+    # The claim maps the run: its id must be one the run paths can address.
+    run_id = validate.run_id("run_id", body.run_id)
+    return await svc.pool.claim(pool, body.version, run_id, body.min_ready_age_ms)
 
 
 @router.get("/counts", summary="Available and warming entries of a version")

@@ -18,6 +18,7 @@ MAX_BODY_VAR = "LEDGER_MAX_BODY_BYTES"
 KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
 PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
 POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
+POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
 SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
 MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
 WATCHDOG_VAR = "LEDGER_WATCHDOG"
@@ -40,6 +41,9 @@ class ServiceSettings:
     public_docs: bool = False
     # Connections for requests; waiting (long-poll, SSE) holds none of them.
     db_pool_size: int = 10
+    # How long a request waits for a pooled connection before it is answered 503 (Retry-After):
+    # while Postgres is down, that is how long each request takes to fail.
+    db_pool_timeout_s: float = 10.0
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
     # Run the stalled-run watchdog (SPEC 2.6) in this process: a run with no event for
@@ -87,6 +91,7 @@ def load_service_settings(
         sse_keepalive_s=_number(env, KEEPALIVE_VAR, 15.0, minimum=0.01),
         public_docs=_flag(env, PUBLIC_DOCS_VAR, False),
         db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
+        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, 10.0, minimum=0.1),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
         max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),
         watchdog=_flag(env, WATCHDOG_VAR, True),

@@ -26,6 +26,18 @@ JUNK_BODIES: list[bytes] = [
     b'{"run_id": "\\ud800"}',
     b'{"version": "\\ud800", "ids": ["\\udfff"], "run_id": "\\ud800", "id": "\\ud800"}',
     b'{"run_id": "nul\\u0000", "version": "v\\u0000", "ids": ["\\u0000"], "instance_id": "\\u0000"}',
+    # Free text with NUL and lone surrogates (repaired) beside structure holding them (refused).
+    b'{"events": [{"type": "log", "line": "\\ud800\\u0000"}, {"type": "status", "status": "\\udfff"}],'
+    b' "status": "running", "live_logs": ["\\ud800"],'
+    b' "live_node_progress": {"\\ud800": {"message": "\\u0000"}},'
+    b' "observations": [{"node_id": "\\udfff", "attempt": 1, "status": "failed", "error": "\\u0000"}],'
+    b' "rows": [{"table_namespace": "\\ud800", "row_key": "\\u0000", "status": "completed"}],'
+    b' "error": "\\ud800"}',
+    b'{"events": [{"type": "step.started", "\\ud800": 1}],'
+    b' "activity_observations": [{"activityId": "\\ud800"}]}',
+    # Nesting: just past the request limit, and far past the interpreter's recursion limit.
+    b'{"events": [' + b"[" * 64 + b"]" * 64 + b"]}",
+    b'{"events": ' + b"{" * 3000 + b"}" * 3000 + b"}",
 ]
 JUNK_OBJECTS: list[dict[str, Any]] = [
     {},
@@ -155,9 +167,13 @@ def test_junk_bodies_and_queries_never_cause_a_500(client: httpx.Client, server:
     client.post("/v1/runs", json={"run_id": run_id})
     for method, path in endpoints(run_id, new_id("fuzzpool")):
         if method in ("POST", "PUT"):
-            for raw in JUNK_BODIES:
+            for index, raw in enumerate(JUNK_BODIES):
                 headers = {"Content-Type": "application/json"}
                 check(client, (method, path, raw[:60]), method, path, content=raw, headers=headers)
+                # The same through the Idempotency-Key path, which stores (or replays) the answer.
+                keyed = {**headers, "Idempotency-Key": f"fuzz-{index}"}
+                for _ in range(2):
+                    check(client, (method, path, raw[:60], "keyed"), method, path, content=raw, headers=keyed)
             for body in JUNK_OBJECTS:
                 check(client, (method, path, json.dumps(body)[:120]), method, path, json=body)
         else:

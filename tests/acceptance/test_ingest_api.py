@@ -134,3 +134,65 @@ def test_observations_round_trip(client: httpx.Client) -> None:
     bad = client.post(f"/v1/runs/{run_id}/observations", json={"observations": [{"node_id": "n"}]})
     assert bad.status_code == 422
     assert bad.json()["error"].startswith("observations[0].")
+
+
+def test_409_answers_say_why_in_a_code(client: httpx.Client) -> None:
+    run_id = new_id("codes")
+    assert (
+        client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1, producer_attempt=2)).status_code
+        == 200
+    )
+    stale = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 2, producer_attempt=1))
+    assert stale.status_code == 409
+    assert stale.json()["code"] == "stale_attempt"
+    assert stale.json()["producer_attempt"] == 2
+    # Someone else ends the run, saying why.
+    ended = client.put(
+        f"/v1/runs/{run_id}/terminal", json={"status": "failed", "error": "cancelled by the coordinator"}
+    )
+    assert ended.status_code == 200
+    # An upload that would add events to the ended run: 409 `terminal`, with the stored state.
+    late = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 2, producer_attempt=2))
+    assert late.status_code == 409, late.text
+    body = late.json()
+    assert body["code"] == "terminal"
+    assert body["terminal"]["status"] == "failed"
+    assert body["terminal"]["error"] == "cancelled by the coordinator"
+    assert body["terminal"]["completed_at"] == ended.json()["completed_at"]
+    # A different terminal state by upload is the same kind of refusal.
+    done = client.post(
+        f"/v1/runs/{run_id}/status",
+        json=upload(run_id, 3, producer_attempt=2, status="completed", live_logs=[], live_log_total_count=4),
+    )
+    assert done.status_code == 409 and done.json()["code"] == "terminal"
+
+
+def test_the_upload_answer_and_the_run_carry_the_resume_position(client: httpx.Client) -> None:
+    run_id = new_id("resume")
+    first = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1, producer_attempt=3))
+    assert first.status_code == 200
+    position = {"producer_attempt": 3, "last_upload_seq": 1, "live_log_count": 2}
+    assert {k: first.json()[k] for k in position} == position
+    second = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 2, producer_attempt=3))
+    position = {"producer_attempt": 3, "last_upload_seq": 2, "live_log_count": 4}
+    assert {k: second.json()[k] for k in position} == position
+    # A late duplicate says where the attempt stands, not where the duplicate was.
+    late = client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1, producer_attempt=3))
+    assert late.json()["duplicate"] is True
+    assert {k: late.json()[k] for k in position} == position
+    run = client.get(f"/v1/runs/{run_id}").json()
+    assert {k: run[k] for k in position} == position
+
+
+def test_a_checkpoint_in_an_upload_is_a_heartbeat(client: httpx.Client) -> None:
+    run_id = new_id("heartbeat")
+    client.post(f"/v1/runs/{run_id}/status", json=upload(run_id, 1))
+    assert client.get(f"/v1/runs/{run_id}").json()["last_heartbeat_at"] is None
+    # A late duplicate that appends nothing still proves its producer alive.
+    late = client.post(
+        f"/v1/runs/{run_id}/status", json=upload(run_id, 1, last_checkpoint_at=1_700_000_000_000)
+    )
+    assert late.json()["duplicate"] is True and late.json()["events_appended"] == {}
+    run = client.get(f"/v1/runs/{run_id}").json()
+    assert isinstance(run["last_heartbeat_at"], int)
+    assert run["last_heartbeat_at"] >= run["updated_at"]

@@ -140,3 +140,23 @@ def test_list_runs_answers_the_newest_first(client: httpx.Client) -> None:
     ids = [run["run_id"] for run in runs]
     assert ids.index(newer) < ids.index(older)
     assert client.get("/v1/runs", params={"limit": 0}).status_code == 422
+
+
+def test_appending_to_an_ended_run_is_409_terminal_with_who_ended_it(client: httpx.Client) -> None:
+    run_id = open_run(client)
+    state = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}
+    assert client.put(f"/v1/runs/{run_id}/terminal", json=state).status_code == 200
+    late = client.post(f"/v1/runs/{run_id}/events", json={"events": [{"type": "log", "line": "late"}]})
+    assert late.status_code == 409
+    body = late.json()
+    assert body["code"] == "terminal"
+    assert body["terminal"]["status"] == "failed"
+    assert body["terminal"]["error"] == state["error"]
+    assert isinstance(body["terminal"]["completed_at"], int)
+    assert state["error"] in body["error"]
+    other = client.put(f"/v1/runs/{run_id}/terminal", json={"status": "completed"})
+    assert other.status_code == 409
+    assert other.json()["code"] == "terminal"
+    assert other.json()["terminal"] == body["terminal"]
+    # Repeating the stored state is no conflict.
+    assert client.put(f"/v1/runs/{run_id}/terminal", json=state).status_code == 200

@@ -71,6 +71,9 @@ async def test_first_upload_opens_the_run_and_appends_everything(db: Database) -
         "log_gap": 0,
         "terminal_set": False,
         "last_seq": 6,
+        "producer_attempt": 1,
+        "last_upload_seq": 1,
+        "live_log_count": 2,
     }
     assert await events(db, "r1") == [
         ("log", {"line": "one"}),

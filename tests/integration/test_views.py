@@ -1,4 +1,4 @@
-"""The inspection views of migration 0002 and the read-only role `ledger_reader`, on real Postgres."""
+"""The inspection views (migrations 0002, 0003) and the read-only role `ledger_reader`, on real Postgres."""
 
 from __future__ import annotations
 
@@ -246,6 +246,21 @@ def test_stalled_runs_lists_only_non_terminal_runs_idle_past_five_minutes(conn: 
     assert rows[0]["status"] == "running"
 
 
+def test_stalled_runs_counts_a_heartbeat_like_an_event(conn: Conn) -> None:
+    add_run(conn, "beating", idle="20 minutes")
+    add_run(conn, "stopped-beating", idle="20 minutes")
+    for run_id, beat in (("beating", "1 minute"), ("stopped-beating", "8 minutes")):
+        conn.execute(
+            "UPDATE ledger.runs SET last_heartbeat_at = now() - %s::interval WHERE run_id = %s",
+            (beat, run_id),
+        )
+    rows = conn.execute("SELECT * FROM ledger.stalled_runs").fetchall()
+    assert [r["run_id"] for r in rows] == ["stopped-beating"]
+    # Idle since the later of the last event and the heartbeat.
+    assert timedelta(minutes=8) <= rows[0]["idle"] < timedelta(minutes=9)
+    assert rows[0]["last_heartbeat_at"] is not None
+
+
 # -- ledger.overview (what the service's run list reads) --------------------------------------------
 
 
@@ -335,6 +350,7 @@ def test_reader_role_reads_views_and_tables_and_writes_nothing(
             "run_mappings",
             "sheet_rows",
             "node_observations",
+            "idempotency_keys",
         ):
             reader.execute(sql.SQL("SELECT * FROM ledger.{}").format(sql.Identifier(table))).fetchall()
         for statement in READ_ONLY_VIOLATIONS:

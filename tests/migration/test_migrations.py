@@ -116,3 +116,33 @@ def test_cli_upgrade_is_idempotent(empty_url: str) -> None:
         [sys.executable, "-m", "ledger.cli", "db", "current"], env=env, capture_output=True, text=True
     )
     assert "up to date" in current.stdout
+
+
+def reader_may_select(url: str, relation: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT has_table_privilege('ledger_reader', %s, 'SELECT')", (relation,)
+        ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_0003_keeps_the_reader_on_the_views_it_redefines(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0002")
+    assert reader_may_select(empty_url, "ledger.stalled_runs")
+    migrate.upgrade(empty_url, "0003")
+    assert reader_may_select(empty_url, "ledger.stalled_runs")
+    assert reader_may_select(empty_url, "ledger.idempotency_keys")
+    with psycopg.connect(empty_url) as conn:
+        columns = [
+            row[0] for row in conn.execute("SELECT * FROM ledger.stalled_runs LIMIT 0").description or ()
+        ]
+    assert columns[-1] == "last_heartbeat_at"
+    migrate.downgrade(empty_url, "0002")
+    # The view is recreated as 0002 had it, and readable again.
+    assert reader_may_select(empty_url, "ledger.stalled_runs")
+    with psycopg.connect(empty_url) as conn:
+        columns = [
+            row[0] for row in conn.execute("SELECT * FROM ledger.stalled_runs LIMIT 0").description or ()
+        ]
+    assert columns == ["run_id", "status", "play_name", "updated_at", "idle", "last_seq"]

@@ -76,7 +76,6 @@ def test_coordinator_types_keep_their_fields() -> None:
         ({"type": "logs", "line": "x"}, "e.type"),
         ({"type": "log"}, "e.line"),
         ({"type": "log", "line": None}, "e.line"),
-        ({"type": "log", "line": "a\x00b"}, "e.line"),
         ({"type": "log", "line": "x", "level": "info"}, "e.level"),
         ({"type": "log", "line": "x", "ts": 5}, "e.ts"),
         ({"type": "log.gap", "missing": 2, "seq": 1}, "e.seq"),
@@ -99,11 +98,26 @@ def test_coordinator_types_keep_their_fields() -> None:
         ({"type": "step.started", "x": object()}, "e"),
         ({"type": "dataset.lifecycle", "x": "nul\x00"}, "e"),
         ({"type": "dataset.lifecycle", "x": {"deep": "\ud800"}}, "e"),
-        ({"type": "log", "line": "half a pair \udc00"}, "e.line"),
+        ({"type": "log", "line": b"bytes"}, "e.line"),
+        ({"type": "terminal", "status": "failed", "play_name": "p\x00"}, "e.play_name"),
+        ({"type": "progress", "status": "ok\x00"}, "e.status"),
+        ({"type": "progress", "status": "ok", "active_node_id": "n\ud800"}, "e.active_node_id"),
     ],
 )
 def test_bad_events_name_the_field(event: Any, field: str) -> None:
     assert field_of(event) == field
+
+
+def test_free_text_is_repaired_not_refused() -> None:
+    # A tool may print anything: NUL and lone surrogates become U+FFFD, the rest is kept.
+    assert parse_event({"type": "log", "line": "a\x00b \udc00 ok"}).payload == {"line": "a\ufffdb \ufffd ok"}
+    status = parse_event({"type": "status", "status": "running", "logs": ["\x00", "fine", "\ud800x"]})
+    assert status.payload["logs"] == ["\ufffd", "fine", "\ufffdx"]
+    progress = parse_event({"type": "progress", "status": "running", "logs": ["a\x00"]})
+    assert progress.payload["logs"] == ["a\ufffd"]
+    terminal = parse_event({"type": "terminal", "status": "failed", "error": "boom\x00\udfff"})
+    assert terminal.payload["error"] == "boom\ufffd\ufffd"
+    assert parse_terminal_state({"status": "failed", "error": "\x00"}, field="").error == "\ufffd"
 
 
 def test_ingestion_types_are_free_form_objects() -> None:
@@ -152,9 +166,11 @@ def test_terminal_state_validation_and_repeats() -> None:
 def test_read_parameters() -> None:
     assert parse_after(-1) == -1
     assert parse_after("-1") == -1
-    assert parse_after(" 12 ") == 12
+    assert parse_after("12") == 12
+    assert parse_after(12) == 12
     assert parse_after("now") is None
-    for bad in (-2, "-2", "later", 1.5, True, None):
+    # What int() would take but a cursor copied from an answer never looks like.
+    for bad in (-2, "-2", "later", 1.5, True, None, " 12 ", "1_0", "+1", "\u0661\u0662", "", " now"):
         with pytest.raises(InvalidInput) as info:
             parse_after(bad)
         assert info.value.field == "after"
@@ -181,7 +197,21 @@ def test_cursor_expiry() -> None:
 
 def test_run_ids() -> None:
     assert validate_run_id("run-1") == "run-1"
-    for bad in ("", "  ", 5, None, "a\x00", "x" * (MAX_RUN_ID_LENGTH + 1)):
+    assert validate_run_id("🙂 run ü") == "🙂 run ü"
+    assert validate_run_id("x" * MAX_RUN_ID_LENGTH) == "x" * MAX_RUN_ID_LENGTH
+    bad_ids = (
+        "",
+        "  ",
+        5,
+        None,
+        "a\x00",
+        "x" * (MAX_RUN_ID_LENGTH + 1),
+        "a/b",
+        "tab\there",
+        "\x7f",
+        "r\ud800",
+    )
+    for bad in bad_ids:
         with pytest.raises(InvalidInput) as info:
             validate_run_id(bad)
         assert info.value.field == "run_id"

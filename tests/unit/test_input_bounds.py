@@ -21,6 +21,13 @@ from ledger.validate import INT32_MAX, INT64_MAX, MAX_EPOCH_MS
 HUGE = 10**30
 
 
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def running(**fields: Any) -> dict[str, Any]:
     return {"status": "running", **fields}
 
@@ -86,7 +93,11 @@ CASES: list[tuple[str, Callable[[], object]]] = [
         "live_node_progress.n.started_at",
         lambda: parse_upload("r", running(live_node_progress={"n": {"started_at": MAX_EPOCH_MS + 1}})),
     ),
-    ("live_logs[0]", lambda: parse_upload("r", running(live_logs=["\ud800"]))),
+    ("run_id", lambda: validate_run_id("a/b")),
+    ("run_id", lambda: validate_run_id("line\nbreak")),
+    ("after", lambda: parse_after("1_0")),
+    ("after", lambda: parse_after("\u0661")),
+    ("o.inputs", lambda: parse_observation("o", observation(inputs=nested(61)))),
     (
         "dataset_lifecycle_events[0]",
         lambda: parse_upload("r", running(dataset_lifecycle_events=[{"k": "\udfff"}])),
@@ -129,6 +140,14 @@ def test_the_bounds_themselves_are_accepted() -> None:
     assert parse_events([{"type": "log.gap", "missing": HUGE}])[0].payload == {"missing": HUGE}
     progress = {"type": "progress", "status": "running", "updated_at": HUGE}
     assert parse_events([progress])[0].payload["updated_at"] == HUGE
+
+
+def test_free_text_is_repaired_where_structure_would_be_refused() -> None:
+    # An observation's error and a log line are free text; their NUL and lone surrogates become
+    # U+FFFD. The observation's node id beside it is structure and still refused.
+    assert parse_observation("o", observation(error="bad\x00 \ud800"))["error"] == "bad\ufffd \ufffd"
+    assert parse_events([{"type": "log", "line": "\udfff"}])[0].payload == {"line": "\ufffd"}
+    assert parse_upload("r", running(live_logs=["\ud800"])).live_logs == ("\ufffd",)
 
 
 def test_a_non_ascii_digit_tail_is_no_invocation_seq() -> None:

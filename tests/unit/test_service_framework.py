@@ -1,4 +1,5 @@
-"""The service's framework parts without a database: body limit, error wording, drain, JSON logs."""
+"""The service's framework parts without a database: body limit, depth check, run ids in paths,
+Idempotency-Key parsing, error wording, drain, JSON logs."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import AsyncIterator
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
+from ledger.idempotency import fingerprint_body
 from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
-from ledger.service.jsontext import unpaired_surrogate
+from ledger.service.idempotent import key_problem
+from ledger.service.jsontext import too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
-from ledger.service.middleware import BodyLimitMiddleware
+from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Drain
 
@@ -157,24 +160,30 @@ def test_json_log_lines_carry_the_run_id_and_extra_fields() -> None:
     assert entry["level"] == "info"
 
 
-def test_unpaired_surrogates_are_found_and_named() -> None:
-    assert unpaired_surrogate(b'{"events": [{"type": "log", "line": "ok \\ud800"}]}') == (
-        "events[0].line: contains an unpaired UTF-16 surrogate escape, which is not valid Unicode"
-    )
-    assert unpaired_surrogate(b'{"\\udfff": 1}') is not None
-    # A proper pair is one astral character, and plain text never needs parsing.
-    assert unpaired_surrogate(b'{"line": "\\ud83d\\ude00"}') is None
-    assert unpaired_surrogate(b'{"line": "plain"}') is None
-    assert unpaired_surrogate(b'{"broken": "\\ud800"') is None
+def nested(depth: int) -> bytes:
+    return b'{"events": ' + b"[" * (depth - 1) + b"1" + b"]" * (depth - 1) + b"}"
+
+
+def test_json_deeper_than_the_limit_is_found_without_recursing() -> None:
+    assert too_deep(nested(64)) is None
+    assert too_deep(nested(65)) == "body: JSON nests deeper than 64 levels"
+    # Far deeper than the interpreter's recursion limit: an answer, not a crash.
+    assert too_deep(b"[" * 100_000 + b"]" * 100_000) == "body: JSON nests deeper than 64 levels"
+    assert too_deep(b'{"a": ' * 100_000) == "body: JSON nests deeper than 64 levels"
+    # Brackets inside strings are not nesting; broken JSON is the parser's to report.
+    assert too_deep(b'{"line": "' + b"[" * 500 + b'"}') is None
+    assert too_deep(b"[" * 70 + b"oops") is None
+    # Lone surrogates are no longer refused up front: free text is repaired by the library.
+    assert too_deep(b'{"events": [{"type": "log", "line": "ok \\ud800"}]}') is None
 
 
 async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
-    app = BodyLimitMiddleware(echo_size, max_bytes=1000, check=unpaired_surrogate)
+    app = BodyLimitMiddleware(echo_size, max_bytes=1_000_000, check=too_deep)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-        refused = await client.post("/", content=b'{"run_id": "\\ud800"}')
+        refused = await client.post("/", content=nested(100))
         fine = await client.post("/", content=b'{"run_id": "r"}')
     assert refused.status_code == 422
-    assert refused.json()["error"].startswith("run_id: ")
+    assert refused.json()["error"] == "body: JSON nests deeper than 64 levels"
     assert fine.json() == {"size": 15}
 
 
@@ -192,3 +201,42 @@ async def test_api_docs_need_the_token_by_default_and_can_be_opened() -> None:
         assert "/v1/runs/{run_id}/events/stream" in with_token.json()["paths"]
         assert metrics.status_code == 401
         assert metrics.json() == {"error": "missing bearer token (Authorization: Bearer <token>)"}
+
+
+def test_idempotency_keys_must_be_one_short_printable_value() -> None:
+    assert key_problem([b"run-1:2:3"]) is None
+    assert key_problem([b"x" * 1024]) is None
+    assert key_problem([b"x" * 1025]) == "Idempotency-Key: must be at most 1024 bytes"
+    assert key_problem([b"  "]) == "Idempotency-Key: must not be empty"
+    assert key_problem([b"a", b"b"]) == "Idempotency-Key: send it once"
+    assert key_problem([b"a\x01b"]) == "Idempotency-Key: must not contain control characters"
+
+
+def test_the_same_body_is_equal_canonical_json() -> None:
+    same = fingerprint_body(b'{"b": [1, 2], "a": {"y": 1, "x": "\\u00fc"}}')
+    assert fingerprint_body(b'{"a":{"x":"\xc3\xbc","y":1},"b":[1,2]}') == same
+    assert fingerprint_body(b'{"a": {"x": "u", "y": 1}, "b": [1, 2]}') != same
+    assert fingerprint_body(b'{"b": [2, 1], "a": {"y": 1, "x": "\\u00fc"}}') != same
+    # Not JSON: the bytes themselves.
+    assert fingerprint_body(b"not json") == fingerprint_body(b"not json")
+    assert fingerprint_body(b"not json") != fingerprint_body(b"not  json")
+    assert fingerprint_body(b"[" * 5000) == fingerprint_body(b"[" * 5000)
+
+
+def path_scope(raw_path: bytes) -> Scope:
+    return {"type": "http", "path": raw_path.decode("latin-1"), "raw_path": raw_path, "headers": []}
+
+
+def test_run_ids_in_paths_are_checked_raw() -> None:
+    assert path_run_id_problem(path_scope(b"/v1/runs/run-1/events")) is None
+    assert path_run_id_problem(path_scope(b"/v1/runs")) is None
+    assert path_run_id_problem(path_scope(b"/v1/pools/a%2Fb/entries")) is None
+    assert path_run_id_problem(path_scope(b"/v1/runs/%F0%9F%99%82")) is None  # an emoji is fine
+    assert path_run_id_problem(path_scope(b"/v1/runs/x%2Fevents")) == "run_id: must not contain '/'"
+    assert path_run_id_problem(path_scope(b"/v1/runs/x%2fb/status")) == "run_id: must not contain '/'"
+    assert path_run_id_problem(path_scope(b"/v1/runs/%ED%A0%80")) == (
+        "run_id: must be valid UTF-8 once percent-decoded"
+    )
+    assert path_run_id_problem(path_scope(b"/v1/runs/a%00")) is not None
+    assert path_run_id_problem(path_scope(b"/v1/runs/%20")) == "run_id: must not be empty"
+    assert path_run_id_problem(path_scope(b"/v1/runs/" + b"x" * 513)) is not None
