@@ -84,22 +84,18 @@ class DirectTransport:
 @asynccontextmanager
 async def _ledger_errors(run_id: str) -> AsyncIterator[None]:
     """The ledger's errors as transport errors (see the module docstring)."""
-    import psycopg
-    from psycopg_pool import PoolTimeout
-
-    from ledger.db import DatabaseUnavailable
-    from ledger.errors import LedgerError, StaleAttempt
+    from ledger.db import DB_FAULTS
+    from ledger.errors import LedgerError, RunTerminal, StaleAttempt
 
     try:
         yield
     except StaleAttempt as exc:
         raise StaleAttemptError(exc.message) from exc
+    except RunTerminal as exc:
+        raise RunTerminalError(terminal_message(run_id, exc.terminal), exc.terminal) from exc
     except LedgerError as exc:
-        terminal = getattr(exc, "terminal", None)
-        if isinstance(terminal, dict):
-            raise RunTerminalError(terminal_message(run_id, terminal), terminal) from exc
         raise UploadRejected(422, exc.message) from exc
-    except (psycopg.OperationalError, PoolTimeout, DatabaseUnavailable) as exc:
+    except DB_FAULTS as exc:
         raise TransportError(f"the ledger's database is unreachable: {exc}") from exc
 
 

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from ledger.db import Database
+from ledger.events import WATCHDOG_ERROR
 from ledger.runlog import RunLog
 from ledger.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter, TransportError
-from reporter.transport import DuplicateUploadError
+from reporter.transport import DuplicateUploadError, RunTerminalError
 
 CONTRACT = {
     "staticPipeline": {
@@ -162,3 +163,16 @@ async def test_a_second_reporter_of_an_attempt_must_resume_and_then_loses_nothin
     assert outcomes(events) == {"first": "completed"}
     assert [e["node_id"] for e in events if e["type"] == "step.started"] == ["first"]
     assert events[-1]["type"] == "terminal" and events[-1]["status"] == "completed"
+
+
+async def test_a_run_the_watchdog_failed_stops_the_reporter_at_once_naming_it(db: Database) -> None:
+    run_id = "seam-watchdog"
+    transport = LosingAnswers(db, lose=set())
+    reporter = reporter_for(run_id, transport)
+    reporter.on_runner_event({"type": "log", "line": "working"})
+    await reporter.flush(force=True)
+    await RunLog(db).set_terminal(run_id, "failed", error=WATCHDOG_ERROR)
+    reporter.on_runner_event({"type": "log", "line": "done"})
+    with pytest.raises(RunTerminalError, match="ended as failed by someone else: run watchdog"):
+        await reporter.finalize({"status": "completed"})
+    assert transport.calls == 2 and reporter.stopped
