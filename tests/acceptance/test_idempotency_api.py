@@ -75,8 +75,12 @@ def test_a_key_is_scoped_per_token_and_per_path(server: Server, client: httpx.Cl
     with httpx.Client(base_url=server.base_url, headers=second, timeout=30) as second_token:
         assert post_events(second_token, run_id, "shared", "x").status_code == 200
         assert "idempotent-replayed" not in post_events(second_token, other_run, "mine", "y").headers
+        # ... and each token gets its own answer back on a retry.
+        assert post_events(second_token, run_id, "shared", "x").headers["idempotent-replayed"] == "true"
+    assert post_events(client, run_id, "shared", "x").headers["idempotent-replayed"] == "true"
     # Another path with the same key and body: applied.
     assert post_events(client, other_run, "shared", "x").status_code == 200
+    assert post_events(client, other_run, "shared", "x").headers["idempotent-replayed"] == "true"
     assert log_lines(client, run_id) == ["x", "x"]
     assert log_lines(client, other_run) == ["y", "x"]
 
