@@ -34,7 +34,6 @@ from ledger.db import Conn
 from ledger.validate import repair_text
 
 KEY_LIFETIME: Final = timedelta(hours=24)
-DEFAULT_SWEEP_BATCH: Final = 1000
 
 LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
 
@@ -154,9 +153,7 @@ async def store_answer(conn: Conn, scope: Scope, answer: StoredAnswer) -> None:
     )
 
 
-async def sweep_expired(
-    conn: Conn, now: datetime, *, lifetime: timedelta = KEY_LIFETIME, limit: int = DEFAULT_SWEEP_BATCH
-) -> int:
+async def sweep_expired(conn: Conn, now: datetime, *, limit: int, lifetime: timedelta = KEY_LIFETIME) -> int:
     """Delete up to `limit` answers older than `lifetime`, skipping rows others hold; how many."""
     cur = await conn.execute(SWEEP_EXPIRED_SQL, {"cutoff": now - lifetime, "limit": limit})
     return max(cur.rowcount, 0)

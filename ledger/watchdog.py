@@ -9,7 +9,7 @@ matches (Postgres re-checks the condition on the newest row version when it lock
 
 Its loop also reclaims rows nothing reads any more: expired run mappings (they already count as
 absent) and Idempotency-Key answers past their lifetime. Both are deleted in batches of
-`batch_size`, one transaction each, skipping rows another transaction holds.
+`sweep_batch_size`, one transaction each, skipping rows another transaction holds.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_STALL_AFTER_S: Final = 300.0
 DEFAULT_INTERVAL_S: Final = 30.0
 DEFAULT_BATCH_SIZE: Final = 100
+# Deleting a row costs far less than failing a run: sweeps take bigger bites.
+DEFAULT_SWEEP_BATCH_SIZE: Final = 1000
 
 Sleep = Callable[[float], Awaitable[None]]
 Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
@@ -59,6 +61,7 @@ class Watchdog:
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Clock | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        sweep_batch_size: int = DEFAULT_SWEEP_BATCH_SIZE,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.db = db
@@ -67,6 +70,7 @@ class Watchdog:
         self.clock: Clock = clock or (runlog.clock if runlog and runlog.clock else DatabaseClock())
         self.max_events_per_run = runlog.max_events_per_run if runlog else DEFAULT_MAX_EVENTS_PER_RUN
         self.batch_size = batch_size
+        self.sweep_batch_size = sweep_batch_size
         self._sleep = sleep
         self.key_lifetime = idempotency.KEY_LIFETIME
         self._task: asyncio.Task[None] | None = None
@@ -127,10 +131,10 @@ class Watchdog:
         total = 0
         while True:
             async with self.db.transaction() as conn:
-                deleted = await sweep(conn, await self.clock.now(conn), self.batch_size)
+                deleted = await sweep(conn, await self.clock.now(conn), self.sweep_batch_size)
             total += deleted
             # A short batch means the rest is gone or held by others (skipped): done for this pass.
-            if deleted < self.batch_size:
+            if deleted < self.sweep_batch_size:
                 return total
 
     async def run_forever(self) -> None:

@@ -208,7 +208,7 @@ async def test_the_watchdog_sweeps_expired_keys_in_batches(db: Database, clean_d
     for index in range(7):
         await store(db, f"old-{index}", timedelta(hours=24, minutes=index + 1))
     await store(db, "fresh", timedelta(hours=23))
-    watchdog = Watchdog(db, batch_size=3)
+    watchdog = Watchdog(db, sweep_batch_size=3)
     # A row another transaction holds is skipped, not waited for.
     async with await psycopg.AsyncConnection.connect(clean_database_url) as holder:
         await holder.execute(

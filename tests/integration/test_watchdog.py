@@ -237,7 +237,7 @@ async def test_expired_mappings_are_swept_in_batches_skipping_locked_ones(
         await pool.map_run(f"old-{index}", "i1", "v1")
     clock.advance(pool.settings.mapping_ttl_ms + 1)
     await pool.map_run("fresh", "i2", "v1")
-    watchdog = Watchdog(db, clock=clock, batch_size=3)
+    watchdog = Watchdog(db, clock=clock, sweep_batch_size=3)
     holder = await psycopg.AsyncConnection.connect(clean_database_url)
     async with holder, holder.transaction():
         await holder.execute("SELECT 1 FROM ledger.run_mappings WHERE run_id = 'old-0' FOR UPDATE")
