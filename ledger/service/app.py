@@ -111,6 +111,7 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
         routes_pool.router,
     ):
         app.include_router(router)
+    _document_middleware_contract(app)
     if not settings.public_docs:
 
         @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
@@ -124,6 +125,40 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     app.add_middleware(RunPathMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     return app
+
+
+IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 1024},
+    "description": "Send the same key on every retry of one request: its answer is kept 24 hours (per "
+    "token and path) and given again, nothing written twice. Another body with the same key is 422.",
+}
+UNAVAILABLE_RESPONSE: dict[str, Any] = {
+    "description": "The database is unavailable (connection lost, pool exhausted, lock or statement "
+    "timeout): retry after `Retry-After` seconds.",
+    "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+}
+
+
+def _document_middleware_contract(app: FastAPI) -> None:
+    """Add what the middleware does to the OpenAPI schema: the Idempotency-Key header of every POST
+    and PUT, and the 503 answer of every endpoint that uses the database."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()  # caches it in app.openapi_schema, which is amended in place
+            for path, item in schema["paths"].items():
+                for method, operation in item.items():
+                    if method in ("post", "put"):
+                        operation.setdefault("parameters", []).append(dict(IDEMPOTENCY_KEY_PARAMETER))
+                    if path.startswith("/v1/"):
+                        operation.setdefault("responses", {})["503"] = dict(UNAVAILABLE_RESPONSE)
+        return app.openapi_schema or generate()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _database(scope: Scope) -> Database | None:

@@ -127,9 +127,30 @@ def test_a_body_over_the_limit_is_refused_before_parsing(client: httpx.Client) -
 def test_access_log_is_json_with_the_run_id(server: Server, client: httpx.Client) -> None:
     client.get("/v1/runs/logged-run-42")
     import json
+    import time
 
-    lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    access = [entry for entry in lines if entry.get("run_id") == "logged-run-42"]
+    # The access line is written once the answer is sent: the client may read the log first.
+    deadline = time.monotonic() + 10
+    while True:
+        # Only whole lines: the server may be half-way through writing the last one.
+        whole = server.log().rpartition("\n")[0]
+        lines = [json.loads(line) for line in whole.splitlines() if line.startswith("{")]
+        access = [entry for entry in lines if entry.get("run_id") == "logged-run-42"]
+        if access or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert access, "no JSON log line carries the run id"
     assert access[-1]["route"] == "/v1/runs/{run_id}"
     assert access[-1]["status"] == 404
+
+
+def test_openapi_schema_documents_idempotency_keys_and_503(server: Server) -> None:
+    schema = httpx.get(server.base_url + "/openapi.json", headers=server.headers).json()
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            headers = [p["name"] for p in operation.get("parameters", []) if p["in"] == "header"]
+            assert ("Idempotency-Key" in headers) == (method in ("post", "put")), (method, path)
+            if path.startswith("/v1/"):
+                assert "Retry-After" in operation["responses"]["503"]["headers"], (method, path)
+    # Asked twice, the schema is the same (amended once).
+    assert httpx.get(server.base_url + "/openapi.json", headers=server.headers).json() == schema

@@ -7,19 +7,23 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.types import Message, Receive, Scope, Send
 
 from ledger.idempotency import fingerprint_body
 from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
 from ledger.service.idempotent import key_problem
-from ledger.service.jsontext import too_deep
+from ledger.service.jsontext import bracket_depth, too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Drain
+from ledger.validate import json_depth
 
 
 async def echo_size(scope: Scope, receive: Receive, send: Send) -> None:
@@ -240,3 +244,22 @@ def test_run_ids_in_paths_are_checked_raw() -> None:
     assert path_run_id_problem(path_scope(b"/v1/runs/a%00")) is not None
     assert path_run_id_problem(path_scope(b"/v1/runs/%20")) == "run_id: must not be empty"
     assert path_run_id_problem(path_scope(b"/v1/runs/" + b"x" * 513)) is not None
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='ab"\\[]{}\u00fc\n'),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(alphabet='k"\\[{', max_size=3), children, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, ensure_ascii=st.booleans(), indent=st.sampled_from([None, 2]))
+def test_brackets_outside_strings_nest_as_deep_as_the_json(
+    value: Any, ensure_ascii: bool, indent: int | None
+) -> None:
+    body = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode()
+    assert bracket_depth(body) == json_depth(value)
