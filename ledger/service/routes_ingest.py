@@ -21,13 +21,14 @@ Svc = Annotated[Services, Depends(services)]
 UPLOAD_DESCRIPTION = (
     "`{run_id, upload_seq, status, live_node_progress, live_logs, live_log_total_count, "
     "producer_attempt, dataset_lifecycle_events, activity_observations, terminal_log_replay, "
-    "last_checkpoint_at}` (SPEC 2.7). Delivering an upload twice changes nothing the second time."
+    "last_checkpoint_at}` (SPEC 2.7). Delivering an upload twice changes nothing the second time. "
+    "The answer carries the attempt's `producer_attempt`, `last_upload_seq` and `live_log_count`."
 )
 
 
 @router.post(
     "/status",
-    summary="Apply a reporter status upload (idempotent; 409 for a stale producer attempt)",
+    summary="Apply a reporter status upload (idempotent; 409 `stale_attempt` or `terminal`)",
 )
 async def status_upload(
     run_id: str,

@@ -32,7 +32,10 @@ async def list_runs(
     return {"runs": await overview.list_runs(svc.db, limit)}
 
 
-@router.get("/{run_id}", summary="The run: status, last seq, terminal state, live node progress")
+@router.get(
+    "/{run_id}",
+    summary="The run: status, last seq, terminal state, live node progress, the attempt's resume position",
+)
 async def get_run(run_id: str, svc: Svc) -> dict[str, Any]:
     return await svc.runlog.get_run(run_id)
 
@@ -46,7 +49,7 @@ async def append_events(run_id: str, body: AppendEvents, svc: Svc) -> dict[str, 
 
 @router.put(
     "/{run_id}/terminal",
-    summary="Set the terminal state (first wins; the same again is a no-op; a different one is 409)",
+    summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
 )
 async def set_terminal(run_id: str, body: SetTerminal, svc: Svc) -> dict[str, Any]:
     return await svc.runlog.set_terminal(
