@@ -117,7 +117,7 @@ def test_parse_full_upload_keeps_known_fields_and_ignores_unknown() -> None:
         ),
         ({"status": "running", "last_checkpoint_at": "yesterday"}, "last_checkpoint_at"),
         ({"status": "running", "dropped_one_shot_events": -1}, "dropped_one_shot_events"),
-        ({"status": "running", "live_logs": ["a\x00b"]}, "live_logs[0]"),
+        ({"status": "running", "live_logs": [7]}, "live_logs[0]"),
         ({"status": "running", "live_node_progress": {"n\x00": {}}}, "live_node_progress"),
         (
             {"status": "running", "live_node_progress": {"n": {"node_io": {"x": float("nan")}}}},
@@ -475,3 +475,27 @@ def test_redelivery_is_idempotent(uploads: list[dict[str, Any]], data: st.DataOb
         for _ in range(data.draw(st.integers(0, 2))):
             schedule.append(uploads[data.draw(st.integers(0, i))])
     assert _deliver(schedule) == expected
+
+
+def test_free_text_is_repaired_not_refused() -> None:
+    upload = parse_upload(
+        "r",
+        {
+            "status": "running",
+            "live_logs": ["bad \x00 byte", "lone \ud800"],
+            "live_node_progress": {"n": {"message": "m\x00"}},
+            "terminal_log_replay": {"lines": ["r\udfff"]},
+        },
+    )
+    assert upload.live_logs == ("bad \ufffd byte", "lone \ufffd")
+    assert upload.live_node_progress["n"]["message"] == "m\ufffd"
+    assert upload.terminal_log_replay is not None and upload.terminal_log_replay.lines == ("r\ufffd",)
+
+
+def test_json_nested_deeper_than_a_stored_value_may_is_refused_naming_the_field() -> None:
+    deep: Any = 1
+    for _ in range(61):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="nests deeper than 60") as exc:
+        parse_upload("r", {"status": "running", "dataset_lifecycle_events": [{"d": deep}]})
+    assert exc.value.field == "dataset_lifecycle_events[0]"
