@@ -1,0 +1,367 @@
+"""A pytest plugin that gives tests a real, migrated Postgres (entry point `ledger`, loaded on install).
+
+Where the server comes from, chosen once per session by `choose_backend`:
+
+- `LEDGER_TEST_DATABASE_URL`: that server; the tests create and drop their databases on it, so
+  the role needs CREATEDB. `LEDGER_DATABASE_URL` is never used: it is the ledger's real database.
+- `LEDGER_TEST_BACKEND=docker`: a testcontainers Postgres (`DOCKER_IMAGE`).
+- otherwise (or `LEDGER_TEST_BACKEND=embedded`): the embedded wheel with durability turned off.
+
+An explicit request that cannot be had stops the session at start with one line; it is never a
+skip. Validating it starts nothing (a ping of the Docker engine, a connect to the URL); a server is
+started only when a test first asks for a fixture. On it: one template database migrated to head
+per schema version, cloned into one database per xdist worker and dropped at the end.
+
+Fixtures: `pg_admin_url` (may create databases), `database_url` (this worker's migrated database),
+`clean_database_url` (the same, every ledger table emptied first). Marker: `own_postgres`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ledger.config import ConfigError, validate_database_url
+
+__all__ = [
+    "BACKEND_VAR",
+    "DOCKER_IMAGE",
+    "OWN_POSTGRES_MARKER",
+    "URL_VAR",
+    "Backend",
+    "BackendUnavailable",
+    "Container",
+    "ContainerFactory",
+    "check_url",
+    "choose_backend",
+    "clone_database",
+    "create_empty_database",
+    "delete_all_rows",
+    "docker_server",
+    "drop_database",
+    "embedded_server",
+    "ensure_template",
+    "ping_docker",
+    "postgres_container",
+    "psycopg_url",
+    "redact",
+    "with_database",
+]
+
+URL_VAR = "LEDGER_TEST_DATABASE_URL"
+BACKEND_VAR = "LEDGER_TEST_BACKEND"
+DOCKER_IMAGE = "postgres:16-alpine"
+OWN_POSTGRES_MARKER = "own_postgres"
+_OWN_POSTGRES_DOC = (
+    f"{OWN_POSTGRES_MARKER}: needs a Postgres server of its own (it restarts or kills it); "
+    "deselected when an external backend is asked for"
+)
+
+
+class BackendUnavailable(Exception):
+    """The Postgres asked for cannot be had; the message is one line for a person."""
+
+
+class Container(Protocol):
+    def get_connection_url(self) -> str: ...
+
+
+ContainerFactory = Callable[[str], AbstractContextManager[Container]]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where the tests' Postgres comes from. `server(data_dir)` reaches or starts it when entered."""
+
+    kind: Literal["embedded", "url", "docker"]
+    source: str  # what asked for it, for messages
+    server: Callable[[Path], AbstractContextManager[str]]
+
+    @property
+    def external(self) -> bool:
+        """True when the server is not one the tests may restart or kill."""
+        return self.kind != "embedded"
+
+
+def choose_backend(
+    env: Mapping[str, str],
+    *,
+    docker_probe: Callable[[], None],
+    container_factory: ContainerFactory,
+    url_probe: Callable[[str], None],
+) -> Backend:
+    """The backend the environment asks for, validated without starting anything.
+
+    The probes raise `BackendUnavailable` with the reason; it comes back naming the request.
+    """
+    raw_url = env.get(URL_VAR, "").strip()
+    backend = env.get(BACKEND_VAR, "").strip().lower()
+    if raw_url and backend == "docker":
+        raise BackendUnavailable(f"{URL_VAR} and {BACKEND_VAR}=docker are both set: set one of them")
+    if raw_url:
+        try:
+            url = validate_database_url(raw_url, source=URL_VAR)
+        except ConfigError as exc:
+            raise BackendUnavailable(str(exc)) from None
+        try:
+            url_probe(url)
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"{URL_VAR}={redact(url)} cannot be used: {exc}") from None
+        return Backend("url", URL_VAR, lambda _data_dir: nullcontext(url))
+    if backend == "docker":
+        source = f"{BACKEND_VAR}=docker"
+        try:
+            docker_probe()
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"{source} asks for a testcontainers Postgres ({DOCKER_IMAGE}), but {exc}"
+            ) from None
+        return Backend("docker", source, lambda _data_dir: docker_server(container_factory))
+    if backend not in ("", "embedded"):
+        raise BackendUnavailable(f"{BACKEND_VAR}={backend!r}: expected 'docker' or 'embedded'")
+    return Backend("embedded", "the embedded Postgres", embedded_server)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def check_url(url: str) -> None:
+    """The server answers and the role may create databases (the tests make their own)."""
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            row = conn.execute(
+                "SELECT current_user, rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+    except psycopg.Error as exc:
+        raise BackendUnavailable(f"no connection ({_one_line(exc)})") from None
+    if row is None or not row[1]:
+        role = row[0] if row else "?"
+        raise BackendUnavailable(f"role {role} may not create databases (the tests need CREATEDB)")
+
+
+def ping_docker() -> None:
+    """testcontainers is installed and a Docker engine answers."""
+    try:
+        import docker
+        import testcontainers.community.postgres  # noqa: F401 - its absence is the answer
+    except ImportError as exc:
+        raise BackendUnavailable(f"{exc.name} is not installed (pip install 'run-ledger[test]')") from None
+    try:
+        client = docker.from_env(timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        raise BackendUnavailable(f"no Docker engine answers ({_one_line(exc)})") from None
+
+
+def postgres_container(image: str) -> AbstractContextManager[Container]:
+    """testcontainers' Postgres, its durability off like the embedded one's."""
+    from testcontainers.community.postgres import PostgresContainer
+
+    container = PostgresContainer(image, driver=None)
+    container.with_command("postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+    return container
+
+
+def psycopg_url(url: str) -> str:
+    """A SQLAlchemy-style URL (`postgresql+psycopg2://…`) in the plain form psycopg takes."""
+    scheme, rest = url.split("://", 1)
+    return validate_database_url(scheme.split("+", 1)[0] + "://" + rest, source="the container's URL")
+
+
+@contextmanager
+def docker_server(container_factory: ContainerFactory) -> Iterator[str]:
+    with container_factory(DOCKER_IMAGE) as container:
+        yield psycopg_url(container.get_connection_url())
+
+
+@contextmanager
+def embedded_server(data_dir: Path) -> Iterator[str]:
+    from ledger.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(data_dir)
+    url = server.url()
+    # Throwaway server: durability buys nothing and costs commit latency.
+    with psycopg.connect(url, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def with_database(url: str, database: str) -> str:
+    """The same server URL, pointing at another database."""
+    return urlunsplit(urlsplit(url)._replace(path="/" + database))
+
+
+def _schema_fingerprint() -> str:
+    from alembic.script import ScriptDirectory
+
+    from ledger import migrate
+
+    versions = Path(ScriptDirectory.from_config(migrate.alembic_config("")).versions)
+    digest = hashlib.sha256()
+    for path in sorted(versions.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def ensure_template(admin_url: str) -> str:
+    """A database migrated to head, made once per schema version and reused across runs."""
+    from ledger import migrate
+
+    name = f"ledger_tpl_{_schema_fingerprint()}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        # Serialise xdist workers (and concurrent sessions) building the same template.
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (name,))
+        try:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            if not exists:
+                building = name + "_building"
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(building)))
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+                migrate.upgrade(with_database(admin_url, building))
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                        sql.Identifier(building), sql.Identifier(name)
+                    )
+                )
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+    return name
+
+
+def clone_database(admin_url: str, template: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        drop_database(conn, name)
+        # FILE_COPY (15+) skips WAL-logging every page of the copy.
+        strategy = sql.SQL(" STRATEGY FILE_COPY") if conn.info.server_version >= 150000 else sql.SQL("")
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+            + strategy
+        )
+    return with_database(admin_url, name)
+
+
+def drop_database(conn: psycopg.Connection[Any], name: str) -> None:
+    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def create_empty_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        drop_database(conn, name)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(admin_url, name)
+
+
+def delete_all_rows(url: str) -> None:
+    from ledger.schema import ALL_TABLES
+
+    with psycopg.connect(url) as conn:
+        for table in ALL_TABLES:
+            conn.execute(f"DELETE FROM {table.fullname}")
+
+
+def _worker_id() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "master")
+
+
+# --- pytest hooks -----------------------------------------------------------------------------
+
+_BACKEND = pytest.StashKey[Backend]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A project may list the marker itself (for --strict-markers readers); list it once.
+    declared = [str(line).split(":", 1)[0].strip() for line in config.getini("markers")]
+    if OWN_POSTGRES_MARKER not in declared:
+        config.addinivalue_line("markers", _OWN_POSTGRES_DOC)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Before xdist starts its workers, so a bad request is one line and nothing else.
+    try:
+        backend = choose_backend(
+            os.environ, docker_probe=ping_docker, container_factory=postgres_container, url_probe=check_url
+        )
+    except BackendUnavailable as exc:
+        raise pytest.UsageError(str(exc)) from None
+    session.config.stash[_BACKEND] = backend
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    backend = config.stash.get(_BACKEND, None)
+    if backend is None or not backend.external:
+        return
+    deselected = [item for item in items if item.get_closest_marker(OWN_POSTGRES_MARKER)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker(OWN_POSTGRES_MARKER)]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    backend = config.stash.get(_BACKEND, None)
+    if backend is not None and backend.external:
+        # Under xdist only the workers collect, so the line states the rule rather than a count.
+        terminalreporter.write_line(
+            f"ledger.testing: Postgres from {backend.source}; "
+            f"tests marked {OWN_POSTGRES_MARKER} are deselected (they need a server of their own)"
+        )
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A URL with rights to create databases on the tests' server, started on first use."""
+    backend = request.config.stash[_BACKEND]
+    base = tmp_path_factory.getbasetemp()
+    # xdist workers share one embedded server: the wheel reuses a running one per data dir.
+    shared = base.parent if _worker_id() != "master" else base
+    with backend.server(shared / "embedded-pg") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_admin_url: str) -> Iterator[str]:
+    """This worker's own database, cloned from the migrated template and dropped at the end."""
+    template = ensure_template(pg_admin_url)
+    name = f"ledger_test_{_worker_id()}_{os.getpid()}"
+    url = clone_database(pg_admin_url, template, name)
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        drop_database(conn, name)
+
+
+@pytest.fixture
+def clean_database_url(database_url: str) -> str:
+    """The worker database with every ledger table emptied (committed tests clean up with DELETE)."""
+    delete_all_rows(database_url)
+    return database_url
