@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ledger import pool_rules as rules
+from ledger import validate
 from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.pool_rules import PoolEntry, PoolSettings, RunMapping
@@ -232,7 +233,7 @@ class WarmPool:
         """Take the newest available entry for `run_id` (idempotent per run); `{id, available, warming}`
         with the counts as they are after the claim."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
-        run_id = rules.check_id("run_id", run_id)
+        run_id = validate.run_id("run_id", run_id)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
         # Pipelined: statements whose results are not needed yet share round trips (the hot path).
         async with self.db.transaction() as conn, conn.pipeline():
@@ -302,7 +303,7 @@ class WarmPool:
         self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
     ) -> dict[str, bool]:
         """Map `run_id` to `instance_id` (SPEC 2.2 map); `{mapped: False}` if blocked for it."""
-        run_id, instance_id = rules.check_id("run_id", run_id), rules.check_id("instance_id", instance_id)
+        run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
         flag = bool(rules.check_flag("started", started))
         pool_name = None if pool is None else rules.check_pool(pool)
@@ -317,7 +318,7 @@ class WarmPool:
 
     async def block_run(self, run_id: str, instance_id: str, version: str) -> dict[str, bool]:
         """Block `instance_id` from serving `run_id`, unless the run already started on it."""
-        run_id, instance_id = rules.check_id("run_id", run_id), rules.check_id("instance_id", instance_id)
+        run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
         async with self.db.transaction() as conn:
             now = await self.clock.now(conn)
@@ -331,7 +332,7 @@ class WarmPool:
     async def resolve_run(self, run_id: str, version: str) -> dict[str, Any]:
         """`{instance_id, started_at}` of the run's live same-version mapping, else nones (an
         expired or other-version mapping is deleted)."""
-        run_id, version = rules.check_id("run_id", run_id), rules.check_version(version)
+        run_id, version = validate.run_id("run_id", run_id), rules.check_version(version)
         async with self.db.transaction() as conn:
             now = await self.clock.now(conn)
             await conn.execute(LOCK, {"key": _run_key(run_id)})

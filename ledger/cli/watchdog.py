@@ -32,6 +32,11 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
             elif once:
                 click.echo("no stalled runs")
             if once:
+                swept = await dog.sweep()
+                click.echo(
+                    f"swept {swept.mappings} expired run mapping(s), "
+                    f"{swept.idempotency_keys} expired Idempotency-Key answer(s)"
+                )
                 return
             await asyncio.sleep(interval_s)
 
@@ -55,7 +60,8 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
     help="Seconds between passes.",
 )
 def watchdog(once: bool, stall_after_s: float, interval_s: float) -> None:
-    """Fail runs with no event for --stall-after seconds (on the configured database)."""
+    """Fail runs with no event for --stall-after seconds and sweep expired run mappings and
+    Idempotency-Key answers (on the configured database)."""
     url, server = resolve_url(load_settings())
     try:
         asyncio.run(_watch(url, once=once, stall_after_s=stall_after_s, interval_s=interval_s))

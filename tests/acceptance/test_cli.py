@@ -80,6 +80,32 @@ def test_watchdog_once_fails_only_the_stalled_runs(database_url: str, tmp_path: 
     assert run_row(database_url, stalled)["last_seq"] == 1
 
 
+def test_watchdog_once_also_sweeps_expired_run_mappings(database_url: str, tmp_path: Path) -> None:
+    expired, live = new_id("expired"), new_id("live")
+    with psycopg.connect(database_url) as conn:
+        for run_id, expires in (
+            (expired, "now() - interval '1 minute'"),
+            (live, "now() + interval '1 hour'"),
+        ):
+            conn.execute(
+                "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version, created_at,"
+                f" expires_at) VALUES (%s, 'p', 'i', 'claimed', 'v1', now(), {expires})",
+                (run_id,),
+            )
+    env = {"LEDGER_DATABASE_URL": database_url, "LEDGER_DATA_DIR": str(tmp_path)}
+    result = ledger("watchdog", "--once", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "expired run mapping(s)" in result.stdout  # other tests may leave some too
+    with psycopg.connect(database_url) as conn:
+        left = {
+            r[0]
+            for r in conn.execute(
+                "SELECT run_id FROM ledger.run_mappings WHERE run_id IN (%s, %s)", (expired, live)
+            )
+        }
+    assert left == {live}
+
+
 def test_watchdog_on_an_unmigrated_database_says_what_to_do(pg_admin_url: str, tmp_path: Path) -> None:
     result = ledger(
         "watchdog", "--once", env={"LEDGER_DATABASE_URL": pg_admin_url, "LEDGER_DATA_DIR": str(tmp_path)}
