@@ -1,0 +1,1 @@
+"""The oracle test: any runner stream, any fault schedule, the ledger ends with what happened."""

@@ -1,0 +1,78 @@
+"""Fixtures of the oracle tests: one event loop thread, the backends, a Postgres of their own.
+
+Everything is session-scoped and built on first use, so a session that runs no oracle test starts
+nothing. Examples use fresh run ids, so they share one database and one service without cleaning.
+
+Each backend has two pools: the harness's own (sheet rows, projections; it is checked after a
+Postgres restart, the harness is not under test) and, for the direct transport, the one the
+reporter's transport uses (left alone: how it copes with a restart is part of what is tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.oracle import profiles  # noqa: F401  (registers the Hypothesis profiles)
+from tests.oracle.harness import Backend, DirectBackend, HttpBackend
+from tests.oracle.services import LoopThread, OwnPostgres, Pools, ServiceThread
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    """One event loop for the session, in a thread: database pools and HTTP clients live on it."""
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture(scope="session")
+def ledger_service(database_url: str) -> Iterator[ServiceThread]:
+    """The real HTTP service (uvicorn in a thread of its own) on this worker's database."""
+    service = ServiceThread(database_url)
+    service.start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def direct_backend(loop_thread: LoopThread, database_url: str) -> Iterator[DirectBackend]:
+    pools = Pools(loop_thread)
+    yield DirectBackend(db=pools.open(database_url), ledger_db=pools.open(database_url))
+    pools.close()
+
+
+@pytest.fixture(scope="session")
+def http_backend(
+    loop_thread: LoopThread, database_url: str, ledger_service: ServiceThread
+) -> Iterator[HttpBackend]:
+    pools = Pools(loop_thread)
+    yield HttpBackend(db=pools.open(database_url), service=ledger_service)
+    pools.close()
+
+
+@pytest.fixture(scope="session")
+def oracle_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPostgres]:
+    """A Postgres server of the oracle's own, migrated (never the shared one: it gets restarted)."""
+    server = OwnPostgres(Path(tmp_path_factory.mktemp("oracle-own-pg")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def restart_backends(loop_thread: LoopThread, oracle_postgres: OwnPostgres) -> Iterator[dict[str, Backend]]:
+    """Both transports on the oracle's own Postgres (and a service of their own on it)."""
+    pools = Pools(loop_thread)
+    service = ServiceThread(oracle_postgres.url)
+    service.start()
+    url = oracle_postgres.url
+    backends: dict[str, Backend] = {
+        "direct": DirectBackend(db=pools.open(url), ledger_db=pools.open(url), pg=oracle_postgres),
+        "http": HttpBackend(db=pools.open(url), service=service, pg=oracle_postgres),
+    }
+    yield backends
+    oracle_postgres.start()  # in case an example failed while it was down
+    service.stop()
+    pools.close()

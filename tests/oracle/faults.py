@@ -1,0 +1,128 @@
+"""Fault injection at the reporter's seams: the `Transport` protocol and httpx's transport.
+
+A `FaultPlan` hands out one fault per *status upload request* in the order the reporter makes
+them (every retry is a request of its own), then ``ok`` forever, so every schedule ends and a
+reporter that keeps retrying gets through. Reads (sheet outcomes, node observations, the run state
+a resuming reporter reads) pass through untouched.
+
+Faults:
+
+* ``lost_before`` — the request never reaches the ledger (a connection error, nothing sent);
+* ``lost_after``  — the ledger commits, the answer is lost (sent, then a connection error);
+* ``duplicate``   — the same request is delivered twice (the second answer is returned: over
+  HTTP the service's Idempotency-Key store must make it the first one; the direct wrapper marks
+  it ``redelivered`` as the `Transport` protocol asks of a transport that delivered twice);
+* ``503``         — the ledger answers 503 with ``Retry-After: 0`` without applying anything.
+
+`DirectFaults` wraps `reporter.direct_transport.DirectTransport` (the errors are
+`reporter.transport.TransportError`, a 503 is the HTTP transport's retryable error);
+`HttpFaults` is an `httpx.AsyncBaseTransport` around a real `httpx.AsyncHTTPTransport`.
+Both record every payload the ledger received, for the redelivery check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import httpx
+
+from reporter.http_transport import RetryableHttpError
+from reporter.transport import Transport, TransportError
+
+
+class FaultPlan:
+    """The faults of one faulty run, consumed one per status upload request."""
+
+    def __init__(self, faults: tuple[str, ...] = ()) -> None:
+        self.faults = faults
+        self.requests = 0
+        self.injected: Counter[str] = Counter()
+        self.received: list[dict[str, Any]] = []  # payloads the ledger got (in order)
+
+    def next(self) -> str:
+        fault = self.faults[self.requests] if self.requests < len(self.faults) else "ok"
+        self.requests += 1
+        if fault != "ok":
+            self.injected[fault] += 1
+        return fault
+
+
+class DirectFaults:
+    """A `Transport` around another one (the direct transport) that injects the plan's faults."""
+
+    def __init__(self, inner: Transport, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+
+    async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        fault = self.plan.next()
+        if fault == "lost_before":
+            raise TransportError("injected: the request was lost before it reached the ledger")
+        if fault == "503":
+            raise RetryableHttpError(503, 0.0)
+        answer = await self.inner.upload(payload)
+        self.plan.received.append(payload)
+        if fault == "duplicate":
+            # The transport delivered it twice, so (as the Transport protocol asks) it says so.
+            answer = {**await self.inner.upload(payload), "redelivered": True}
+            self.plan.received.append(payload)
+        if fault == "lost_after":
+            raise TransportError("injected: the ledger committed, the answer was lost")
+        return answer
+
+    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        return await self.inner.sheet_outcomes(run_id)
+
+    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+        return await self.inner.node_observations(run_id)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else the reporter may ask a transport for (e.g. the run state `resume` reads).
+        return getattr(self.inner, name)
+
+
+def is_status_upload(request: httpx.Request) -> bool:
+    return request.method == "POST" and request.url.path.endswith("/status")
+
+
+class HttpFaults(httpx.AsyncBaseTransport):
+    """An httpx transport that injects the plan's faults into status uploads."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+
+    def _record(self, request: httpx.Request, response: httpx.Response) -> None:
+        if 200 <= response.status_code < 300:
+            self.plan.received.append(json.loads(request.content))
+
+    async def _deliver(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        await response.aread()
+        await response.aclose()
+        self._record(request, response)
+        return response
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not is_status_upload(request):
+            return await self.inner.handle_async_request(request)
+        fault = self.plan.next()
+        if fault == "lost_before":
+            raise httpx.ConnectError(
+                "injected: the request was lost before it reached the ledger", request=request
+            )
+        if fault == "503":
+            return httpx.Response(
+                503, headers={"Retry-After": "0"}, json={"error": "injected: unavailable"}, request=request
+            )
+        response = await self._deliver(request)
+        if fault == "duplicate":
+            response = await self._deliver(request)
+        if fault == "lost_after":
+            raise httpx.ReadError("injected: the ledger committed, the answer was lost", request=request)
+        return response  # already read: the client takes its cached body
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

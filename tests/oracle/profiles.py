@@ -1,0 +1,55 @@
+"""Hypothesis profiles of the oracle tests: ``oracle`` (the default) and ``soak``.
+
+Only the oracle tests read them (through `budget`), so loading neither globally leaves every other
+property test of the suite alone. ``HYPOTHESIS_PROFILE=soak`` selects the soak budgets (5,000+
+examples for the main property) and turns the per-test timeout off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+SOAK = os.environ.get("HYPOTHESIS_PROFILE", "").strip() == "soak"
+
+_COMMON = {
+    "deadline": None,
+    "derandomize": False,
+    "print_blob": True,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+}
+settings.register_profile("oracle", max_examples=200, **_COMMON)  # type: ignore[arg-type]
+settings.register_profile("soak", max_examples=5_000, **_COMMON)  # type: ignore[arg-type]
+
+# Examples per test: (default, soak).
+BUDGETS = {
+    "direct": (220, 5_000),
+    "http": (60, 1_500),
+    "postgres_restart": (6, 150),
+}
+
+# pytest-timeout's per-test limit (pyproject: 120 s) would cut a soak run short, and a failing
+# example's shrinking (each HTTP example may restart the service) off before it is reported. A hung
+# example is bounded on its own (`tests.oracle.test_oracle.EXAMPLE_TIMEOUT_S`).
+timeout = pytest.mark.timeout(0 if SOAK else 900)
+
+# Hypothesis warns when the global `random` state changes while it draws an example. The service's
+# and the pools' threads (uvicorn, psycopg_pool reconnect jitter, tenacity) use `random` in the
+# background; the strategies never do.
+background_random = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
+)
+
+
+def budget(test: str) -> settings:
+    """The Hypothesis settings of one oracle test under the active profile."""
+    default, soak = BUDGETS[test]
+    return settings(
+        settings.get_profile("soak" if SOAK else "oracle"), max_examples=soak if SOAK else default
+    )
