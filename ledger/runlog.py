@@ -61,6 +61,13 @@ ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
 WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
+RECENT_LOG_LINES_SQL: Final = """
+SELECT payload->>'line' AS line FROM ledger.run_events
+WHERE run_id = %(run_id)s AND type = 'log'
+ORDER BY seq DESC
+LIMIT %(limit)s
+"""
+
 GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
 
 LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
@@ -489,6 +496,19 @@ class RunLog:
             row = await cur.fetchone()
         assert row is not None
         return run_from_row(row)
+
+    async def recent_log_lines(self, run_id: str, limit: int = 1000) -> list[str]:
+        """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
+        was never opened. (A reporter continuing an attempt rebuilds its live tail from them.)"""
+        validate_run_id(run_id)
+        limit = check_limit(limit)
+        async with self.db.connection() as conn:
+            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            if await cur.fetchone() is None:
+                raise NotFound(f"unknown run {run_id!r}")
+            cur = await conn.execute(RECENT_LOG_LINES_SQL, {"run_id": run_id, "limit": limit})
+            rows = await cur.fetchall()
+        return [str(row["line"]) for row in reversed(rows)]
 
     async def get_run(self, run_id: str) -> dict[str, Any]:
         """The run in API shape; `NotFound` if it was never opened."""

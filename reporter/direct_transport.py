@@ -66,6 +66,17 @@ class DirectTransport:
                 return None
         raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
 
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        from ledger.errors import NotFound
+        from ledger.runlog import RunLog
+
+        async with _ledger_errors(run_id):
+            try:
+                return await RunLog(self.db).recent_log_lines(run_id, limit)
+            except NotFound:
+                return []
+        raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
+
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         async with _ledger_errors(run_id):
             if self._sheet_reader is not None:

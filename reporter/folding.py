@@ -21,12 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from ledger import validate
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
-from reporter.pipeline import StaticPipeline
+from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
+from reporter.sanitize import Sanitizer
 from reporter.state import ProgressState
-from reporter.wire import LogMode, as_int, invocation_sequence, is_durable_log
+from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_sequence, is_durable_log
 
 _MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
 MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
@@ -52,14 +54,19 @@ class EventFolder:
         *,
         mode: LogMode = "progress_reporter",
         schedule: Callable[[bool], None] = lambda force: None,
+        sanitizer: Sanitizer | None = None,
     ) -> None:
         self.state = state
+        self.sanitizer = sanitizer or Sanitizer("")
         self.pipeline = pipeline
         self.mode: LogMode = mode
-        self.schedule = schedule
         self.active_map_node_id: str | None = None
-        self.lifecycle = StepLifecycleTracker(pipeline.nodes, self._on_transition, state.now_ms)
+        self.lifecycle = StepLifecycleTracker(pipeline.nodes, state.nodes, self._on_transition, state.now_ms)
+        # Folded, not sent: the first event or the end sends it, and a reporter that continues an
+        # attempt must read where the ledger is (`resume`) before it uploads anything.
+        self.schedule: Callable[[bool], None] = lambda force: None
         self.lifecycle.mark_pre_dataset_steps_started()
+        self.schedule = schedule
 
     def _on_transition(self, event: StepTransition) -> None:
         if event.transition == "started":
@@ -113,21 +120,15 @@ class EventFolder:
             self.lifecycle.mark_all_terminal()
 
     def restore(self, nodes: object) -> None:
-        """Take the steps' progress as the ledger holds it (a reporter continuing an attempt),
-        reporting no transition again."""
+        """Take the steps' progress as the ledger holds it (a reporter continuing an attempt);
+        the step states follow from it, so no transition is reported again."""
         if not isinstance(nodes, Mapping):
             return
         for node_id, wire_node in nodes.items():
-            if not isinstance(node_id, str) or not isinstance(wire_node, Mapping):
-                continue
-            node = NodeProgress.from_wire(wire_node)
-            self.state.replace_node(node_id, node)
-            self.state.note_total_rows(node.total)
-            if node.completed_at is not None:
-                failed = isinstance(node.node_io, Mapping) and bool(node.node_io.get("error"))
-                self.lifecycle.restore(node_id, StepState.FAILED if failed else StepState.COMPLETED)
-            elif node.started_at is not None:
-                self.lifecycle.restore(node_id, StepState.STARTED)
+            if isinstance(node_id, str) and isinstance(wire_node, Mapping):
+                node = NodeProgress.from_wire(wire_node)
+                self.state.replace_node(node_id, node)
+                self.state.note_total_rows(node.total)
 
     # -- entry point ------------------------------------------------------------------------------
 
@@ -241,19 +242,23 @@ class EventFolder:
                 else:
                     self.lifecycle.on_tool_completed(tool_id)
         elif kind == "activity.observed":
-            observation = event.get("observation")
-            if isinstance(observation, dict) and isinstance(observation.get("activityId"), str):
+            observation = self.sanitizer.kept(
+                "activity observation", validate.activity_observation, event.get("observation")
+            )
+            if observation is not None:
                 self.state.add_activity_observation(observation)
                 self.schedule(True)
         elif kind == "dataset.lifecycle":
-            self.state.add_lifecycle_event(dict(event))
-            self.schedule(True)
+            lifecycle = self.sanitizer.kept("dataset lifecycle event", validate.json_object, dict(event))
+            if lifecycle is not None:
+                self.state.add_lifecycle_event(lifecycle)
+                self.schedule(True)
 
     def _fold_docflow_event(self, kind: str, event: Mapping[str, Any]) -> None:
         node_id = event.get("nodeId")
-        if not isinstance(node_id, str) or not node_id.strip():
+        if not isinstance(node_id, str) or not node_id.strip() or not storable(node_id):
             return
-        at = as_int(event.get("at"))
+        at = as_epoch_ms(event.get("at"))
         if at is None:
             at = self.state.now_ms()
         if kind == "docflow.node.hit":
@@ -284,6 +289,7 @@ class EventFolder:
         if event.get("inputsTruncated"):
             node_io["inputs_truncated"] = True
         if kind == "docflow.node.started":
+            node_io = self.sanitizer.node_io(f"{node_id}.node_io", node_io)
             # A new invocation starts from a clean node: earlier outputs/completion belong to the old one.
             self.state.replace_node(node_id, NodeProgress(started_at=at, updated_at=at, node_io=node_io))
         else:
@@ -294,6 +300,7 @@ class EventFolder:
                 node_io["error"] = None
             else:
                 node_io["error"] = event.get("error")
+            node_io = self.sanitizer.node_io(f"{node_id}.node_io", node_io)
             started_at = current.started_at if current is not None and current.started_at is not None else at
             self.state.set_node_progress(
                 node_id, {"started_at": started_at, "completed_at": at, "node_io": node_io}
@@ -307,10 +314,10 @@ class EventFolder:
         namespace = event.get("artifactTableNamespace")
         facts = MapFacts(
             node_id=node_id,
-            total=as_int(event.get("totalRows")),
-            completed=as_int(event.get("completedRows")),
-            failed=as_int(event.get("failedRows")) or 0,
-            namespace=namespace if isinstance(namespace, str) and namespace else None,
+            total=as_count(event.get("totalRows")),
+            completed=as_count(event.get("completedRows")),
+            failed=as_count(event.get("failedRows")) or 0,
+            namespace=namespace if isinstance(namespace, str) and namespace and storable(namespace) else None,
         )
         if kind not in _MAP_STARTS and facts.completed is None:
             return  # a count-carrying event without its counts says nothing

@@ -203,6 +203,11 @@ class HttpTransport:
             raise
         return answer if isinstance(answer, dict) else None
 
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        answer = await self._read(run_id, f"logs?tail={limit}")
+        lines = answer.get("lines") if isinstance(answer, dict) else None
+        return [line for line in lines if isinstance(line, str)] if isinstance(lines, list) else []
+
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         answer = await self._read(run_id, "sheets")
         outcomes = answer.get("outcomes") if isinstance(answer, dict) else None

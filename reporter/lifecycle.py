@@ -17,8 +17,8 @@ Rules (SPEC 3):
 * At the end, a failed run fails every step still open and a completed run completes them; steps
   that settled stay as they settled, and steps that never started (untaken branches) stay
   unexecuted.
-* A reporter that continues an attempt (resume) restores the states the ledger holds without
-  reporting them again.
+* A step's state is its node progress (`step_state`), so a reporter that continues an attempt
+  (resume) decides from what the ledger holds, exactly as the first reporter did.
 
 A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
 puts it in the node's ``node_io.error``, which is how the ledger tells a failed step from a
@@ -27,12 +27,13 @@ completed one. Events naming a node or tool the pipeline does not know are ignor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from reporter.pipeline import PipelineNode
+from reporter.progress import NodeProgress
 
 
 class StepState(StrEnum):
@@ -53,60 +54,73 @@ class StepTransition:
     reason: str | None = None  # why a step failed, for the node's error
 
 
+def step_state(node: NodeProgress | None) -> StepState:
+    """A step's state as its node progress shows it: started once it has ``started_at``, settled
+    once it has ``completed_at`` (failed when its I/O carries an error)."""
+    if node is None or (node.started_at is None and node.completed_at is None):
+        return StepState.UNEXECUTED
+    if node.completed_at is None:
+        return StepState.STARTED
+    failed = isinstance(node.node_io, Mapping) and bool(node.node_io.get("error"))
+    return StepState.FAILED if failed else StepState.COMPLETED
+
+
 class StepLifecycleTracker:
-    """Tracks which top-level steps started and settled, and reports each transition once."""
+    """Decides the top-level steps' transitions and reports each one once.
+
+    It keeps no state of its own: a step's state is read from its node progress (`step_state`),
+    which the `emit` callback updates. So a reporter that continues an attempt, whose node
+    progress comes back from the ledger, takes every decision the first reporter would have.
+    """
 
     def __init__(
         self,
         nodes: Sequence[PipelineNode],
+        progress: Mapping[str, NodeProgress],
         emit: Callable[[StepTransition], None],
         now_ms: Callable[[], int],
     ) -> None:
         self._nodes = tuple(nodes)
+        self._ids = frozenset(node.node_id for node in self._nodes)
+        self._progress = progress
         self._emit = emit
         self._now_ms = now_ms
-        self._states = {node.node_id: StepState.UNEXECUTED for node in self._nodes}
         first_dataset = next((i for i, n in enumerate(self._nodes) if n.type == "dataset"), None)
         cut = len(self._nodes) if first_dataset is None else first_dataset
         self._pre_dataset = tuple(node.node_id for node in self._nodes[:cut])
 
     def state(self, node_id: str) -> StepState | None:
-        return self._states.get(node_id)
+        if node_id not in self._ids:
+            return None
+        return step_state(self._progress.get(node_id))
 
     def states(self) -> dict[str, StepState]:
         """Every known node's state, in pipeline order."""
-        return dict(self._states)
+        return {node.node_id: step_state(self._progress.get(node.node_id)) for node in self._nodes}
 
     def _start(self, node_id: str) -> None:
-        if self._states.get(node_id) is StepState.UNEXECUTED:
-            self._states[node_id] = StepState.STARTED
+        if self.state(node_id) is StepState.UNEXECUTED:
             self._emit(StepTransition(node_id, "started", self._now_ms()))
 
     def _settle(self, node_id: str, state: Literal["completed", "failed"], reason: str | None = None) -> None:
-        current = self._states.get(node_id)
+        current = self.state(node_id)
         if current is None or current in _TERMINAL:
             return
         if current is StepState.UNEXECUTED:
             self._start(node_id)
-        self._states[node_id] = StepState(state)
         self._emit(StepTransition(node_id, state, self._now_ms(), reason if state == "failed" else None))
 
     def mark_pre_dataset_steps_started(self) -> None:
         for node_id in self._pre_dataset:
             self._start(node_id)
 
-    def restore(self, node_id: str, state: StepState) -> None:
-        """Take a node's state as the ledger holds it, reporting nothing (a resumed attempt)."""
-        if node_id in self._states:
-            self._states[node_id] = state
-
     def on_map_started(self, node_id: str) -> None:
-        if node_id not in self._states:
+        if node_id not in self._ids:
             return
         for node in self._nodes:
             if node.node_id == node_id:
                 break
-            if self._states[node.node_id] is StepState.STARTED:
+            if self.state(node.node_id) is StepState.STARTED:
                 self._settle(node.node_id, "completed")
         self._start(node_id)
 
@@ -120,7 +134,7 @@ class StepLifecycleTracker:
         for node in self._nodes:
             if node.type != "tool" or node.tool_id != tool_id:
                 continue
-            state = self._states[node.node_id]
+            state = self.state(node.node_id)
             if state not in _TERMINAL and (not open_only or state is StepState.STARTED):
                 return node.node_id
         return None
@@ -141,11 +155,11 @@ class StepLifecycleTracker:
             self._settle(node_id, "failed", f"tool {tool_id} failed")
 
     def mark_started_failed(self) -> None:
-        for node_id, state in list(self._states.items()):
+        for node_id, state in self.states().items():
             if state is StepState.STARTED:
                 self._settle(node_id, "failed", "run failed")
 
     def mark_all_terminal(self) -> None:
-        for node_id, state in list(self._states.items()):
+        for node_id, state in self.states().items():
             if state is StepState.STARTED:
                 self._settle(node_id, "completed")

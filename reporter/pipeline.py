@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ledger import validate
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineNode:
@@ -28,6 +30,16 @@ class DatasetRef:
     node_id: str
     logical_namespace: str
     artifact_table_namespace: str
+
+
+def storable(name: str) -> bool:
+    """Whether the ledger can store `name` as text (no NUL, no lone surrogate): a name it could
+    not store is junk, and a step must not be tracked under it."""
+    try:
+        validate.required_text("name", name)
+    except validate.InvalidInput:
+        return False
+    return True
 
 
 def _text(value: object) -> str:
@@ -84,7 +96,7 @@ class StaticPipeline:
     def resolve_namespace(self, physical: object) -> DatasetRef | None:
         """The dataset step a physical table namespace belongs to, or None."""
         name = _text(physical)
-        if not name:
+        if not name or not storable(name):
             return None
         if name in self._cache:
             return self._cache[name]
@@ -102,6 +114,6 @@ class StaticPipeline:
         that owns its table namespace (the inline runner sends ``mapNodeId: null``)."""
         explicit = record.get("mapNodeId")
         if isinstance(explicit, str) and explicit.strip():
-            return explicit.strip()
+            return explicit.strip() if storable(explicit) else None
         ref = self.resolve_namespace(record.get("artifactTableNamespace") or record.get("logicalNamespace"))
         return ref.node_id if ref is not None else None

@@ -19,21 +19,22 @@ them touches the state, so they are tested as plain functions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reporter.pipeline import StaticPipeline
 from reporter.progress import NodeProgress, settled_map_patch
-from reporter.wire import as_int, invocation_sequence
+from reporter.wire import as_count, as_int, invocation_sequence
 
 Patch = dict[str, Any]
 
 
 def _count(value: object) -> int | None:
-    if isinstance(value, float) and not value.is_integer():
+    # A count may arrive as a float (JavaScript), even NaN or Infinity: those count as absent.
+    if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
         value = int(value)
-    number = as_int(value)
-    return None if number is None else max(0, number)
+    return as_count(value)
 
 
 def checkpoint_patches(

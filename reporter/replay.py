@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ledger.validate import repair_text
 from reporter.wire import LogMode, has_timestamp_prefix, strip_timestamp_prefix
 
 
@@ -36,7 +37,7 @@ def replay_lines_for_mode(result_logs: Iterable[object], mode: LogMode) -> list[
     for raw in result_logs:
         if not isinstance(raw, str):
             continue
-        line = raw.strip()
+        line = repair_text(raw.strip())  # compared with the live tail, which holds repaired lines
         if line and (mode != "direct_worker" or has_timestamp_prefix(line)):
             lines.append(line)
     return lines

@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
@@ -105,7 +106,9 @@ class ProgressReporter:
         self._clock = clock
         self._sleep = sleep
         self._sheet_outcomes: list[Mapping[str, Any]] = []
-        self.folder = EventFolder(self.state, self.pipeline, mode=mode, schedule=self._schedule)
+        self.folder = EventFolder(
+            self.state, self.pipeline, mode=mode, schedule=self._schedule, sanitizer=self.uploader.sanitizer
+        )
 
     def _schedule(self, force: bool) -> None:
         self.uploader.schedule(force)
@@ -141,6 +144,8 @@ class ProgressReporter:
         A run the ledger does not know yet starts from the beginning. A newer attempt raises
         `StaleAttemptError`, a run already ended `RunTerminalError`; the reporter then stops.
         """
+        if self.uploader.busy or self.uploader.upload_seq or self.uploader.has_unacked:
+            raise RuntimeError("resume() must come before this reporter uploads anything")
         run = await self._retrying("read the run", lambda: self.transport.run_state(self.run_id), deadline_s)
         if run is None:
             return
@@ -158,8 +163,16 @@ class ProgressReporter:
         if attempt < self.uploader.producer_attempt:
             return  # this reporter's attempt is new to the ledger: it starts from the beginning
         self.uploader.upload_seq = max(self.uploader.upload_seq, int(run.get("last_upload_seq") or 0))
-        self.state.log_total_count = max(self.state.log_total_count, int(run.get("live_log_count") or 0))
+        delivered = int(run.get("live_log_count") or 0)
         self.folder.restore(run.get("live_node_progress"))
+        if delivered:
+            # The live tail as the first reporter left it: the terminal replay drops what it holds.
+            tail = await self._retrying(
+                "read the log tail",
+                lambda: self.transport.recent_log_lines(self.run_id, min(delivered, LIVE_LOG_TAIL_LIMIT)),
+                deadline_s,
+            )
+            self.state.restore_logs(tail, delivered)
 
     async def load_terminal_truth(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
         """Read sheet outcomes and node observations through the transport.
@@ -272,13 +285,20 @@ class ProgressReporter:
                 live_log_total_count=self.state.log_total_count,
                 replay_all=replay_all,
             )
-        await self._retrying(
-            "make the final upload",
-            lambda: self.uploader.flush(
-                force=True, status=status, required=required, terminal_log_replay=replay
-            ),
-            deadline_s,
-        )
+        try:
+            # Even a running finalize outlasts faults within the deadline: it is the last upload
+            # this reporter makes, and an unacknowledged one would never be sent again.
+            await self._retrying(
+                "make the final upload",
+                lambda: self.uploader.flush(
+                    force=True, status=status, required=True, terminal_log_replay=replay
+                ),
+                deadline_s,
+            )
+        except TransportError as exc:
+            if required or isinstance(exc, Refused):
+                raise
+            log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the upload in flight."""

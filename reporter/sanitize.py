@@ -10,22 +10,27 @@ ledger parses it with (`ledger.validate`, dependency-free):
   U+FFFD, as the ledger itself would store them;
 * a structured value the ledger would refuse is dropped at the smallest unit that holds it (one
   node field, one key of a node's I/O, one node, one lifecycle event, one activity observation),
-  and counted per kind in `Dropped`; the rest of the upload still goes.
+  and counted per kind by the `Sanitizer`; the rest of the upload still goes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ledger import validate
 
 log = logging.getLogger("reporter.sanitize")
 
+T = TypeVar("T")
 
-class Dropped:
-    """Counts of dropped values per kind; says so once per kind on the logger."""
+
+class Sanitizer:
+    """Checks values against the ledger's rules and counts what it drops, per kind; says so once
+    per kind on the logger. One per reporter: the fold checks values as they arrive (so nothing
+    the ledger would drop can steer it) and the uploader checks every upload once more."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -41,17 +46,44 @@ class Dropped:
             )
         self.counts[kind] += 1
 
+    def kept(self, kind: str, check: Callable[[str, Any], T], value: object) -> T | None:
+        """`check(kind, value)`, or None (counted) when the ledger would refuse the value."""
+        try:
+            return check(kind, value)
+        except validate.InvalidInput as problem:
+            self.note(kind, problem)
+            return None
 
-def sanitize_upload(payload: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
+    def node_io(self, name: str, node_io: dict[str, Any]) -> dict[str, Any]:
+        """The keys of a node's I/O the ledger stores; the error (free text) survives repaired,
+        since it is how the ledger tells a failed step from a completed one."""
+        clean: dict[str, Any] = {}
+        for key, value in node_io.items():
+            try:
+                validate.text(f"{name} key", key)
+                clean[key] = (
+                    validate.repair_text(value)
+                    if key == "error" and isinstance(value, str)
+                    # One level less: the node's I/O object itself counts against the stored depth.
+                    else validate.json_value(f"{name}.{key}", value, max_depth=validate.MAX_VALUE_DEPTH - 1)
+                )
+            except validate.InvalidInput as problem:
+                self.note("node I/O value", problem)
+                if key == "error":
+                    clean[key] = "step failed (its error text could not be stored)"
+        return clean
+
+
+def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, Any]:
     """A copy of `payload` the ledger accepts whole (see the module docstring)."""
     clean = dict(payload)
     clean["live_logs"] = [validate.repair_text(line) for line in payload["live_logs"]]
-    clean["live_node_progress"] = _nodes(payload["live_node_progress"], dropped)
-    clean["dataset_lifecycle_events"] = _kept(
-        payload["dataset_lifecycle_events"], validate.json_object, "dataset lifecycle event", dropped
+    clean["live_node_progress"] = _nodes(payload["live_node_progress"], sanitizer)
+    clean["dataset_lifecycle_events"] = _kept_all(
+        payload["dataset_lifecycle_events"], validate.json_object, "dataset lifecycle event", sanitizer
     )
-    clean["activity_observations"] = _kept(
-        payload["activity_observations"], validate.activity_observation, "activity observation", dropped
+    clean["activity_observations"] = _kept_all(
+        payload["activity_observations"], validate.activity_observation, "activity observation", sanitizer
     )
     replay = payload.get("terminal_log_replay")
     if replay is not None:
@@ -62,29 +94,22 @@ def sanitize_upload(payload: dict[str, Any], dropped: Dropped) -> dict[str, Any]
     return clean
 
 
-def _kept(items: list[Any], check: Any, kind: str, dropped: Dropped) -> list[Any]:
-    kept = []
-    for index, item in enumerate(items):
-        try:
-            kept.append(check(f"{kind}[{index}]", item))
-        except validate.InvalidInput as problem:
-            dropped.note(kind, problem)
-    return kept
+def _kept_all(
+    items: list[Any], check: Callable[[str, Any], Any], kind: str, sanitizer: Sanitizer
+) -> list[Any]:
+    kept = (sanitizer.kept(kind, check, item) for item in items)
+    return [item for item in kept if item is not None]
 
 
-def _nodes(nodes: dict[str, dict[str, Any]], dropped: Dropped) -> dict[str, dict[str, Any]]:
+def _nodes(nodes: dict[str, dict[str, Any]], sanitizer: Sanitizer) -> dict[str, dict[str, Any]]:
     clean: dict[str, dict[str, Any]] = {}
     for node_id, node in nodes.items():
-        try:
-            validate.node_id("node id", node_id)
-        except validate.InvalidInput as problem:
-            dropped.note("node", problem)
-            continue
-        clean[node_id] = _node(node_id, node, dropped)
+        if sanitizer.kept("node", validate.node_id, node_id) is not None:
+            clean[node_id] = _node(node_id, node, sanitizer)
     return clean
 
 
-def _node(node_id: str, node: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
+def _node(node_id: str, node: dict[str, Any], sanitizer: Sanitizer) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, value in node.items():
         if value is None or key not in validate.NODE_FIELDS:
@@ -94,27 +119,7 @@ def _node(node_id: str, node: dict[str, Any], dropped: Dropped) -> dict[str, Any
             clean[key] = validate.node_field(name, key, value)
         except validate.InvalidInput as problem:
             if key == "node_io" and isinstance(value, dict):
-                clean[key] = _node_io(name, value, dropped)
+                clean[key] = sanitizer.node_io(name, value)
             else:
-                dropped.note("node progress field", problem)
-    return clean
-
-
-def _node_io(name: str, node_io: dict[str, Any], dropped: Dropped) -> dict[str, Any]:
-    """The keys of a node's I/O the ledger stores; the error (free text) survives repaired, since
-    it is how the ledger tells a failed step from a completed one."""
-    clean: dict[str, Any] = {}
-    for key, value in node_io.items():
-        try:
-            validate.text(f"{name} key", key)
-            clean[key] = (
-                validate.repair_text(value)
-                if key == "error" and isinstance(value, str)
-                # One level less: the node's I/O object itself counts against the stored depth.
-                else validate.json_value(f"{name}.{key}", value, max_depth=validate.MAX_VALUE_DEPTH - 1)
-            )
-        except validate.InvalidInput as problem:
-            dropped.note("node I/O value", problem)
-            if key == "error":
-                clean[key] = "step failed (its error text could not be stored)"
+                sanitizer.note("node progress field", problem)
     return clean

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT, repair_text
 from reporter.progress import NodeProgress, merge_patch
 
-LIVE_LOG_TAIL_LIMIT = 1_000
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
 
 
@@ -85,8 +85,15 @@ class ProgressState:
         if not trimmed:
             return
         self.log_total_count += 1
-        self.logs.append(trimmed)
+        # Kept as the ledger will store it, so the tail compares equal to lines read back from it.
+        self.logs.append(repair_text(trimmed))
         self.logs_dirty = True
+
+    def restore_logs(self, tail: list[str], total_count: int) -> None:
+        """Continue the positional channel after `total_count` lines, `tail` the last of them
+        (already delivered: nothing to upload)."""
+        self.logs.extend(tail)
+        self.log_total_count = max(self.log_total_count, total_count)
 
     def add_lifecycle_event(self, event: dict[str, Any]) -> None:
         self._lifecycle_events.append(event)

@@ -70,6 +70,10 @@ class Transport(Protocol):
         ``live_log_count``, ``live_node_progress``, ``terminal``), or None for an unknown run."""
         ...
 
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        """The text of the run's last `limit` log lines, oldest first (empty for an unknown run)."""
+        ...
+
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         """Per-namespace row outcomes ``[{table_namespace, completed, failed, total}]``."""
         ...

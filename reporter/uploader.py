@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reporter.sanitize import Dropped, sanitize_upload
+from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
 from reporter.transport import (
     DuplicateUploadError,
@@ -118,6 +118,7 @@ class CoalescingUploader:
         interval: Callable[[int], float] = interval_for_total_rows,
         initial_upload_seq: int = 0,
         trailing_flush: bool = True,
+        sanitizer: Sanitizer | None = None,
     ) -> None:
         self.run_id = run_id
         self.state = state
@@ -135,7 +136,7 @@ class CoalescingUploader:
         self.stopped = False
         self.stop_reason: Refused | None = None
         self.last_error: BaseException | None = None
-        self.dropped = Dropped(run_id)
+        self.sanitizer = sanitizer or Sanitizer(run_id)
         # The upload whose outcome is unknown; sent again before anything newer.
         self._unacked: Unacked | None = None
         self._last_flush_at: float | None = None
@@ -371,7 +372,7 @@ class CoalescingUploader:
         }
         if snapshot.dropped_one_shot_events:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
-        return sanitize_upload(body, self.dropped)
+        return sanitize_upload(body, self.sanitizer)
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the uploads in flight (they are not cancelled)."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
+from ledger.validate import INT64_MAX, MAX_EPOCH_MS
+
 # Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
 LogMode = Literal["progress_reporter", "direct_worker"]
 
@@ -64,12 +66,14 @@ def parse_map_start(line: str) -> MapStart | None:
     match = MAP_START_PATTERN.search(line)
     if match is None:
         return None
-    satisfied, pending = match.group(3), match.group(4)
+    total, satisfied, pending = _digits(match.group(1)), _digits(match.group(3)), _digits(match.group(4))
+    if total is None or (match.group(3) is not None and satisfied is None):
+        return None
     return MapStart(
-        total=int(match.group(1)),
+        total=total,
         table_namespace=match.group(2).strip(),
-        already_satisfied=int(satisfied) if satisfied is not None else 0,
-        pending=int(pending) if pending is not None else None,
+        already_satisfied=satisfied or 0,
+        pending=pending,
     )
 
 
@@ -87,17 +91,19 @@ def has_timestamp_prefix(line: str) -> bool:
 def parse_map_setup(line: str) -> MapSetup | None:
     """The perf map-setup marker at the start of `line` (after an optional timestamp), or None."""
     match = PERF_MAP_SETUP_PATTERN.match(strip_timestamp_prefix(line))
-    if match is None:
+    rows = _digits(match.group(2)) if match is not None else None
+    if match is None or rows is None:
         return None
-    return MapSetup(table_namespace=match.group(1), rows=int(match.group(2)))
+    return MapSetup(table_namespace=match.group(1), rows=rows)
 
 
 def parse_tool_batch(line: str) -> ToolBatch | None:
     """The tool-batch diagnostic, or None."""
     match = TOOL_BATCH_PATTERN.search(line)
-    if match is None:
+    calls = _digits(match.group(2)) if match is not None else None
+    if match is None or calls is None:
         return None
-    return ToolBatch(batch_id=match.group(1), calls=int(match.group(2)))
+    return ToolBatch(batch_id=match.group(1), calls=calls)
 
 
 def as_int(value: object) -> int | None:
@@ -115,6 +121,27 @@ def invocation_sequence(invocation_id: object) -> int:
         return -1
     tail = invocation_id.rsplit(":", 1)[-1]
     return int(tail) if tail.isascii() and tail.isdigit() else -1
+
+
+def as_count(value: object) -> int | None:
+    """A count the ledger can store (an int from 0 to the bigint maximum), else None: a value out
+    of bounds would be dropped at upload, and must not steer the fold meanwhile either."""
+    number = as_int(value)
+    return number if number is not None and 0 <= number <= INT64_MAX else None
+
+
+def as_epoch_ms(value: object) -> int | None:
+    """Epoch milliseconds the ledger can store (0 up to year 9999), else None."""
+    number = as_int(value)
+    return number if number is not None and 0 <= number <= MAX_EPOCH_MS else None
+
+
+def _digits(text: str | None) -> int | None:
+    # The patterns match ASCII digits only; past a bigint a number is junk, not a count.
+    if text is None or len(text) > 19:
+        return None
+    number = int(text)
+    return number if number <= INT64_MAX else None
 
 
 def is_durable_log(mode: LogMode, line: str, source: object) -> bool:

@@ -40,6 +40,15 @@ async def get_run(run_id: str, svc: Svc) -> dict[str, Any]:
     return await svc.runlog.get_run(run_id)
 
 
+@router.get("/{run_id}/logs", summary="The text of the run's last `tail` log lines, oldest first")
+async def get_logs(
+    run_id: str,
+    svc: Svc,
+    tail: Annotated[int, Query(description="how many lines, 1 to 10,000")] = 1000,
+) -> dict[str, list[str]]:
+    return {"lines": await svc.runlog.recent_log_lines(run_id, tail)}
+
+
 @router.post("/{run_id}/events", summary="Append events in one transaction")
 async def append_events(run_id: str, body: AppendEvents, svc: Svc) -> dict[str, list[dict[str, Any]]]:
     events = await svc.runlog.append(run_id, body.events)

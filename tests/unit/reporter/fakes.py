@@ -59,6 +59,7 @@ class FakeTransport:
         self.answers: list[dict[str, Any]] = []  # the next answers, then {"applied": True}
         self.outcomes: list[dict[str, Any]] = []
         self.runs: dict[str, dict[str, Any]] = {}
+        self.log_lines: dict[str, list[str]] = {}
         self.observations: list[dict[str, Any]] = []
         self.started = 0
 
@@ -89,6 +90,9 @@ class FakeTransport:
 
     async def run_state(self, run_id: str) -> dict[str, Any] | None:
         return self.runs.get(run_id)
+
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        return list(self.log_lines.get(run_id, []))[-limit:]
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         return list(self.outcomes)

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter.folding import EventFolder, LogMode
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
-from reporter.state import LIVE_LOG_TAIL_LIMIT, ProgressState
+from reporter.state import ProgressState
 
 CONTRACT = {
     "staticPipeline": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
 from reporter.pipeline import StaticPipeline, static_node_id
+from reporter.progress import NodeProgress
 
 CONTRACT = {
     "staticPipeline": {
@@ -22,8 +23,20 @@ CONTRACT = {
 
 def make(contract: object = CONTRACT) -> tuple[StepLifecycleTracker, list[StepTransition]]:
     events: list[StepTransition] = []
+    progress: dict[str, NodeProgress] = {}
     tick = iter(range(100, 10_000))
-    tracker = StepLifecycleTracker(StaticPipeline(contract).nodes, events.append, lambda: next(tick))
+
+    def emit(event: StepTransition) -> None:
+        # What the reporter does with a transition: the node's progress says it from then on.
+        events.append(event)
+        node = progress.setdefault(event.node_id, NodeProgress())
+        if event.transition == "started":
+            node.started_at = event.at
+        else:
+            node.completed_at = event.at
+            node.node_io = {"error": event.reason} if event.transition == "failed" else None
+
+    tracker = StepLifecycleTracker(StaticPipeline(contract).nodes, progress, emit, lambda: next(tick))
     return tracker, events
 
 
@@ -122,3 +135,17 @@ def test_failed_run_fails_started_steps_only() -> None:
     assert states["m2"] is StepState.UNEXECUTED
     times = [e.at for e in events]
     assert times == sorted(times)
+
+
+def test_a_steps_state_is_read_from_its_node_progress() -> None:
+    progress = {"m1": NodeProgress(started_at=1), "t": NodeProgress(started_at=1, completed_at=2)}
+    progress["branch"] = NodeProgress(started_at=1, completed_at=2, node_io={"error": "boom"})
+    events: list[StepTransition] = []
+    tracker = StepLifecycleTracker(StaticPipeline(CONTRACT).nodes, progress, events.append, lambda: 5)
+    assert tracker.state("m1") is StepState.STARTED
+    assert tracker.state("t") is StepState.COMPLETED
+    assert tracker.state("branch") is StepState.FAILED
+    assert tracker.state("m2") is StepState.UNEXECUTED and tracker.state("nope") is None
+    tracker.on_tool_called("x.y")  # settled already: nothing to start
+    tracker.mark_started_failed()
+    assert [(e.node_id, e.transition) for e in events] == [("m1", "failed")]

@@ -215,15 +215,24 @@ async def test_replay_all_and_skip() -> None:
     assert transport.payloads[-1]["terminal_log_replay"] is None
 
 
-async def test_a_running_finalize_is_best_effort_a_terminal_one_outlasts_faults_until_its_deadline() -> None:
+async def test_every_finalize_outlasts_faults_until_its_deadline_and_only_a_terminal_one_raises() -> None:
     reporter, transport = make(skip_waits=True)
-    transport.failures.append(boom("down"))
-    await reporter.finalize(None)  # status running: best effort, returns although it failed
-    assert transport.payloads == []
+    transport.failures.extend(boom("down") for _ in range(10_000))
+    await reporter.finalize(None, deadline_s=1.0)  # status running: gives up quietly at the deadline
+    assert transport.payloads == [] and transport.started > 1
+    transport.failures.clear()
     transport.failures.extend([boom("still down"), boom("and again")])
     await reporter.finalize({"status": "completed"})
     # The lost running upload is resent under its seq, then the terminal one: nothing doubled.
     assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "running"), (2, "completed")]
+
+
+async def test_a_running_finalize_after_a_lost_answer_sends_that_upload_again() -> None:
+    reporter, transport = make(skip_waits=True)
+    reporter.on_runner_event({"type": "log", "line": "last words"})
+    transport.failures.append(boom("answer lost"))
+    await reporter.finalize({"status": "suspended"})
+    assert [(p["upload_seq"], p["live_logs"]) for p in transport.payloads] == [(1, ["last words"])]
 
 
 async def test_a_terminal_finalize_raises_once_the_deadline_passes() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.ingest_rules import parse_upload
-from reporter.sanitize import Dropped, sanitize_upload
+from reporter.sanitize import Sanitizer, sanitize_upload
 
 JUNK_TEXT = st.text(
     alphabet=st.sampled_from(["a", " ", "\x00", "\ud800", "\udfff", "é", "/", "\n"]), max_size=8
@@ -88,7 +88,7 @@ def test_any_sanitized_upload_is_accepted_whole_by_the_ledger(
         "terminal_log_replay": None if replay is None else {"lines": replay, "dedupe_mode": "positional"},
         "last_checkpoint_at": 1,
     }
-    clean = sanitize_upload(payload, Dropped("r"))
+    clean = sanitize_upload(payload, Sanitizer("r"))
     parsed = parse_upload("r", clean)  # raises InvalidInput if anything would be refused
     assert len(parsed.live_logs) == len(logs)  # text is repaired, never dropped
     assert all("\x00" not in line for line in parsed.live_logs)
@@ -110,9 +110,9 @@ def test_well_formed_values_pass_unchanged() -> None:
         "activity_observations": [{"activityId": "a", "observedAt": 5}],
         "terminal_log_replay": None,
     }
-    dropped = Dropped("r")
-    assert sanitize_upload(payload, dropped) == payload
-    assert not dropped.counts
+    sanitizer = Sanitizer("r")
+    assert sanitize_upload(payload, sanitizer) == payload
+    assert not sanitizer.counts
 
 
 def test_a_node_error_survives_even_when_the_rest_of_its_io_cannot_be_stored() -> None:
@@ -124,7 +124,7 @@ def test_a_node_error_survives_even_when_the_rest_of_its_io_cannot_be_stored() -
         "dataset_lifecycle_events": [],
         "activity_observations": [],
     }
-    dropped = Dropped("r")
-    clean = sanitize_upload(payload, dropped)
+    sanitizer = Sanitizer("r")
+    clean = sanitize_upload(payload, sanitizer)
     assert clean["live_node_progress"]["n"]["node_io"] == {"error": "boom\ufffd"}
-    assert dropped.counts == {"node I/O value": 1}
+    assert sanitizer.counts == {"node I/O value": 1}

@@ -244,7 +244,7 @@ async def test_junk_is_repaired_or_dropped_before_upload_and_counted() -> None:
     assert (
         "completed" not in node and node["message"] == "m\ufffd" and node["node_io"] == {"error": "e\ufffd"}
     )
-    assert uploader.dropped.counts == {
+    assert uploader.sanitizer.counts == {
         "dataset lifecycle event": 1,
         "activity observation": 1,
         "node progress field": 1,
