@@ -20,7 +20,7 @@ Nothing here touches the database: `ledger.runlog` runs the statements.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -120,10 +120,6 @@ def validate_run_id(run_id: object, field: str = "run_id") -> str:
     return validate.run_id(field, run_id)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _run_status(value: object, field: str) -> str:
     status = validate.required_text(field, value, non_empty=True)
     if status in TERMINAL_STATUSES:
@@ -192,8 +188,7 @@ def parse_events(events: object, field: str = "events") -> list[NewEvent]:
 
     A `terminal` event ends a run, so it may only come last.
     """
-    if not isinstance(events, Sequence) or isinstance(events, str | bytes):
-        raise InvalidInput(field, "must be a list of events")
+    events = validate.items(field, events, "events")
     if not events:
         raise InvalidInput(field, "must not be empty")
     parsed = [parse_event(event, f"{field}[{index}]") for index, event in enumerate(events)]
@@ -231,17 +226,15 @@ def parse_after(after: object, field: str = "after") -> int | None:
 
 def clamp_timeout_ms(timeout_ms: object) -> int:
     """The long-poll wait: 0 (do not wait) up to 30 s."""
-    if not _is_int(timeout_ms):
+    if not validate.is_int(timeout_ms):
         raise InvalidInput("timeout_ms", "must be an integer")
-    assert isinstance(timeout_ms, int)
     return max(0, min(timeout_ms, MAX_LIST_TIMEOUT_MS))
 
 
 def check_limit(limit: object) -> int:
     """The page size: 1 to 10,000."""
-    if not _is_int(limit) or not 1 <= limit <= MAX_LIST_LIMIT:  # type: ignore[operator]
+    if not validate.is_int(limit) or not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidInput("limit", f"must be an integer from 1 to {MAX_LIST_LIMIT}")
-    assert isinstance(limit, int)
     return limit
 
 
@@ -275,6 +268,6 @@ def parse_notify_payload(payload: str) -> tuple[str, int] | None:
     if not isinstance(data, dict):
         return None
     run_id, seq = data.get("run_id"), data.get("seq")
-    if not isinstance(run_id, str) or not isinstance(seq, int) or isinstance(seq, bool):
+    if not isinstance(run_id, str) or not validate.is_int(seq):
         return None
     return run_id, seq

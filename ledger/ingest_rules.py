@@ -94,11 +94,7 @@ def _optional_int(
 
 
 def _list(name: str, value: object) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidInput(name, f"must be a list, got {type(value).__name__}")
-    return value
+    return [] if value is None else validate.items(name, value, "items")
 
 
 def _object(name: str, value: object) -> dict[str, Any]:

@@ -13,7 +13,6 @@ Times are epoch milliseconds on the way in and out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 from psycopg.types.json import Jsonb
@@ -101,9 +100,8 @@ def _int4(field: str, value: object) -> int:
 
 def parse_observations(observations: object) -> list[dict[str, Any]]:
     """Validate a batch; the first bad observation rejects it whole (`InvalidInput` names it)."""
-    if not isinstance(observations, Sequence) or isinstance(observations, str | bytes):
-        raise InvalidInput("observations", "must be a list of observations")
-    return [parse_observation(f"observations[{i}]", raw) for i, raw in enumerate(observations)]
+    batch = validate.items("observations", observations, "observations")
+    return [parse_observation(f"observations[{i}]", raw) for i, raw in enumerate(batch)]
 
 
 def _params(run_id: str, obs: dict[str, Any]) -> dict[str, Any]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger import validate
 from ledger.db import Database
 from ledger.errors import InvalidInput
 
-MAX_LIST_LIMIT = 1000
+# Runs per listing (an overview for people); an event page has its own, larger bound.
+MAX_RUNS_LIMIT = 1000
 
 _MS = "(extract(epoch FROM {col}) * 1000)::bigint"
 
@@ -47,10 +49,10 @@ ORDER BY pool, version
 
 
 def _check_limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
+    if not validate.is_int(limit):
         raise InvalidInput("limit", "must be an integer")
-    if not 1 <= limit <= MAX_LIST_LIMIT:
-        raise InvalidInput("limit", f"must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+    if not 1 <= limit <= MAX_RUNS_LIMIT:
+        raise InvalidInput("limit", f"must be between 1 and {MAX_RUNS_LIMIT}, got {limit}")
     return limit
 
 

@@ -15,13 +15,13 @@ bad argument raises `InvalidInput` naming the field before anything is read or w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from ledger import validate
-from ledger.clock import from_ms
+from ledger.clock import EPOCH, from_ms
 from ledger.errors import InvalidInput
 
 EntryState = Literal["warming", "ready"]
@@ -29,7 +29,6 @@ MappingState = Literal["claimed", "started", "blocked"]
 
 DEFAULT_POOL = "default"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -45,7 +44,7 @@ class PoolSettings:
     def __post_init__(self) -> None:
         for name in ("default_ttl_ms", "max_ttl_ms", "ready_max_age_ms", "mapping_ttl_ms"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if not validate.is_int(value) or value <= 0:
                 raise InvalidInput(name, "must be a positive integer of milliseconds")
         if self.default_ttl_ms > self.max_ttl_ms:
             raise InvalidInput("default_ttl_ms", "must not exceed max_ttl_ms")
@@ -109,8 +108,7 @@ def check_id(field: str, value: object) -> str:
 
 def check_ids(value: object) -> list[str]:
     """A non-empty list of ids, de-duplicated in order (one entry per id)."""
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise InvalidInput("ids", "must be a list of strings")
+    value = validate.items("ids", value, "strings")
     if not value:
         raise InvalidInput("ids", "must not be empty")
     ids = [check_id(f"ids[{i}]", item) for i, item in enumerate(value)]
@@ -237,7 +235,7 @@ def count(
 def claim_order(entry: PoolEntry) -> tuple[int, str]:
     """Newest `ready_at` first; ties go to the smallest id (SQL: `ORDER BY ready_at DESC, id`)."""
     assert entry.ready_at is not None
-    return (-((entry.ready_at - _EPOCH) // _MICROSECOND), entry.id)
+    return (-((entry.ready_at - EPOCH) // _MICROSECOND), entry.id)
 
 
 def choose_claim(

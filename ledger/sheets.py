@@ -11,7 +11,6 @@ like a status upload does) rather than refusing the rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 from ledger import validate
@@ -72,8 +71,7 @@ async def read_run_rows(db: Database, sql: str, run_id: str) -> list[Row]:
 
 def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
     """Validated `(table_namespace, row_key, status)` rows, one per key (last wins), sorted by key."""
-    if not isinstance(rows, Sequence) or isinstance(rows, str | bytes):
-        raise InvalidInput("rows", "must be a list of rows")
+    rows = validate.items("rows", rows, "rows")
     latest: dict[tuple[str, str], str] = {}
     for index, row in enumerate(rows):
         field = f"rows[{index}]"

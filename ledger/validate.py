@@ -29,7 +29,7 @@ import json
 import math
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 
 class LedgerError(Exception):
@@ -64,6 +64,18 @@ REPLACEMENT_CHARACTER: Final = "\ufffd"
 # Any surrogate code point in a Python str is unpaired: JSON's escaped pairs decode to one character.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """An int that is not a bool (Python counts `True` as the int 1; JSON does not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def items(field: str, value: object, what: str) -> list[Any]:
+    """A JSON array (a list or tuple; a string is not one): `what` names its items in the error."""
+    if not isinstance(value, list | tuple):
+        raise InvalidInput(field, f"must be a list of {what}, got {_kind(value)}")
+    return list(value)
 
 
 def _kind(value: object) -> str:
@@ -125,9 +137,10 @@ def free_text_list(field: str, value: object) -> list[str]:
     """A list of free-text lines (items named `field[i]`, each repaired); None is `[]`."""
     if value is None:
         return []
-    if not isinstance(value, list):
-        raise InvalidInput(field, f"must be a list of strings, got {_kind(value)}")
-    return [_required(free_text(f"{field}[{index}]", item)) for index, item in enumerate(value)]
+    return [
+        _required(free_text(f"{field}[{index}]", item))
+        for index, item in enumerate(items(field, value, "strings"))
+    ]
 
 
 def _required(value: str | None) -> str:
@@ -159,7 +172,7 @@ def cursor(field: str, value: object) -> int | None:
         if not (value.isascii() and value.isdigit()) or len(value) > 19:
             raise InvalidInput(field, problem)
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= INT64_MAX:
+    if not is_int(value) or not -1 <= value <= INT64_MAX:
         raise InvalidInput(field, problem)
     return value
 
@@ -168,9 +181,9 @@ def string_list(field: str, value: object, *, none_is_empty: bool = False) -> li
     """A list of `text` strings (items named `field[i]`); None is `[]` only when `none_is_empty`."""
     if value is None and none_is_empty:
         return []
-    if not isinstance(value, list):
-        raise InvalidInput(field, f"must be a list of strings, got {_kind(value)}")
-    return [required_text(f"{field}[{index}]", item) for index, item in enumerate(value)]
+    return [
+        required_text(f"{field}[{index}]", item) for index, item in enumerate(items(field, value, "strings"))
+    ]
 
 
 def integer(
@@ -190,7 +203,7 @@ def integer(
         return None
     if integral_float and isinstance(value, float) and value.is_integer():
         value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         expected = "an integer or null" if optional else "an integer"
         raise InvalidInput(field, f"must be {expected}, got {_kind(value)}")
     # The value is not echoed: str() of a huge int is slow, and past 4300 digits it raises.
@@ -382,6 +395,8 @@ __all__ = [
     "free_text",
     "free_text_list",
     "integer",
+    "is_int",
+    "items",
     "json_depth",
     "json_object",
     "json_value",

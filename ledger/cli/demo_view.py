@@ -19,6 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ledger import validate
 from ledger.cli import render
 
 RECENT_EVENTS = 8
@@ -55,7 +56,7 @@ class StepLive:
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if validate.is_int(value) else None
 
 
 @dataclass
