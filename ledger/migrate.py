@@ -1,25 +1,30 @@
-"""Alembic, driven from Python: `ledger db upgrade|downgrade|current` and the service's start-up."""
+"""Alembic, driven from Python: `ledger db upgrade|downgrade|current` and the service's start-up.
+
+The migrations ship inside the package (`ledger/migrations`), so a plain (non-editable) install can
+migrate its database; `alembic.ini` at the repository root points at the same folder for people
+who run `alembic` by hand.
+"""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from alembic import command
 from ledger.config import sqlalchemy_url
 
-ROOT = Path(__file__).resolve().parent.parent
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "ledger_alembic_version"
 
 
 def alembic_config(url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"), stdout=io.StringIO())
-    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    cfg = Config(stdout=io.StringIO())
+    cfg.set_main_option("script_location", str(MIGRATIONS))
     # env.py reads the URL from here when it is given, else from the ledger's configuration.
     cfg.attributes["ledger_url"] = url
     return cfg

@@ -5,9 +5,9 @@ from __future__ import annotations
 from logging.config import fileConfig
 from typing import Any
 
+from alembic import context
 from sqlalchemy import create_engine, pool
 
-from alembic import context
 from ledger.config import sqlalchemy_url
 from ledger.db import resolve_url
 from ledger.migrate import VERSION_TABLE
