@@ -23,7 +23,7 @@ from typing import Any
 from common import bench_database, print_footer, print_table
 
 from ledger.db import Database
-from ledger.ingest import apply_status_upload
+from ledger.ingest.store import apply_status_upload
 
 NODES = 1000
 

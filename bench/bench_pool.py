@@ -20,7 +20,7 @@ import time
 from common import bench_database, print_footer, print_table
 
 from ledger.db import Database
-from ledger.pool import WarmPool
+from ledger.pool.store import WarmPool
 
 CLAIMERS = (1, 4, 16)
 Row = tuple[str, str, str, str, str]

@@ -33,12 +33,12 @@ from common import bench_database, print_footer, print_table
 
 from ledger.db import Database
 from ledger.embedded import client_bin_dir
-from ledger.listener import CHANNEL, Listener
-from ledger.runlog import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run
+from ledger.runlog.listener import CHANNEL, Listener
+from ledger.runlog.store import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run
 
 BATCH = 1000
 
-# The same shape as ledger.runlog: lock the run, then one statement that inserts, advances the run,
+# The same shape as ledger.runlog.store: lock the run, then one statement that inserts, advances the run,
 # trims retention (10,000) and notifies; `:n` events per transaction.
 PGBENCH_SCRIPT = """
 BEGIN;

@@ -2,7 +2,7 @@
 
 Operations take a `Database` and run their statements through `transaction()`, which hands out an
 `AsyncConnection` inside one transaction; the pool stays small because waiting (long-polls) never
-holds a connection - wake-ups come from the single listener (`ledger.listener`).
+holds a connection - wake-ups come from the single listener (`ledger.runlog.listener`).
 
 Design notes:
 

@@ -22,7 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import BYTEA, JSONB, TIMESTAMP
 
 # The rules own the vocabularies; the checks below only restate them for the database.
-from ledger.events import EVENT_TYPES, TERMINAL_STATUSES
+from ledger.runlog.events import EVENT_TYPES, TERMINAL_STATUSES
 
 SCHEMA = "ledger"
 

@@ -5,14 +5,14 @@ its `RetryPolicy`, `DirectTransport`, the `Transport` protocol and its errors) a
 run used by the demo and tests. Everything else lives in the submodules.
 """
 
-from reporter.direct_transport import DirectTransport
-from reporter.http_transport import DEFAULT_RETRY_POLICY, HttpTransport, RetryPolicy
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline, static_node_id
 from reporter.progress import NodeProgress
 from reporter.reporter import ProgressReporter
-from reporter.simulate import SimulatedRun
-from reporter.transport import StaleAttemptError, Transport, TransportError, UploadRejected
+from reporter.testing import SimulatedRun
+from reporter.transports.direct import DirectTransport
+from reporter.transports.http import DEFAULT_RETRY_POLICY, HttpTransport, RetryPolicy
+from reporter.transports.protocol import StaleAttemptError, Transport, TransportError, UploadRejected
 from reporter.uploader import Status, interval_for_total_rows
 from reporter.wire import LogMode
 

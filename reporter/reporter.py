@@ -36,7 +36,7 @@ from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
 from reporter.replay import build_terminal_replay
 from reporter.state import DEFAULT_MAX_PENDING_ONE_SHOT, ProgressState
-from reporter.transport import (
+from reporter.transports.protocol import (
     Refused,
     RunTerminalError,
     StaleAttemptError,

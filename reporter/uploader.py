@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
-from reporter.transport import (
+from reporter.transports.protocol import (
     DuplicateUploadError,
     Refused,
     StaleAttemptError,

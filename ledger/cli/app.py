@@ -34,7 +34,8 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, demo, psql, serve, watchdog
+    from ledger.cli import client, db, psql, serve, watchdog
+    from ledger.cli.demo import command as demo
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)

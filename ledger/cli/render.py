@@ -94,7 +94,7 @@ def rows_cell(completed: object, failed: object, total: object) -> str:
 
 
 def run_row(run: Mapping[str, Any], now_ms: int) -> tuple[str, ...]:
-    """One line of `ledger runs` from one `run_overview` dict (see `ledger.overview.list_runs`)."""
+    """One line of `ledger runs` from one `run_overview` dict (see `ledger.runlog.overview.list_runs`)."""
     age = run.get("age_ms")
     created = _int(run.get("created_at"))
     if age is None and created is not None:

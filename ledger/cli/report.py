@@ -32,7 +32,7 @@ import click
 from ledger.auth import client_token
 from ledger.cli.client_http import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
-from reporter.transport import RunTerminalError
+from reporter.transports.protocol import RunTerminalError
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1

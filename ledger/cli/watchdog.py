@@ -2,7 +2,7 @@
 
 The service already runs the watchdog; this command is for a deployment that runs it as its own
 process (or a cron job with `--once`). Several may run at once: the watchdog locks the runs it
-fails (`ledger.watchdog`), so nothing is failed twice.
+fails (`ledger.runlog.watchdog`), so nothing is failed twice.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import psycopg
 
 from ledger.config import load_settings
 from ledger.db import Database, resolve_url
-from ledger.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
+from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
 
 
 async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: float) -> None:

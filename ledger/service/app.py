@@ -20,9 +20,10 @@ from fastapi import Depends, FastAPI
 from starlette.types import Scope
 
 from ledger.db import Database
-from ledger.listener import Listener
-from ledger.pool import WarmPool
-from ledger.runlog import RunLog
+from ledger.pool.store import WarmPool
+from ledger.runlog.listener import Listener
+from ledger.runlog.store import RunLog
+from ledger.runlog.watchdog import Watchdog
 from ledger.service import routes_events, routes_health, routes_ingest, routes_pool, routes_runs
 from ledger.service.errors import install_error_handlers
 from ledger.service.idempotent import IdempotencyMiddleware
@@ -32,7 +33,6 @@ from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddlew
 from ledger.service.security import require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
-from ledger.watchdog import Watchdog
 
 log = logging.getLogger("ledger.service")
 

@@ -22,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from ledger import validate
 from ledger.errors import LedgerError
-from ledger.events import DEFAULT_LIST_LIMIT
+from ledger.runlog.events import DEFAULT_LIST_LIMIT
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 

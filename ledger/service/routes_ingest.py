@@ -1,5 +1,5 @@
 """Ingestion endpoints (SPEC 2.7, 2.8): the reporter's status upload, sheet row outcomes, node
-observations. The upload body is passed whole to `ledger.ingest`, which owns its validation."""
+observations. The upload body is passed whole to `ledger.ingest.store`, which owns its validation."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends
 
-from ledger.ingest import apply_status_upload
-from ledger.observations import list_observations, record_observations
+from ledger.ingest.observations import list_observations, record_observations
+from ledger.ingest.sheets import record_sheet_rows, sheet_outcomes
+from ledger.ingest.store import apply_status_upload
 from ledger.service.models import Observations, SheetRows
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
-from ledger.sheets import record_sheet_rows, sheet_outcomes
 
 router = APIRouter(prefix="/v1/runs/{run_id}", tags=["ingestion"], dependencies=[Depends(require_token)])
 

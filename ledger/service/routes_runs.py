@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from ledger import overview
+from ledger.runlog import overview
 from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, SetTerminal
 from ledger.service.security import require_token
 from ledger.service.state import Services, services

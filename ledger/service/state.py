@@ -10,9 +10,9 @@ from typing import TypeVar
 from fastapi import Request
 
 from ledger.db import Database
-from ledger.listener import Listener
-from ledger.pool import WarmPool
-from ledger.runlog import RunLog
+from ledger.pool.store import WarmPool
+from ledger.runlog.listener import Listener
+from ledger.runlog.store import RunLog
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.settings import ServiceSettings
 

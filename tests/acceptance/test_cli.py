@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from ledger.events import WATCHDOG_ERROR
+from ledger.runlog.events import WATCHDOG_ERROR
 from tests.acceptance.conftest import ROOT, Server, free_port, new_id
 
 
@@ -259,7 +259,7 @@ def test_events_prints_the_log_and_follow_tails_until_the_terminal_event(
 def test_runs_lists_the_newest_runs(server: Server, client: httpx.Client, tmp_path: Path) -> None:
     probe = client.get("/v1/runs", params={"limit": 1})
     if probe.status_code in (404, 405):
-        pytest.skip("GET /v1/runs (ledger.overview.list_runs) is not wired into the service yet")
+        pytest.skip("GET /v1/runs (ledger.runlog.overview.list_runs) is not wired into the service yet")
     run_id = new_id("listed")
     client.post("/v1/runs", json={"run_id": run_id, "play_name": "p"})
     client.post(

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ledger.demo import DEMO_PLAY, DemoPlan
+from ledger.cli.demo.scenario import DEMO_PLAY, DemoPlan
 from ledger.embedded import EmbeddedPostgres
 from tests.acceptance.conftest import ROOT
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from ledger.events import WATCHDOG_ERROR
+from ledger.runlog.events import WATCHDOG_ERROR
 from tests.acceptance.conftest import ROOT, Server, new_id
 from tests.acceptance.test_cli import client_env
 

@@ -18,11 +18,11 @@ from fastapi import FastAPI
 from ledger import idempotency
 from ledger.clock import ManualClock
 from ledger.db import Database
-from ledger.runlog import RunLog
+from ledger.runlog.store import RunLog
+from ledger.runlog.watchdog import Watchdog
 from ledger.service.app import create_app
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
-from ledger.watchdog import Watchdog
 
 TOKEN = "in-process-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,11 +12,11 @@ import pytest
 from ledger.clock import ManualClock
 from ledger.db import Database
 from ledger.errors import InvalidInput
-from ledger.ingest import apply_status_upload
-from ledger.observations import list_observations, record_observations
-from ledger.pool import WarmPool
-from ledger.runlog import RunLog
-from ledger.sheets import record_sheet_rows, sheet_outcomes
+from ledger.ingest.observations import list_observations, record_observations
+from ledger.ingest.sheets import record_sheet_rows, sheet_outcomes
+from ledger.ingest.store import apply_status_upload
+from ledger.pool.store import WarmPool
+from ledger.runlog.store import RunLog
 from ledger.validate import INT32_MAX, INT64_MAX, MAX_EPOCH_MS
 
 HUGE = 10**30

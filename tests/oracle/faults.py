@@ -14,8 +14,8 @@ Faults:
   it ``redelivered`` as the `Transport` protocol asks of a transport that delivered twice);
 * ``503``         — the ledger answers 503 with ``Retry-After: 0`` without applying anything.
 
-`DirectFaults` wraps `reporter.direct_transport.DirectTransport` (the errors are
-`reporter.transport.TransportError`, a 503 is the HTTP transport's retryable error);
+`DirectFaults` wraps `reporter.transports.direct.DirectTransport` (the errors are
+`reporter.transports.protocol.TransportError`, a 503 is the HTTP transport's retryable error);
 `HttpFaults` is an `httpx.AsyncBaseTransport` around a real `httpx.AsyncHTTPTransport`.
 Both record every payload the ledger received, for the redelivery check.
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from reporter.http_transport import RetryableHttpError
-from reporter.transport import Transport, TransportError
+from reporter.transports.http import RetryableHttpError
+from reporter.transports.protocol import Transport, TransportError
 
 
 class FaultPlan:

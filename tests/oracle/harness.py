@@ -12,7 +12,7 @@ Uploads happen only at the scenario's flush points, at batch ends, and when the 
 (sheet rows, terminal truth, finalize): the reporter's throttle is off (``interval`` 0) and so is
 its trailing timer, its wall clock is a counter, so the oracle run and the faulty run make the same
 uploads from the same states unless a fault changes that. Before the last batch's finalize the
-scenario's sheet rows are recorded through `ledger.sheets.record_sheet_rows` and the reporter
+scenario's sheet rows are recorded through `ledger.ingest.sheets.record_sheet_rows` and the reporter
 reads its terminal truth.
 
 A `Backend` builds the transport (direct or HTTP, each with or without a `FaultPlan`) and carries
@@ -34,10 +34,10 @@ import httpx
 import psycopg
 
 from ledger.db import Database
-from ledger.sheets import record_sheet_rows
+from ledger.ingest.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter
-from reporter.http_transport import HttpTransport, RetryPolicy
-from reporter.transport import Transport
+from reporter.transports.http import HttpTransport, RetryPolicy
+from reporter.transports.protocol import Transport
 from tests.oracle.faults import DirectFaults, FaultPlan, HttpFaults
 from tests.oracle.services import OwnPostgres, ServiceThread
 from tests.oracle.strategies import Scenario, burst_lines

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from ledger import pool_rules
 from ledger.errors import InvalidInput
-from ledger.events import parse_after, parse_events, parse_terminal_state, validate_run_id
-from ledger.ingest_rules import parse_upload
-from ledger.observations import invocation_seq_from_id, parse_observation
+from ledger.ingest.observations import invocation_seq_from_id, parse_observation
+from ledger.ingest.rules import parse_upload
+from ledger.pool import rules as pool_rules
+from ledger.runlog.events import parse_after, parse_events, parse_terminal_state, validate_run_id
 from ledger.validate import INT32_MAX, INT64_MAX, MAX_EPOCH_MS
 
 HUGE = 10**30

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from reporter.transport import TransportError
+from reporter.transports.protocol import TransportError
 
 
 class FakeClock:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from ledger.cli import report as report_cli
 from ledger.cli.app import cli
 from reporter import HttpTransport, ProgressReporter, RetryPolicy, SimulatedRun
-from reporter.transport import RunTerminalError, StaleAttemptError, UploadRejected
+from reporter.transports.protocol import RunTerminalError, StaleAttemptError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport
 
 SIM = SimulatedRun(rows=300, fail_every=7, page_size=100)

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from reporter.http_transport import HttpTransport, RetryPolicy, parse_retry_after
-from reporter.transport import RunTerminalError, StaleAttemptError, TransportError, UploadRejected
+from reporter.transports.http import HttpTransport, RetryPolicy, parse_retry_after
+from reporter.transports.protocol import RunTerminalError, StaleAttemptError, TransportError, UploadRejected
 
 PAYLOAD = {"run_id": "run/1", "upload_seq": 7, "producer_attempt": 2, "status": "running"}
 

@@ -35,7 +35,7 @@ def test_public_api_is_pinned() -> None:
 def test_importing_the_reporter_loads_only_the_shared_checks_of_the_ledger() -> None:
     # The reporter checks uploads with the ledger's own dependency-free rules, and nothing more.
     code = (
-        "import sys, reporter, reporter.simulate, reporter.direct_transport;"
+        "import sys, reporter, reporter.testing, reporter.transports.direct;"
         "roots = ('ledger', 'fastapi', 'psycopg', 'uvicorn', 'sqlalchemy');"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in roots);"
         "print(','.join(bad))"

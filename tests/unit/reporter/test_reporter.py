@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reporter import ProgressReporter, SimulatedRun, StepState
-from reporter.transport import StaleAttemptError, TransportError, UploadRejected
+from reporter.transports.protocol import StaleAttemptError, TransportError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 
 SIM = SimulatedRun(rows=1_000, fail_every=10, page_size=250)

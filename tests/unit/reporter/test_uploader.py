@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reporter.state import ProgressState
-from reporter.transport import (
+from reporter.transports.protocol import (
     DuplicateUploadError,
     RunTerminalError,
     StaleAttemptError,

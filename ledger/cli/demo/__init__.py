@@ -1,0 +1,3 @@
+"""`ledger demo`: the command (`command`), the scripted run it drives (`scenario`, `run`) and its
+terminal view (`view`).
+"""

@@ -1,0 +1,208 @@
+"""`ledger demo`'s work: the whole system on one machine, with nothing configured.
+
+It starts (or reuses) Postgres — the embedded one unless `LEDGER_DATABASE_URL` says otherwise —
+migrates it, serves the HTTP API in this process on a free local port with a one-off token, and
+drives a simulated worker run (`ledger.cli.demo.scenario`) through the reporter's HTTP transport. Meanwhile it
+tails the run's events from the service (SSE) and shows them: rich progress bars on a terminal,
+plain lines otherwise. At the end it prints the reconciliation and the SQL to inspect the run. The
+data stays in the database for `ledger runs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import secrets
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import click
+import httpx
+from httpx_sse import aconnect_sse
+from rich.console import Console
+from rich.live import Live
+
+from ledger import migrate
+from ledger.cli import render
+from ledger.cli.demo.scenario import DemoPlan, DriveReport, drive, open_run
+from ledger.cli.demo.view import DemoView
+from ledger.config import load_settings
+from ledger.db import resolve_url
+
+STARTUP_TIMEOUT_S = 30.0
+WATCH_TIMEOUT_S = 60.0
+
+
+@contextlib.asynccontextmanager
+async def running_service(database_url: str) -> AsyncIterator[tuple[str, str]]:
+    """The ledger service in this process on a free local port: yields (base URL, token)."""
+    # The web stack loads only for the commands that serve.
+    from ledger.service.app import create_app
+    from ledger.service.server import build_server
+    from ledger.service.settings import load_service_settings
+
+    token = secrets.token_urlsafe(24)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # No watchdog: the demo must not fail other runs that happen to share the database.
+    settings = dataclasses.replace(load_service_settings(port=port), watchdog=False, shutdown_grace_s=2.0)
+    server = build_server(create_app(settings, database_url, [token]), settings)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if task.done():
+                task.result()
+                raise click.ClickException("the demo's ledger service stopped while starting")
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"the demo's ledger service did not start in {STARTUP_TIMEOUT_S:g}s"
+                )
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", token
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=15)
+        sock.close()
+
+
+async def watch(base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> None:
+    """Tail the run's events (SSE) until its terminal event, resuming after a dropped connection."""
+    last_seq: int | None = None
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=httpx.Timeout(10, read=60)
+    ) as http:
+        for _ in range(20):
+            extra = {} if last_seq is None else {"Last-Event-ID": str(last_seq)}
+            path = f"/v1/runs/{run_id}/events/stream"
+            try:
+                async with aconnect_sse(http, "GET", path, params={"after": "-1"}, headers=extra) as source:
+                    if source.response.status_code == 204:
+                        return
+                    source.response.raise_for_status()
+                    async for sse in source.aiter_sse():
+                        if not sse.data:
+                            continue
+                        event = json.loads(sse.data)
+                        last_seq = int(sse.id) if sse.id else last_seq
+                        on_event(event)
+                        if event.get("type") == "terminal":
+                            return
+            except httpx.TransportError:
+                await asyncio.sleep(0.2)
+    raise click.ClickException(f"lost the event stream of run {run_id}")
+
+
+async def run_demo(database_url: str, plan: DemoPlan, console: Console, *, live: bool) -> dict[str, Any]:
+    """Serve, drive and show one demo run; returns the run and its sheet outcomes as the ledger has them."""
+    run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    view = DemoView(run_id, plan.step_order())
+    screen = Live(view.renderable(), console=console, refresh_per_second=8) if live else None
+
+    def on_event(event: dict[str, Any]) -> None:
+        line = view.apply(event, time.monotonic())
+        if screen is not None:
+            screen.update(view.renderable())
+        elif line is not None:
+            print(line, flush=True)
+
+    async with running_service(database_url) as (base_url, token):
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as http:
+            await open_run(http, run_id)
+            console.print(f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
+            with screen or contextlib.nullcontext():
+                report = await _drive_and_watch(plan, base_url, token, run_id, on_event)
+            run = (await http.get(f"/v1/runs/{run_id}")).json()
+            sheets = (await http.get(f"/v1/runs/{run_id}/sheets")).json()
+    return {"run": run, "sheets": sheets.get("outcomes", []), "report": report}
+
+
+async def _drive_and_watch(
+    plan: DemoPlan, base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]
+) -> DriveReport:
+    watcher = asyncio.create_task(watch(base_url, token, run_id, on_event))
+    try:
+        report = await drive(plan, base_url, token, run_id)
+        await asyncio.wait_for(asyncio.shield(watcher), timeout=WATCH_TIMEOUT_S)
+        return report
+    finally:
+        if not watcher.done():
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+def summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
+    """The reconciliation story of the map step: live counters, checkpoint, sheet outcomes, ledger."""
+    run, report = outcome["run"], outcome["report"]
+    stored = (run.get("live_node_progress") or {}).get(plan.map_node_id()) or {}
+    expected = plan.expected()
+    rows: list[tuple[str, str]] = [
+        (
+            "live counters (last map frames lost)",
+            render.rows_cell(report.live_completed, report.live_failed, report.live_total),
+        ),
+        (
+            "checkpoint (the map executor)",
+            render.rows_cell(expected["checkpoint_completed"], expected["checkpoint_failed"], plan.rows),
+        ),
+    ]
+    for sheet in outcome["sheets"]:
+        rows.append(
+            (
+                f"sheet outcomes of {sheet['table_namespace']} (win)",
+                render.rows_cell(sheet["completed"], sheet["failed"], sheet["total"]),
+            )
+        )
+    rows.append(
+        (
+            "the ledger now holds",
+            render.rows_cell(stored.get("completed"), stored.get("failed"), stored.get("total")),
+        )
+    )
+    width = max(len(label) for label, _ in rows)
+    lines = [f"run {run['run_id']}: {render.terminal_line(run)}", f"step {plan.map_node_id()!r}:"]
+    lines.extend(f"  {label.ljust(width)}  {value}" for label, value in rows)
+    return lines
+
+
+def inspection_sql(run_id: str) -> list[str]:
+    return [
+        "SELECT run_id, status, age, last_event_type, steps_done, steps_total, rows_completed, rows_failed"
+        f" FROM ledger.run_overview WHERE run_id = '{run_id}';",
+        "SELECT node_id, completed, failed, total, started_at, completed_at, message"
+        f" FROM ledger.step_progress WHERE run_id = '{run_id}' ORDER BY started_at NULLS LAST;",
+        f"SELECT seq, type, ts, payload FROM ledger.run_events WHERE run_id = '{run_id}'"
+        " AND type <> 'log' ORDER BY seq;",
+    ]
+
+
+def main(plan: DemoPlan) -> None:
+    """Run the demo with `plan` on the configured (or embedded) Postgres and print how to inspect it."""
+    console = Console(highlight=False)
+    settings = load_settings()
+    url, server = resolve_url(settings)
+    try:
+        if server is not None:
+            click.echo(f"embedded Postgres: data in {server.pgdata}")
+        migrate.upgrade(url)
+        outcome = asyncio.run(run_demo(url, plan, console, live=console.is_terminal))
+        for line in summary_lines(outcome, plan):
+            click.echo(line)
+        run_id = outcome["run"]["run_id"]
+        click.echo("\nInspect it with SQL: `ledger psql` opens psql on this database, then")
+        for statement in inspection_sql(run_id):
+            click.echo(f"    {statement}")
+        click.echo(f"\nOr with `ledger serve` running: ledger runs; ledger run {run_id}")
+    finally:
+        if server is not None:
+            server.stop()

@@ -1,0 +1,216 @@
+"""The demo's worker: a simulated play run reported to the ledger service through the HTTP transport.
+
+`DemoPlan` shapes the run so that every part of the reporter shows: three code steps before the
+dataset (they start at creation and settle when the map starts), a map over thousands of rows with
+some failures, a tool step, an untaken branch, and a terminal result with a checkpoint. Two things
+go wrong on purpose so that the terminal reconciliation is visible:
+
+- the last live map frames are lost (`lost_tail`): the live counters stop short of the truth;
+- the data plane retried some failed rows and they succeeded (`retried_share`): the sheet outcomes
+  disagree with the checkpoint as well. Sheet outcomes are the reconciliation of record, so the
+  ledger ends with their counts (`DemoPlan.expected`).
+
+`drive` feeds the runner events into a `ProgressReporter` at `rows_per_second`, writes the sheet
+outcomes page by page through `POST /v1/runs/{id}/sheets` as the data plane would, then finalizes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from reporter import HttpTransport, ProgressReporter, SimulatedRun
+
+DEMO_PLAY = "demo.enrich-leads"
+PRE_DATASET_STEPS = ("load", "validate", "dedupe")
+SHEET_BATCH = 2_000
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What the simulated run does (rows, failures, pace) and what the ledger must end with."""
+
+    # Keep in step with the command's defaults (ledger.cli.demo.command; a unit test checks).
+    rows: int = 6_000
+    fail_every: int = 97
+    rows_per_second: float = 900.0
+    # Share of the failed rows that the data plane retried successfully (the sheet disagrees).
+    retried_share: float = 1 / 3
+    lost_tail: float = 0.1
+    setup_s: float = 1.2
+    tool_s: float = 0.8
+
+    def simulation(self) -> SimulatedRun:
+        return SimulatedRun(rows=self.rows, fail_every=self.fail_every, physical_suffix="demo")
+
+    def contract(self) -> dict[str, Any]:
+        """The simulation's pipeline with two more code steps before the dataset."""
+        contract = self.simulation().contract()
+        substeps = contract["staticPipeline"]["substeps"]
+        extra = [{"type": "code", "id": step, "field": step} for step in PRE_DATASET_STEPS[1:]]
+        contract["staticPipeline"]["substeps"] = [substeps[0], *extra, *substeps[1:]]
+        return contract
+
+    def step_order(self) -> list[str]:
+        return [str(step["id"]) for step in self.contract()["staticPipeline"]["substeps"]]
+
+    def map_node_id(self) -> str:
+        return str(self.simulation().expected()["map_node_id"])
+
+    def live_events(self) -> Iterator[dict[str, Any]]:
+        """The runner's events as the reporter receives them: the last map frames never arrive."""
+        cutoff = self.rows * (1 - self.lost_tail)
+        for event in self.simulation().events():
+            inner = event.get("event") if event.get("type") == "execution_event" else None
+            frame = inner if isinstance(inner, dict) else {}
+            if frame.get("type") in ("map.progress", "map.completed") and (
+                frame["completedRows"] + frame["failedRows"] > cutoff
+            ):
+                continue
+            yield event
+
+    @property
+    def retried_rows(self) -> int:
+        return int(self.simulation().failed_rows * self.retried_share)
+
+    def sheet_rows(self) -> list[dict[str, str]]:
+        """The data plane's outcomes: the first `retried_rows` failed rows succeeded on retry."""
+        rows = self.simulation().sheet_rows()
+        flipped, retried = 0, self.retried_rows
+        for row in rows:
+            if flipped < retried and row["status"] == "failed":
+                row["status"] = "completed"
+                flipped += 1
+        return rows
+
+    def expected(self) -> dict[str, Any]:
+        """The reconciled truth the ledger must hold for the map step (the sheet's counts)."""
+        rows = self.sheet_rows()
+        failed = sum(1 for r in rows if r["status"] == "failed")
+        return {
+            "status": "completed",
+            "map_node_id": self.map_node_id(),
+            "completed": len(rows) - failed,
+            "failed": failed,
+            "total": len(rows),
+            "checkpoint_completed": self.simulation().completed_rows,
+            "checkpoint_failed": self.simulation().failed_rows,
+        }
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class DriveReport:
+    """The runner's result and the map step's live counters just before reconciliation."""
+
+    result: dict[str, Any]
+    live_completed: int | None
+    live_failed: int | None
+    live_total: int | None
+
+
+class Pacer:
+    """Holds the simulated worker to `rate` rows per second (sleeping only when ahead)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float], sleep: Sleep) -> None:
+        self.rate = rate
+        self.clock = clock
+        self.sleep = sleep
+        self.start = clock()
+        self.rows = 0
+
+    async def row(self) -> None:
+        self.rows += 1
+        ahead = self.rows / self.rate - (self.clock() - self.start)
+        # Sleeping per row would cost more than the rows; catch up in slices of >= 20 ms.
+        if ahead >= 0.02:
+            await self.sleep(ahead)
+
+
+def _is_tool_start(event: dict[str, Any]) -> bool:
+    inner = event.get("event")
+    return isinstance(inner, dict) and inner.get("type") == "tool.call.started"
+
+
+def _run_path(run_id: str, tail: str = "") -> str:
+    return f"/v1/runs/{quote(run_id, safe='')}{tail}"
+
+
+async def open_run(http: httpx.AsyncClient, run_id: str) -> None:
+    response = await http.post("/v1/runs", json={"run_id": run_id, "play_name": DEMO_PLAY})
+    response.raise_for_status()
+
+
+async def post_sheet_rows(http: httpx.AsyncClient, run_id: str, rows: list[dict[str, str]]) -> None:
+    for start in range(0, len(rows), SHEET_BATCH):
+        response = await http.post(
+            _run_path(run_id, "/sheets"), json={"rows": rows[start : start + SHEET_BATCH]}
+        )
+        response.raise_for_status()
+
+
+async def drive(
+    plan: DemoPlan,
+    base_url: str,
+    token: str,
+    run_id: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Sleep = asyncio.sleep,
+) -> DriveReport:
+    """Run the simulated worker against the service; returns its result and the pre-reconciliation
+    counters of the map step.
+
+    The run must already be open (`open_run`), so that a watcher can tail it from the first event.
+    """
+    sheet_rows = plan.sheet_rows()
+    page = plan.simulation().page_size
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as http,
+        HttpTransport(base_url, token) as transport,
+    ):
+        reporter = ProgressReporter(run_id, transport, contract=plan.contract())
+        # The steps before the dataset start now; let them show before the map begins.
+        await reporter.flush(force=True)
+        await sleep(plan.setup_s)
+        pacer = Pacer(plan.rows_per_second, clock, sleep)
+        written = 0
+        result: dict[str, Any] | None = None
+        for event in plan.live_events():
+            if event.get("type") == "result":
+                result = event
+                break
+            reporter.on_runner_event(event)
+            if _is_tool_start(event):
+                # The notify call takes a moment, long enough to be seen running.
+                await reporter.flush(force=True)
+                await sleep(plan.tool_s)
+            if event.get("type") == "row_update":
+                await pacer.row()
+                # The data plane records each page's outcomes once the page is through.
+                if pacer.rows - written >= page or pacer.rows == plan.rows:
+                    await post_sheet_rows(http, run_id, sheet_rows[written : pacer.rows])
+                    written = pacer.rows
+        assert result is not None, "the simulation always ends with a result"
+        await post_sheet_rows(http, run_id, sheet_rows[written:])
+        # Read now: finalize rewrites the node in place.
+        live = reporter.state.nodes.get(plan.map_node_id())
+        report = DriveReport(
+            result=result,
+            live_completed=live.completed if live else None,
+            live_failed=live.failed if live else None,
+            live_total=live.total if live else None,
+        )
+        await reporter.load_terminal_truth()
+        await reporter.finalize(result)
+        await reporter.aclose()
+    return report

@@ -1,0 +1,408 @@
+"""Status ingestion rules (SPEC 2.7): validate an upload and decide what it changes. No I/O here.
+
+`plan_upload(run_id, state, upload)` takes the run's ingestion state (`IngestState`, read from the
+locked runs row) and a validated `StatusUpload`, and returns an `IngestPlan`: the events to append,
+in order, and the state to store. `ledger.ingest.store` runs it inside the transaction that holds the row.
+
+Design notes:
+
+- **Attempt fence.** An upload from an attempt older than the run's raises `StaleAttempt`; a newer
+  one is adopted and gets a fresh positional log channel and a fresh upload counter. An upload
+  without `producer_attempt` belongs to the run's current attempt (it is not fenced).
+- **Upload order.** Per attempt, an upload whose `upload_seq` is not above the last applied one is a
+  late duplicate: the plan is `duplicate=True` with no events and the state unchanged.
+- **Positional logs.** The live tail covers positions `total - len(tail) + 1 … total` of the
+  attempt's channel; `delivered` (runs.live_log_count) says how far the ledger already holds. Only
+  positions beyond it are appended; positions that are neither held nor in the tail are reported as
+  one `log.gap`. The count never goes down.
+- **Terminal log replay** is placed on the same channel: in `exact` mode (the seed's detached
+  recovery, a complete attempt-local buffer) at offset 0, i.e. positions `1 … N`; in `positional`
+  mode right after the upload's `live_log_total_count` (the seed's `totalCount = liveLogsTotalCount
+  + lines.length`). An explicit `total_count` (the seed's `totalCount`) overrides either offset to
+  `total_count - N`. In exact mode a replay whose digest (attempt + lines) equals the last replay
+  applied is absorbed whole.
+- **Steps.** The uploaded nodes are diffed against the stored snapshot (missing nodes are kept, an
+  uploaded node replaces its stored entry): newly `started_at` → `step.started`; any count changed
+  → `step.progress`; newly `completed_at` → `step.completed`, whose outcome is `failed` when the
+  node's `node_io.error` is set or the node completes in an upload whose status is `failed` (the
+  reporter marks the still-running steps of a failed run completed in that last upload).
+- **Activity.** Per `activityId` the newest `observedAt` wins; an observation that is not newer
+  than the watermark (equal included: a re-delivery) appends nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ledger import validate
+from ledger.errors import InvalidInput, StaleAttempt
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
+
+UPLOAD_STATUSES = ("running", "completed", "failed")
+TERMINAL_UPLOAD_STATUSES = ("completed", "failed")
+REPLAY_MODES = ("exact", "positional")
+
+COUNT_FIELDS = validate.NODE_COUNT_FIELDS
+TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
+
+Event = dict[str, Any]
+NodeSnapshot = dict[str, dict[str, Any]]
+
+
+# -- the validated upload ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogReplay:
+    """`terminal_log_replay`: lines placed on the attempt's positional channel."""
+
+    lines: tuple[str, ...]
+    dedupe_mode: Literal["exact", "positional"] = "positional"
+    total_count: int | None = None
+
+
+@dataclass(frozen=True)
+class StatusUpload:
+    """One reporter upload (SPEC 2.7), validated; unknown extra fields were dropped."""
+
+    status: str
+    upload_seq: int | None = None
+    producer_attempt: int | None = None
+    live_node_progress: NodeSnapshot = field(default_factory=dict)
+    live_logs: tuple[str, ...] = ()
+    live_log_total_count: int = 0
+    dataset_lifecycle_events: tuple[dict[str, Any], ...] = ()
+    activity_observations: tuple[dict[str, Any], ...] = ()
+    terminal_log_replay: LogReplay | None = None
+    last_checkpoint_at: int | None = None
+    dropped_one_shot_events: int = 0
+
+
+def _int(name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX) -> int:
+    # JSON from JavaScript may carry integral floats (3.0); anything else is a type error.
+    return validate.required_integer(name, value, minimum=minimum, maximum=maximum, integral_float=True)
+
+
+def _optional_int(
+    name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX
+) -> int | None:
+    return None if value is None else _int(name, value, minimum=minimum, maximum=maximum)
+
+
+def _list(name: str, value: object) -> list[Any]:
+    return [] if value is None else validate.items(name, value, "items")
+
+
+def _object(name: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(name, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _lines(name: str, value: object) -> tuple[str, ...]:
+    # Log lines are free text: repaired, never refused.
+    return tuple(validate.free_text_list(name, value))
+
+
+def parse_node(name: str, value: object) -> dict[str, Any]:
+    """One node's progress with only the known fields, `None`s dropped (unknown keys ignored)."""
+    raw = _object(name, value)
+    return {
+        key: validate.node_field(f"{name}.{key}", key, raw[key])
+        for key in validate.NODE_FIELDS
+        if raw.get(key) is not None
+    }
+
+
+def _parse_replay(value: object) -> LogReplay | None:
+    if value is None:
+        return None
+    raw = _object("terminal_log_replay", value)
+    lines = _lines("terminal_log_replay.lines", raw.get("lines"))
+    mode = raw.get("dedupe_mode", "positional") or "positional"
+    if mode not in REPLAY_MODES:
+        raise InvalidInput("terminal_log_replay.dedupe_mode", f"must be one of {', '.join(REPLAY_MODES)}")
+    total = _optional_int("terminal_log_replay.total_count", raw.get("total_count"))
+    if total is not None and total < len(lines):
+        raise InvalidInput("terminal_log_replay.total_count", "is smaller than the number of lines")
+    return LogReplay(lines=lines, dedupe_mode="exact" if mode == "exact" else "positional", total_count=total)
+
+
+def parse_upload(run_id: str, body: object) -> StatusUpload:
+    """Validate a status upload; `InvalidInput` names the first bad field and nothing is applied.
+
+    The URL's `run_id` wins; a body `run_id` that differs is an error. Unknown top-level fields are
+    ignored (forward compatibility with newer reporters).
+    """
+    raw = _object("body", body)
+    body_run_id = raw.get("run_id")
+    if body_run_id is not None and body_run_id != run_id:
+        raise InvalidInput("run_id", f"{body_run_id!r} does not match the run {run_id!r} in the URL")
+    status = raw.get("status")
+    if status not in UPLOAD_STATUSES:
+        raise InvalidInput("status", f"must be one of {', '.join(UPLOAD_STATUSES)}, got {status!r}")
+    raw_progress = raw.get("live_node_progress")
+    progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
+    nodes: NodeSnapshot = {}
+    for node_id, node in progress.items():
+        try:
+            validate.node_id("live_node_progress", node_id)
+        except InvalidInput:
+            raise InvalidInput(
+                "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
+            ) from None
+        nodes[node_id] = parse_node(f"live_node_progress.{node_id}", node)
+    logs = _lines("live_logs", raw.get("live_logs"))
+    if len(logs) > LIVE_LOG_TAIL_LIMIT:
+        raise InvalidInput("live_logs", f"holds {len(logs)} lines; the tail is at most {LIVE_LOG_TAIL_LIMIT}")
+    total = _optional_int("live_log_total_count", raw.get("live_log_total_count"))
+    if total is None:
+        total = len(logs)
+    if total < len(logs):
+        raise InvalidInput("live_log_total_count", f"{total} is smaller than the {len(logs)}-line tail")
+    lifecycle = tuple(
+        validate.json_object(f"dataset_lifecycle_events[{i}]", event)
+        for i, event in enumerate(_list("dataset_lifecycle_events", raw.get("dataset_lifecycle_events")))
+    )
+    observations = tuple(
+        validate.activity_observation(f"activity_observations[{i}]", obs)
+        for i, obs in enumerate(_list("activity_observations", raw.get("activity_observations")))
+    )
+    replay = _parse_replay(raw.get("terminal_log_replay"))
+    if replay is not None and replay_end(replay, total) > INT64_MAX:  # runs.live_log_count is bigint
+        raise InvalidInput("terminal_log_replay", f"would place lines beyond log position {INT64_MAX}")
+    return StatusUpload(
+        status=status,
+        upload_seq=_optional_int("upload_seq", raw.get("upload_seq"), minimum=1),
+        # runs.producer_attempt is an int4 column (last_upload_seq and live_log_count are bigint).
+        producer_attempt=_optional_int("producer_attempt", raw.get("producer_attempt"), maximum=INT32_MAX),
+        live_node_progress=nodes,
+        live_logs=logs,
+        live_log_total_count=total,
+        dataset_lifecycle_events=lifecycle,
+        activity_observations=observations,
+        terminal_log_replay=replay,
+        # Neither of these two is stored: no column bound applies.
+        last_checkpoint_at=_optional_int("last_checkpoint_at", raw.get("last_checkpoint_at"), maximum=None),
+        dropped_one_shot_events=_optional_int(
+            "dropped_one_shot_events", raw.get("dropped_one_shot_events"), maximum=None
+        )
+        or 0,
+    )
+
+
+# -- the run's ingestion state and the plan ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IngestState:
+    """The ingestion columns of a runs row."""
+
+    producer_attempt: int = 0
+    last_upload_seq: int = 0
+    live_log_count: int = 0
+    live_node_progress: NodeSnapshot = field(default_factory=dict)
+    activity_watermarks: dict[str, float | int] = field(default_factory=dict)
+    replay_digest: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    """What one upload changes: `events` to append in order, and the `state` to store."""
+
+    duplicate: bool
+    state: IngestState
+    events: tuple[Event, ...] = ()
+    steps_changed: tuple[str, ...] = ()
+    logs_appended: int = 0
+    log_gap: int = 0
+
+
+def fence_attempt(run_id: str, current: int, uploaded: int | None) -> tuple[int, bool]:
+    """The attempt the upload belongs to and whether it is newly adopted; older → `StaleAttempt`."""
+    if uploaded is None or uploaded == current:
+        return current, False
+    if uploaded < current:
+        raise StaleAttempt(run_id, uploaded, current)
+    return uploaded, True
+
+
+def is_late_duplicate(last_upload_seq: int, upload_seq: int | None) -> bool:
+    """True when an upload was already applied or superseded within its attempt."""
+    return upload_seq is not None and upload_seq <= last_upload_seq
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """The result of placing lines on a positional channel."""
+
+    lines: tuple[str, ...]  # to append, in order
+    missing: int  # positions that were neither held nor delivered now
+    delivered: int  # the channel's new count
+
+
+def positional_slice(delivered: int, lines: Sequence[str], end: int) -> LogSlice:
+    """Place `lines` at positions `end - len(lines) + 1 … end` of a channel holding `delivered`."""
+    if end <= delivered:
+        return LogSlice((), 0, delivered)
+    start = end - len(lines)  # the position just before the first line
+    missing = max(0, start - delivered)
+    skip = max(0, delivered - start)
+    return LogSlice(tuple(lines[skip:]), missing, end)
+
+
+def replay_digest(attempt: int, lines: Sequence[str]) -> str:
+    """A digest of a terminal replay, bound to the attempt that sent it."""
+    return hashlib.sha256(json.dumps([attempt, list(lines)]).encode()).hexdigest()
+
+
+def replay_end(replay: LogReplay, live_log_total_count: int) -> int:
+    """The channel position of the replay's last line (see the module docstring)."""
+    if replay.total_count is not None:
+        return replay.total_count
+    if replay.dedupe_mode == "exact":
+        return len(replay.lines)
+    return live_log_total_count + len(replay.lines)
+
+
+def _counts(node: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(node.get(key) for key in COUNT_FIELDS)
+
+
+def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
+    node_io = node.get("node_io")
+    error = node_io.get("error") if isinstance(node_io, Mapping) else None
+    return bool(error) or run_status == "failed"
+
+
+def diff_steps(
+    stored: Mapping[str, Mapping[str, Any]], uploaded: Mapping[str, Mapping[str, Any]], run_status: str
+) -> tuple[list[Event], list[str], NodeSnapshot]:
+    """Step events for the uploaded nodes, the ids of the nodes that changed, and the new snapshot."""
+    events: list[Event] = []
+    changed: list[str] = []
+    snapshot: NodeSnapshot = {node_id: dict(node) for node_id, node in stored.items()}
+    for node_id, node in uploaded.items():
+        old = stored.get(node_id, {})
+        node_events: list[Event] = []
+        if node.get("started_at") is not None and old.get("started_at") is None:
+            node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
+        if _counts(node) != _counts(old):
+            progress: Event = {"type": "step.progress", "node_id": node_id}
+            for key in (*COUNT_FIELDS, *TEXT_FIELDS):
+                if node.get(key) is not None:
+                    progress[key] = node[key]
+            node_events.append(progress)
+        if node.get("completed_at") is not None and old.get("completed_at") is None:
+            completed: Event = {
+                "type": "step.completed",
+                "node_id": node_id,
+                "completed_at": node["completed_at"],
+                "outcome": "failed" if node_failed(node, run_status) else "completed",
+            }
+            node_io = node.get("node_io")
+            if isinstance(node_io, Mapping) and node_io.get("error"):
+                completed["error"] = str(node_io["error"])
+            node_events.append(completed)
+        if node_events:
+            changed.append(node_id)
+            events.extend(node_events)
+        snapshot[node_id] = dict(node)
+    return events, changed, snapshot
+
+
+def newer_activities(
+    watermarks: Mapping[str, float | int], observations: Sequence[Mapping[str, Any]]
+) -> tuple[list[Event], dict[str, float | int]]:
+    """`activity.observed` events for observations newer than their activity's watermark."""
+    marks = dict(watermarks)
+    events: list[Event] = []
+    for observation in observations:
+        activity_id = observation["activityId"]
+        observed_at = observation["observedAt"]
+        mark = marks.get(activity_id)
+        if mark is not None and observed_at <= mark:
+            continue
+        marks[activity_id] = observed_at
+        events.append(
+            {
+                "type": "activity.observed",
+                "activity_id": activity_id,
+                "observed_at": observed_at,
+                "observation": dict(observation),
+            }
+        )
+    return events, marks
+
+
+def _log_events(placed: LogSlice, delivered: int, attempt: int) -> list[Event]:
+    events: list[Event] = []
+    if placed.missing:
+        events.append(
+            {
+                "type": "log.gap",
+                "missing": placed.missing,
+                "after_position": delivered,
+                "producer_attempt": attempt,
+            }
+        )
+    events.extend({"type": "log", "line": line} for line in placed.lines)
+    return events
+
+
+def plan_upload(run_id: str, state: IngestState, upload: StatusUpload) -> IngestPlan:
+    """Decide what `upload` changes on a run in `state` (see the module docstring)."""
+    attempt, adopted = fence_attempt(run_id, state.producer_attempt, upload.producer_attempt)
+    if adopted:
+        state = replace(state, producer_attempt=attempt, last_upload_seq=0, live_log_count=0)
+    if is_late_duplicate(state.last_upload_seq, upload.upload_seq):
+        return IngestPlan(duplicate=True, state=state)
+    events: list[Event] = []
+    delivered = state.live_log_count
+    live = positional_slice(delivered, upload.live_logs, upload.live_log_total_count)
+    events.extend(_log_events(live, delivered, attempt))
+    delivered = live.delivered
+    logs_appended, gap = len(live.lines), live.missing
+
+    step_events, changed, snapshot = diff_steps(
+        state.live_node_progress, upload.live_node_progress, upload.status
+    )
+    events.extend(step_events)
+    events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
+    activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)
+    events.extend(activity_events)
+
+    digest = state.replay_digest
+    replay = upload.terminal_log_replay
+    if replay is not None and replay.lines:
+        new_digest = replay_digest(attempt, replay.lines)
+        if not (replay.dedupe_mode == "exact" and new_digest == state.replay_digest):
+            placed = positional_slice(
+                delivered, replay.lines, replay_end(replay, upload.live_log_total_count)
+            )
+            events.extend(_log_events(placed, delivered, attempt))
+            delivered = placed.delivered
+            logs_appended += len(placed.lines)
+            gap += placed.missing
+        digest = new_digest
+
+    new_state = IngestState(
+        producer_attempt=attempt,
+        last_upload_seq=upload.upload_seq if upload.upload_seq is not None else state.last_upload_seq,
+        live_log_count=delivered,
+        live_node_progress=snapshot,
+        activity_watermarks=marks,
+        replay_digest=digest,
+    )
+    return IngestPlan(
+        duplicate=False,
+        state=new_state,
+        events=tuple(events),
+        steps_changed=tuple(changed),
+        logs_appended=logs_appended,
+        log_gap=gap,
+    )

@@ -1,0 +1,150 @@
+"""Status ingestion on Postgres (SPEC 2.7): one reporter upload, applied in one transaction.
+
+The run row is locked first (`lock_run`, creating the run: a status upload opens its run), so
+uploads to one run apply one at a time and the ingestion state read from the row is the state the
+plan is made against. `ledger.ingest.rules.plan_upload` decides everything (fence, duplicate,
+positional logs, step diff, activity watermarks, replay); this module only reads the row, appends
+the planned events through the run log's one append path, stores the new ingestion state and, for
+a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
+
+A late duplicate returns before anything is written, except the heartbeat. A stale attempt raises
+before anything is written (`StaleAttempt`, HTTP 409). Bad input raises `InvalidInput` before the
+transaction starts.
+
+**Heartbeat.** An upload that carries `last_checkpoint_at` proves its producer alive even when it
+appends nothing (a late duplicate, a long step with nothing new to say): it records the server's
+time in `runs.last_heartbeat_at`, which the watchdog reads like an event.
+
+**Resume.** The answer carries the attempt's `producer_attempt`, `last_upload_seq` and
+`live_log_count` after the upload (unchanged for a duplicate): a reporter restarted for the same
+attempt continues its numbering after them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Final
+
+from psycopg.types.json import Jsonb
+
+from ledger.db import Conn, Database
+from ledger.ingest.rules import (
+    TERMINAL_UPLOAD_STATUSES,
+    IngestPlan,
+    IngestState,
+    StatusUpload,
+    parse_upload,
+    plan_upload,
+)
+from ledger.runlog.events import validate_run_id
+from ledger.runlog.store import (
+    DEFAULT_MAX_EVENTS_PER_RUN,
+    append_in_transaction,
+    lock_run,
+    set_terminal_in_transaction,
+)
+
+# The ingestion columns; the run status is left alone once the run is terminal.
+STORE_INGEST_STATE_SQL: Final = """
+UPDATE ledger.runs
+SET producer_attempt = %(producer_attempt)s,
+    last_upload_seq = %(last_upload_seq)s,
+    live_log_count = %(live_log_count)s,
+    live_node_progress = %(live_node_progress)s,
+    activity_watermarks = %(activity_watermarks)s,
+    replay_digest = %(replay_digest)s,
+    status = CASE WHEN terminal_status IS NULL THEN %(status)s ELSE status END
+WHERE run_id = %(run_id)s
+"""
+
+RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
+
+
+def state_from_row(row: dict[str, Any]) -> IngestState:
+    """The ingestion state held by a runs row."""
+    return IngestState(
+        producer_attempt=int(row["producer_attempt"]),
+        last_upload_seq=int(row["last_upload_seq"]),
+        live_log_count=int(row["live_log_count"]),
+        live_node_progress=dict(row["live_node_progress"] or {}),
+        activity_watermarks=dict(row["activity_watermarks"] or {}),
+        replay_digest=row["replay_digest"],
+    )
+
+
+async def _store_state(conn: Conn, run_id: str, plan: IngestPlan, status: str) -> None:
+    state = plan.state
+    await conn.execute(
+        STORE_INGEST_STATE_SQL,
+        {
+            "run_id": run_id,
+            "producer_attempt": state.producer_attempt,
+            "last_upload_seq": state.last_upload_seq,
+            "live_log_count": state.live_log_count,
+            "live_node_progress": Jsonb(state.live_node_progress),
+            "activity_watermarks": Jsonb(state.activity_watermarks),
+            "replay_digest": state.replay_digest,
+            "status": status,
+        },
+    )
+
+
+async def apply_status_upload(
+    db: Database,
+    run_id: str,
+    upload: dict[str, Any],
+    *,
+    max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
+) -> dict[str, Any]:
+    """Apply one reporter upload (SPEC 2.7) in one transaction and say what it applied.
+
+    `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
+    `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
+    upload and `Conflict` when a terminal run would get new events or a different terminal state;
+    in every error case nothing is written.
+
+    Returns `{duplicate, events_appended: {type: count}, steps_changed: [node ids],
+    logs_appended, log_gap, terminal_set, last_seq, producer_attempt, last_upload_seq,
+    live_log_count}`.
+    """
+    validate_run_id(run_id)
+    parsed = parse_upload(run_id, upload)
+    async with db.transaction() as conn:
+        run = await lock_run(conn, run_id, create=True)
+        plan = plan_upload(run_id, state_from_row(run), parsed)
+        await _record_heartbeat(conn, run_id, parsed)
+        if plan.duplicate:
+            return _answer(plan, run, terminal_set=False)
+        if plan.events:
+            await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
+        await _store_state(conn, run_id, plan, parsed.status)
+        terminal_set = False
+        if parsed.status in TERMINAL_UPLOAD_STATUSES:
+            _, terminal_set = await set_terminal_in_transaction(
+                conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
+            )
+        return _answer(plan, run, terminal_set=terminal_set)
+
+
+async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> None:
+    # After the fence: a stale attempt's producer is not the one the run waits for.
+    if upload.last_checkpoint_at is not None:
+        await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
+
+
+def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> dict[str, Any]:
+    appended = Counter(event["type"] for event in plan.events)
+    if terminal_set:
+        appended["terminal"] += 1
+    return {
+        "duplicate": plan.duplicate,
+        "events_appended": dict(appended),
+        "steps_changed": list(plan.steps_changed),
+        "logs_appended": plan.logs_appended,
+        "log_gap": plan.log_gap,
+        "terminal_set": terminal_set,
+        "last_seq": int(run["last_seq"]),
+        "producer_attempt": plan.state.producer_attempt,
+        "last_upload_seq": plan.state.last_upload_seq,
+        "live_log_count": plan.state.live_log_count,
+    }

@@ -1,0 +1,3 @@
+"""The warm pool of worker instances per code version, and run → instance mappings: pure rules
+(`rules`) and the Postgres store that applies them (`store`).
+"""

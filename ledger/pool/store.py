@@ -1,0 +1,414 @@
+"""The warm pool and run mappings on Postgres (SPEC 2.1, 2.2): `WarmPool`.
+
+Design note. Each operation is one transaction that reads and locks what its decision reads, asks
+`ledger.pool.rules` what to do, and writes the answer. The locks:
+
+- A claim takes its entry with `FOR UPDATE SKIP LOCKED … LIMIT 1`, so concurrent claimers never
+  wait on, nor take, the same entry; the GC that opens every versioned operation skips locked rows
+  too (whoever holds one is about to delete or rewrite it), and readers filter garbage themselves.
+- A run's mapping may not exist yet, and `FOR UPDATE` cannot lock a missing row, so every mapping
+  operation (claim, map, block, resolve) first takes a transaction advisory lock on the run id: the
+  map-versus-block race and concurrent claims for one run are serialised per run, nothing else.
+- Writers of named entries (add, promote, ready, delete, clear) take an advisory lock on the pool,
+  then `FOR UPDATE` the rows they rewrite: adds of one id cannot interleave, and claims (which never
+  take that lock) only ever skip those rows.
+
+Counting is the one decision made in SQL (a claim answers with counts; fetching every entry to count
+it in Python cost more than the claim): `COUNT_VERSION_ENTRIES` is `rules.count` written with the
+bounds `rules.claim_window`/`rules.gc_bounds` compute, and the model-based test holds them together.
+
+Time comes from `clock` (the transaction's `now()` unless a test injects one). The public surface
+speaks epoch milliseconds; datetimes are used inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ledger import validate
+from ledger.clock import Clock, DatabaseClock, to_ms
+from ledger.db import Conn, Database, Row
+from ledger.pool import rules
+from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
+
+__all__ = ["PoolSettings", "WarmPool", "sweep_expired_mappings"]
+
+_ENTRY_COLUMNS = "id, version, state, created_at, ready_at, expires_at"
+_MAPPING_COLUMNS = (
+    "run_id, pool, instance_id, state, blocked_instance_id, version, "
+    "claimed_at, started_at, created_at, expires_at"
+)
+
+LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
+
+# Garbage of an operation naming a version (see rules.is_garbage); rows locked by others are theirs.
+GC_ENTRIES = """
+DELETE FROM ledger.pool_entries
+WHERE (pool, id) IN (
+    SELECT pool, id FROM ledger.pool_entries
+    WHERE pool = %(pool)s
+      AND (version <> %(version)s OR expires_at <= %(now)s
+           OR (state = 'ready' AND ready_at < %(stale_before)s))
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+SELECT_VERSION_ENTRIES = f"""
+SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
+WHERE pool = %(pool)s AND version = %(version)s
+ORDER BY id
+"""
+
+LOCK_ENTRIES = f"""
+SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
+WHERE pool = %(pool)s AND id = ANY(%(ids)s)
+ORDER BY id
+FOR UPDATE
+"""
+
+# The claim window and order of rules.claim_window / rules.claim_order.
+SELECT_CLAIM_CANDIDATE = f"""
+SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
+WHERE pool = %(pool)s AND version = %(version)s AND state = 'ready'
+  AND ready_at >= %(oldest)s AND ready_at <= %(newest)s AND expires_at > %(now)s
+ORDER BY ready_at DESC, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+
+# rules.count over the live entries of a version: garbage (expired, stale) left out, and available
+# exactly within the claim window; readers cannot rely on GC, which skips rows others hold.
+COUNT_VERSION_ENTRIES = """
+SELECT
+    count(*) FILTER (WHERE state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s)
+        AS available,
+    count(*) FILTER (WHERE NOT (state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s))
+        AS warming
+FROM ledger.pool_entries
+WHERE pool = %(pool)s AND version = %(version)s AND expires_at > %(now)s
+  AND (ready_at IS NULL OR ready_at >= %(stale_before)s)
+"""
+
+UPSERT_ENTRY = """
+INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
+VALUES (%(pool)s, %(id)s, %(version)s, %(state)s, %(created_at)s, %(ready_at)s, %(expires_at)s)
+ON CONFLICT (pool, id) DO UPDATE SET
+    version = EXCLUDED.version, state = EXCLUDED.state, created_at = EXCLUDED.created_at,
+    ready_at = EXCLUDED.ready_at, expires_at = EXCLUDED.expires_at
+"""
+
+DELETE_ENTRIES = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s AND id = ANY(%(ids)s)"
+
+CLEAR_POOL = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s"
+
+SELECT_MAPPING = f"SELECT {_MAPPING_COLUMNS} FROM ledger.run_mappings WHERE run_id = %(run_id)s FOR UPDATE"
+
+UPSERT_MAPPING = f"""
+INSERT INTO ledger.run_mappings ({_MAPPING_COLUMNS})
+VALUES (%(run_id)s, %(pool)s, %(instance_id)s, %(state)s, %(blocked_instance_id)s, %(version)s,
+        %(claimed_at)s, %(started_at)s, %(created_at)s, %(expires_at)s)
+ON CONFLICT (run_id) DO UPDATE SET
+    pool = EXCLUDED.pool, instance_id = EXCLUDED.instance_id, state = EXCLUDED.state,
+    blocked_instance_id = EXCLUDED.blocked_instance_id, version = EXCLUDED.version,
+    claimed_at = EXCLUDED.claimed_at, started_at = EXCLUDED.started_at,
+    created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+"""
+
+DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
+
+# Expired mappings count as absent everywhere (rules.live); this only reclaims their rows. A mapping
+# another transaction holds is skipped: whoever holds it rewrites or deletes it itself.
+SWEEP_EXPIRED_MAPPINGS = """
+DELETE FROM ledger.run_mappings
+WHERE run_id IN (
+    SELECT run_id FROM ledger.run_mappings
+    WHERE expires_at <= %(now)s
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+async def sweep_expired_mappings(conn: Conn, now: datetime, *, limit: int) -> int:
+    """Delete up to `limit` run mappings expired at `now`, skipping locked ones; how many."""
+    cur = await conn.execute(SWEEP_EXPIRED_MAPPINGS, {"now": now, "limit": limit})
+    return max(cur.rowcount, 0)
+
+
+# `WarmPool.list` shadows the builtin inside the class body.
+Entries = list[PoolEntry]
+Ids = list[str]
+
+
+def _pool_key(pool: str) -> str:
+    return f"ledger.pool_entries:{pool}"
+
+
+def _run_key(run_id: str) -> str:
+    return f"ledger.run_mappings:{run_id}"
+
+
+def _entry(row: Row) -> PoolEntry:
+    return PoolEntry(
+        id=row["id"],
+        version=row["version"],
+        state=row["state"],
+        created_at=row["created_at"],
+        ready_at=row["ready_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+def _entry_params(pool: str, entry: PoolEntry) -> dict[str, Any]:
+    return {"pool": pool, **entry.__dict__}
+
+
+def _mapping(row: Row) -> RunMapping:
+    return RunMapping(**row)
+
+
+def _entry_out(entry: PoolEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "version": entry.version,
+        "state": entry.state,
+        "created_at": to_ms(entry.created_at),
+        "ready_at": to_ms(entry.ready_at),
+        "expires_at": to_ms(entry.expires_at),
+    }
+
+
+def _counts_out(counts: rules.Counts) -> dict[str, int]:
+    return {"available": counts.available, "warming": counts.warming}
+
+
+class WarmPool:
+    """Warm pool entries and run mappings; every method is one atomic transaction.
+
+    Arguments are validated first (`ledger.errors.InvalidInput` naming the field; nothing is
+    written). Times in and out are epoch milliseconds.
+    """
+
+    def __init__(
+        self, db: Database, *, clock: Clock | None = None, settings: PoolSettings | None = None
+    ) -> None:
+        self.db = db
+        self.clock: Clock = clock or DatabaseClock()
+        self.settings = settings or PoolSettings()
+
+    # -- pool entries --------------------------------------------------------------------------
+
+    async def add(
+        self,
+        pool: str,
+        version: str,
+        ids: Sequence[str],
+        ttl_ms: float | None = None,
+        ready: bool | None = None,
+        ready_at_ms: float | None = None,
+    ) -> int:
+        """Add (or refresh) entries; returns how many distinct ids were written (SPEC 2.1 add)."""
+        pool, version, ids = rules.check_pool(pool), rules.check_version(version), rules.check_ids(ids)
+        lifetime = rules.ttl(ttl_ms, self.settings)
+        readiness = rules.ready_request(ready, ready_at_ms)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            ready_at = readiness.ready_at(now)
+            await conn.execute(LOCK, {"key": _pool_key(pool)})
+            await self._gc(conn, pool, version, now)
+            existing = {e.id: e for e in await self._lock_entries(conn, pool, ids)}
+            writes = [
+                rules.added(existing.get(entry_id), entry_id, version, now, lifetime, ready_at)
+                for entry_id in ids
+            ]
+            await self._write_entries(conn, pool, writes)
+        return len(writes)
+
+    async def claim(
+        self, pool: str, version: str, run_id: str, min_ready_age_ms: float | None = None
+    ) -> dict[str, Any]:
+        """Take the newest available entry for `run_id` (idempotent per run); `{id, available, warming}`
+        with the counts as they are after the claim."""
+        pool, version = rules.check_pool(pool), rules.check_version(version)
+        run_id = validate.run_id("run_id", run_id)
+        min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
+        # Pipelined: statements whose results are not needed yet share round trips (the hot path).
+        async with self.db.transaction() as conn, conn.pipeline():
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _run_key(run_id)})
+            await self._gc(conn, pool, version, now)
+            mapping = rules.live(await self._lock_mapping(conn, run_id), now)
+            settled = rules.existing_claim(mapping, version)
+            if settled is not None:
+                instance_id = settled.instance_id
+            else:
+                instance_id = await self._take(conn, pool, version, run_id, now, min_age)
+            counts = await self._count(conn, pool, version, now, min_age)
+        return {"id": instance_id, **_counts_out(counts)}
+
+    async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> dict[str, int]:
+        """`{available, warming}` of `version` in `pool` (after GC)."""
+        pool, version = rules.check_pool(pool), rules.check_version(version)
+        min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await self._gc(conn, pool, version, now)
+            counts = await self._count(conn, pool, version, now, min_age)
+        return _counts_out(counts)
+
+    async def list(self, pool: str, version: str) -> list[dict[str, Any]]:
+        """The live entries of `version` in `pool` (after GC), by id."""
+        pool, version = rules.check_pool(pool), rules.check_version(version)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await self._gc(conn, pool, version, now)
+            entries = await self._version_entries(conn, pool, version)
+        return [_entry_out(e) for e in entries if not rules.is_garbage(e, version, now, self.settings)]
+
+    async def promote(self, pool: str, version: str, ids: Sequence[str]) -> int:
+        """Mark live entries of `version` ready as of now; returns how many were promoted."""
+        return await self._rewrite(pool, version, ids, rules.promoted)
+
+    async def ready(self, pool: str, version: str, id: str) -> bool:
+        """Mark one entry ready, keeping an earlier `ready_at`; False if absent, expired or of another
+        version."""
+        entry_id = rules.check_id("id", id)
+        return await self._rewrite(pool, version, [entry_id], rules.marked_ready) == 1
+
+    async def delete(self, pool: str, version: str, ids: Sequence[str]) -> int:
+        """Delete live entries of `version`; returns how many were deleted."""
+        pool, version, ids = rules.check_pool(pool), rules.check_version(version), rules.check_ids(ids)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _pool_key(pool)})
+            await self._gc(conn, pool, version, now)
+            entries = await self._lock_entries(conn, pool, ids)
+            await conn.execute(DELETE_ENTRIES, {"pool": pool, "ids": [e.id for e in entries]})
+        return len([e for e in entries if not rules.is_garbage(e, version, now, self.settings)])
+
+    async def clear(self, pool: str) -> int:
+        """Delete every entry of `pool`, whatever its version (run mappings stay)."""
+        pool = rules.check_pool(pool)
+        async with self.db.transaction() as conn:
+            await conn.execute(LOCK, {"key": _pool_key(pool)})
+            cur = await conn.execute(CLEAR_POOL, {"pool": pool})
+            return cur.rowcount
+
+    # -- run mappings --------------------------------------------------------------------------
+
+    async def map_run(
+        self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
+    ) -> dict[str, bool]:
+        """Map `run_id` to `instance_id` (SPEC 2.2 map); `{mapped: False}` if blocked for it."""
+        run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
+        version = rules.check_version(version)
+        flag = bool(rules.check_flag("started", started))
+        pool_name = None if pool is None else rules.check_pool(pool)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _run_key(run_id)})
+            mapping = rules.live(await self._lock_mapping(conn, run_id), now)
+            write = rules.mapped(mapping, run_id, instance_id, version, flag, pool_name, now, self.settings)
+            if write is not None:
+                await conn.execute(UPSERT_MAPPING, write.__dict__)
+        return {"mapped": write is not None}
+
+    async def block_run(self, run_id: str, instance_id: str, version: str) -> dict[str, bool]:
+        """Block `instance_id` from serving `run_id`, unless the run already started on it."""
+        run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
+        version = rules.check_version(version)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _run_key(run_id)})
+            mapping = rules.live(await self._lock_mapping(conn, run_id), now)
+            write = rules.blocked(mapping, run_id, instance_id, version, now, self.settings)
+            if write is not None:
+                await conn.execute(UPSERT_MAPPING, write.__dict__)
+        return {"blocked": write is not None, "started": write is None}
+
+    async def resolve_run(self, run_id: str, version: str) -> dict[str, Any]:
+        """`{instance_id, started_at}` of the run's live same-version mapping, else nones (an
+        expired or other-version mapping is deleted)."""
+        run_id, version = validate.run_id("run_id", run_id), rules.check_version(version)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _run_key(run_id)})
+            found = rules.resolution(await self._lock_mapping(conn, run_id), version, now)
+            if found.delete:
+                await conn.execute(DELETE_MAPPING, {"run_id": run_id})
+        return {"instance_id": found.instance_id, "started_at": to_ms(found.started_at)}
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    async def _rewrite(self, pool: str, version: str, ids: Sequence[str], change: rules.EntryChange) -> int:
+        pool, version, ids = rules.check_pool(pool), rules.check_version(version), rules.check_ids(ids)
+        async with self.db.transaction() as conn:
+            now = await self.clock.now(conn)
+            await conn.execute(LOCK, {"key": _pool_key(pool)})
+            await self._gc(conn, pool, version, now)
+            entries = await self._lock_entries(conn, pool, ids)
+            writes = [change(e, now) for e in entries if not rules.is_garbage(e, version, now, self.settings)]
+            await self._write_entries(conn, pool, writes)
+        return len(writes)
+
+    async def _take(
+        self, conn: Conn, pool: str, version: str, run_id: str, now: datetime, min_age: timedelta
+    ) -> str | None:
+        oldest, newest = rules.claim_window(now, min_age, self.settings)
+        cur = await conn.execute(
+            SELECT_CLAIM_CANDIDATE,
+            {"pool": pool, "version": version, "oldest": oldest, "newest": newest, "now": now},
+        )
+        choice = rules.choose_claim(
+            [_entry(r) for r in await cur.fetchall()], version, now, min_age, self.settings
+        )
+        if choice is None:
+            return None
+        await conn.execute(DELETE_ENTRIES, {"pool": pool, "ids": [choice.id]})
+        mapping = rules.claimed(run_id, pool, choice.id, version, now, self.settings)
+        await conn.execute(UPSERT_MAPPING, mapping.__dict__)
+        return choice.id
+
+    async def _gc(self, conn: Conn, pool: str, version: str, now: datetime) -> None:
+        bounds = rules.gc_bounds(now, self.settings)
+        await conn.execute(
+            GC_ENTRIES,
+            {"pool": pool, "version": version, "now": bounds.now, "stale_before": bounds.stale_before},
+        )
+
+    async def _count(
+        self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
+    ) -> rules.Counts:
+        oldest, newest = rules.claim_window(now, min_age, self.settings)
+        params = {
+            "pool": pool,
+            "version": version,
+            "now": now,
+            "oldest": oldest,
+            "newest": newest,
+            "stale_before": rules.gc_bounds(now, self.settings).stale_before,
+        }
+        row = await (await conn.execute(COUNT_VERSION_ENTRIES, params)).fetchone()
+        assert row is not None
+        return rules.Counts(available=row["available"], warming=row["warming"])
+
+    async def _version_entries(self, conn: Conn, pool: str, version: str) -> Entries:
+        cur = await conn.execute(SELECT_VERSION_ENTRIES, {"pool": pool, "version": version})
+        return [_entry(r) for r in await cur.fetchall()]
+
+    async def _lock_entries(self, conn: Conn, pool: str, ids: Ids) -> Entries:
+        cur = await conn.execute(LOCK_ENTRIES, {"pool": pool, "ids": ids})
+        return [_entry(r) for r in await cur.fetchall()]
+
+    async def _write_entries(self, conn: Conn, pool: str, entries: Entries) -> None:
+        if entries:
+            async with conn.cursor() as cur:
+                await cur.executemany(UPSERT_ENTRY, [_entry_params(pool, e) for e in entries])
+
+    async def _lock_mapping(self, conn: Conn, run_id: str) -> RunMapping | None:
+        cur = await conn.execute(SELECT_MAPPING, {"run_id": run_id})
+        row = await cur.fetchone()
+        return None if row is None else _mapping(row)

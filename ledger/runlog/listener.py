@@ -1,0 +1,260 @@
+"""One LISTEN connection per process, fanning run-log NOTIFYs out to in-memory waiters.
+
+Design note. Appending transactions `NOTIFY ledger_events_v1, '{"run_id": ..., "seq": ...}'`;
+Postgres delivers it at commit. This module holds the process's single autocommit connection that
+LISTENs on that channel and wakes the waiters registered for the run. A notification is only a
+hint: a woken waiter re-reads from its own cursor, so nothing depends on the payload's seq and
+duplicate or coalesced wake-ups are harmless.
+
+Wake-ups can be lost only while the connection is down, so:
+
+- the loop reads notifications with a timeout and runs `SELECT 1` (itself bounded) every
+  `keepalive_s`, which finds a connection that died without an error;
+- when the connection is found dead, and again when it is re-established (with exponential
+  backoff), every waiter is woken to re-read;
+- while it is down, a waiter waits at most `fallback_poll_s` before re-reading (a bounded poll).
+
+Waiters never hold a database connection: 1,000 long-polls cost one listening connection plus a
+pool connection for the moment each re-reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from ledger.runlog.events import parse_notify_payload
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "ledger_events_v1"
+APPLICATION_NAME: Final = "run-ledger-listener"
+DEFAULT_FALLBACK_POLL_S: Final = 2.0
+DEFAULT_KEEPALIVE_S: Final = 10.0
+DEFAULT_BACKOFF_INITIAL_S: Final = 0.05
+DEFAULT_BACKOFF_MAX_S: Final = 5.0
+
+KEEPALIVE_SQL: Final = "SELECT 1"
+
+ListenConn = psycopg.AsyncConnection[Any]
+Connect = Callable[[], Awaitable[ListenConn]]
+
+
+class Waiter:
+    """One reader waiting for new events of one run; register before reading, close when done.
+
+    `visible_after` is a tick of the listener's clock: a read started after it is guaranteed to
+    see every commit that woke this waiter (so readers woken together can share one read).
+    """
+
+    def __init__(self, listener: Listener, run_id: str) -> None:
+        self.run_id = run_id
+        self._listener = listener
+        self._event = asyncio.Event()
+        self._closed = False
+        self.visible_after = listener.tick()
+
+    def wake(self) -> None:
+        self.visible_after = self._listener.tick()
+        self._event.set()
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait for a wake-up, at most `seconds` (at most the fallback poll while the
+        listener is down). True when woken; either way the caller should re-read."""
+        listener = self._listener
+        if not listener.connected:
+            seconds = min(seconds, listener.fallback_poll_s)
+        listener.waits += 1
+        try:
+            async with asyncio.timeout(seconds):
+                await self._event.wait()
+            woken = True
+        except TimeoutError:
+            listener.timeouts += 1
+            self.visible_after = listener.tick()  # a poll: only a read from now on will do
+            woken = False
+        # Cleared before the caller re-reads: a commit during that read sets it again.
+        self._event.clear()
+        return woken
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._listener._unregister(self)
+
+    def __enter__(self) -> Waiter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Listener:
+    """The process's LISTEN connection and its waiters by run id.
+
+    `connected`, `reconnects`, `waiter_count` and the counters (`notifications` received, `wakeups`
+    of waiters by a notification, `waits` started, `timeouts` of waits) are for readiness and metrics.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        channel: str = CHANNEL,
+        fallback_poll_s: float = DEFAULT_FALLBACK_POLL_S,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        backoff_initial_s: float = DEFAULT_BACKOFF_INITIAL_S,
+        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
+        connect: Connect | None = None,
+    ) -> None:
+        self.database_url = database_url
+        self.channel = channel
+        self.fallback_poll_s = fallback_poll_s
+        self.keepalive_s = keepalive_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._connect_fn = connect or self._connect
+        self._waiters: dict[str, set[Waiter]] = {}
+        self._conn: ListenConn | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._first_attempt: asyncio.Event | None = None
+        self.connected = False
+        self.reconnects = 0
+        self.notifications = 0
+        self.wakeups = 0
+        self.waits = 0
+        self.timeouts = 0
+        self.backend_pid: int | None = None
+        self._ticks = itertools.count(1)
+
+    # -- waiters -----------------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """A logical clock of this process's event loop: wake-ups and reads are ordered by it."""
+        return next(self._ticks)
+
+    def register(self, run_id: str) -> Waiter:
+        """A waiter for `run_id`, registered now (before the caller reads); close it when done."""
+        waiter = Waiter(self, run_id)
+        self._waiters.setdefault(run_id, set()).add(waiter)
+        return waiter
+
+    def _unregister(self, waiter: Waiter) -> None:
+        waiters = self._waiters.get(waiter.run_id)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter.run_id]
+
+    @property
+    def waiter_count(self) -> int:
+        return sum(len(waiters) for waiters in self._waiters.values())
+
+    def _wake_run(self, run_id: str) -> None:
+        for waiter in self._waiters.get(run_id, ()):
+            self.wakeups += 1
+            waiter.wake()
+
+    def _wake_all(self) -> None:
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.wake()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start listening; returns after the first connection attempt (connected or retrying)."""
+        if self._task is not None:
+            return
+        self._first_attempt = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="ledger-listener")
+        await self._first_attempt.wait()
+
+    async def stop(self) -> None:
+        """Stop listening and close the connection; waiters fall back to polling."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._close_conn()
+        self._wake_all()
+
+    async def __aenter__(self) -> Listener:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _connect(self) -> ListenConn:
+        return await psycopg.AsyncConnection.connect(
+            self.database_url, autocommit=True, application_name=APPLICATION_NAME
+        )
+
+    async def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        self.connected = False
+        self.backend_pid = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _run(self) -> None:
+        assert self._first_attempt is not None
+        delay = self.backoff_initial_s
+        first = True
+        while True:
+            try:
+                conn = await self._connect_fn()
+                self._conn = conn
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            except Exception as exc:
+                await self._close_conn()
+                log.warning("listener: cannot connect (%s); retrying in %.2fs", exc, delay)
+                self._first_attempt.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+                continue
+            self.backend_pid = conn.info.backend_pid
+            self.connected = True
+            if not first:
+                self.reconnects += 1
+            first = False
+            self._first_attempt.set()
+            # Whatever committed while we were not listening: everyone re-reads.
+            self._wake_all()
+            connected_at = asyncio.get_running_loop().time()
+            try:
+                await self._listen(conn)
+            except Exception as exc:  # any failure: the connection is suspect, start over
+                log.warning("listener: connection lost (%s); reconnecting", exc)
+            await self._close_conn()
+            self._wake_all()
+            # A connection that dies right away (e.g. the server keeps dropping it) must not make us
+            # spin: back off unless it had been healthy for a keepalive period.
+            if asyncio.get_running_loop().time() - connected_at < self.keepalive_s:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+            else:
+                delay = self.backoff_initial_s
+
+    async def _listen(self, conn: ListenConn) -> None:
+        while True:
+            async for notify in conn.notifies(timeout=self.keepalive_s):
+                self.notifications += 1
+                parsed = parse_notify_payload(notify.payload)
+                if parsed is not None:
+                    self._wake_run(parsed[0])
+            # No error while reading proves little on a silent network; a bounded query does.
+            await asyncio.wait_for(conn.execute(KEEPALIVE_SQL), timeout=self.keepalive_s)

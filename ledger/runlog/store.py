@@ -1,0 +1,600 @@
+"""The run log on Postgres: runs, gapless per-run events, first-terminal-wins, long-poll reads.
+
+Design note. The run row is the lock: every write to a run's log starts with `lock_run`
+(`SELECT ... FOR UPDATE` on `ledger.runs`), so appenders to one run serialize and take `seq` from
+`runs.last_seq` without gaps or collisions, while appenders to other runs lock other rows and never
+wait. One statement (`APPEND_SQL`) then inserts the batch, advances the run row, trims retention and
+issues the transaction's NOTIFY; Postgres delivers it at commit, so a rolled-back append wakes
+nobody. The NOTIFY payload is only `{run_id, seq}` (a hint: readers always re-read from their
+cursor) and is sent once per transaction even when the ingestion calls `append_in_transaction`
+several times - the run row dict it threads through remembers that it was sent.
+
+The `*_in_transaction` functions are the building blocks other operations (status ingestion, the
+watchdog) call inside their own transaction after `lock_run`; `RunLog` wraps them for one call =
+one transaction. Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
+always agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from psycopg.types.json import Jsonb
+
+from ledger import validate
+from ledger.clock import Clock, to_ms
+from ledger.db import Conn, Database, Row
+from ledger.errors import CursorExpired, NotFound, RunTerminal
+from ledger.runlog.events import (
+    DEFAULT_LIST_LIMIT,
+    NewEvent,
+    TerminalState,
+    check_limit,
+    clamp_timeout_ms,
+    cursor_expired,
+    event_to_wire,
+    notify_payload,
+    parse_after,
+    parse_events,
+    parse_terminal_state,
+    validate_run_id,
+)
+from ledger.runlog.listener import CHANNEL, Listener
+
+DEFAULT_MAX_EVENTS_PER_RUN: Final = 10_000
+DEFAULT_POLL_INTERVAL_S: Final = 0.5
+
+# Marks a run row dict whose transaction has already issued its NOTIFY.
+_NOTIFIED: Final = "_notified"
+_JSON: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+OPEN_RUN_SQL: Final = """
+INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
+VALUES (%(run_id)s, %(play_name)s,
+        COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
+ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
+WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
+"""
+
+RECENT_LOG_LINES_SQL: Final = """
+SELECT payload->>'line' AS line FROM ledger.run_events
+WHERE run_id = %(run_id)s AND type = 'log'
+ORDER BY seq DESC
+LIMIT %(limit)s
+"""
+
+GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
+
+LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
+
+# One round trip per append: insert the batch, advance the run, trim the oldest events the batch
+# pushed past retention, and NOTIFY (when this transaction has not yet). `clock` is materialized so
+# every row of the batch gets one timestamp, read after the run lock was taken (ordered like seq).
+# The batch travels as one JSON array of [type, payload] pairs: one parameter, one encode call.
+APPEND_SQL: Final = """
+WITH clock AS MATERIALIZED (
+    SELECT COALESCE(%(now)s::timestamptz, clock_timestamp()) AS ts
+), inserted AS (
+    INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
+    SELECT %(run_id)s, %(first_seq)s + e.ord - 1, e.item->>0, clock.ts, e.item->1
+    FROM clock, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(item, ord)
+), advanced AS (
+    UPDATE ledger.runs
+    SET last_seq = %(last_seq)s, updated_at = clock.ts, status = COALESCE(%(status)s, runs.status)
+    FROM clock
+    WHERE runs.run_id = %(run_id)s
+), trimmed AS (
+    DELETE FROM ledger.run_events
+    WHERE run_id = %(run_id)s AND seq <= %(trim_through)s AND type <> 'terminal'
+)
+SELECT clock.ts, n.notified
+FROM clock
+LEFT JOIN (SELECT pg_notify(%(channel)s, %(notify_payload)s)::text AS notified WHERE %(notify)s) AS n ON true
+"""
+
+# Rows inserted by APPEND_SQL are invisible to its own DELETE; a batch larger than the retention
+# limit trims itself with this second statement.
+TRIM_SQL: Final = """
+DELETE FROM ledger.run_events WHERE run_id = %(run_id)s AND seq <= %(trim_through)s AND type <> 'terminal'
+"""
+
+SET_TERMINAL_SQL: Final = """
+UPDATE ledger.runs
+SET terminal_status = %(status)s, terminal_result = %(result)s, terminal_error = %(error)s,
+    terminal_total_rows = %(total_rows)s, terminal_duration_ms = %(duration_ms)s,
+    terminal_play_name = %(play_name)s, completed_at = %(completed_at)s,
+    play_name = COALESCE(runs.play_name, %(play_name)s)
+WHERE run_id = %(run_id)s
+"""
+
+# One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
+# No row at all means no such run; one row with a NULL seq means an empty page.
+READ_PAGE_SQL: Final = """
+WITH run AS (
+    SELECT last_seq, terminal_status, terminal_result, terminal_error, terminal_total_rows,
+           terminal_duration_ms, terminal_play_name, completed_at
+    FROM ledger.runs WHERE run_id = %(run_id)s
+), bounds AS (
+    SELECT min(seq) AS first_seq FROM ledger.run_events WHERE run_id = %(run_id)s
+), page AS (
+    SELECT seq, type, ts, payload FROM ledger.run_events
+    WHERE run_id = %(run_id)s AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
+    ORDER BY seq
+    LIMIT %(limit)s
+)
+SELECT run.*, bounds.first_seq, page.seq, page.type, page.ts, page.payload
+FROM run CROSS JOIN bounds LEFT JOIN page ON true
+ORDER BY page.seq
+"""
+
+# The watchdog's scan: non-terminal runs with neither an event nor a heartbeat (an upload carrying
+# `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
+# busy with it, or another watchdog replica is failing it). Written as two conditions, not
+# GREATEST(), so the partial index on updated_at still finds the candidates.
+LOCK_STALLED_RUNS_SQL: Final = """
+SELECT * FROM ledger.runs
+WHERE terminal_status IS NULL AND updated_at < %(cutoff)s
+  AND (last_heartbeat_at IS NULL OR last_heartbeat_at < %(cutoff)s)
+ORDER BY updated_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+
+# -- row shapes --------------------------------------------------------------------------------------
+
+
+def terminal_from_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The terminal state of a run row in API shape, or None while the run is live."""
+    if row["terminal_status"] is None:
+        return None
+    return {
+        "status": row["terminal_status"],
+        "result": row["terminal_result"],
+        "error": row["terminal_error"],
+        "total_rows": row["terminal_total_rows"],
+        "duration_ms": row["terminal_duration_ms"],
+        "play_name": row["terminal_play_name"],
+        "completed_at": to_ms(row["completed_at"]),
+    }
+
+
+def run_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A run row in API shape (`GET /v1/runs/{run_id}`).
+
+    `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
+    attempt continues from: its next upload_seq and log position come after them.
+    """
+    return {
+        "run_id": row["run_id"],
+        "play_name": row["play_name"],
+        "status": row["status"],
+        "created_at": to_ms(row["created_at"]),
+        "updated_at": to_ms(row["updated_at"]),
+        "last_seq": row["last_seq"],
+        "producer_attempt": row["producer_attempt"],
+        "last_upload_seq": row["last_upload_seq"],
+        "live_log_count": row["live_log_count"],
+        "last_heartbeat_at": to_ms(row["last_heartbeat_at"]),
+        "terminal": terminal_from_row(row),
+        "live_node_progress": row["live_node_progress"],
+    }
+
+
+# -- in-transaction building blocks --------------------------------------------------------------
+
+
+async def open_run_in_transaction(
+    conn: Conn, run_id: str, *, play_name: str | None = None, now: datetime | None = None
+) -> None:
+    """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
+    params = {
+        "run_id": validate_run_id(run_id),
+        "play_name": validate.text("play_name", play_name, optional=True),
+        "now": now,
+    }
+    await conn.execute(OPEN_RUN_SQL, params)
+
+
+async def lock_run(
+    conn: Conn,
+    run_id: str,
+    *,
+    create: bool = False,
+    play_name: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Lock the run's row for this transaction and return it (creating the run first if `create`).
+
+    Every write to a run's log goes through this lock: it is what makes seq gapless per run.
+    Raises `NotFound` for an unknown run when not creating.
+    """
+    validate_run_id(run_id)
+    if create:
+        await open_run_in_transaction(conn, run_id, play_name=play_name, now=now)
+    cur = await conn.execute(LOCK_RUN_SQL, {"run_id": run_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"unknown run {run_id!r}")
+    return dict(row)
+
+
+def _refuse_if_terminal(run_row: Mapping[str, Any]) -> None:
+    stored = terminal_from_row(run_row)
+    if stored is not None:
+        raise RunTerminal(
+            f"run {run_row['run_id']!r} is terminal ({stored['status']}"
+            + (f": {stored['error']}" if stored["error"] else "")
+            + ") and accepts no more events",
+            run_row["run_id"],
+            stored,
+        )
+
+
+async def _write_events(
+    conn: Conn,
+    run_row: dict[str, Any],
+    events: Sequence[NewEvent],
+    *,
+    max_events_per_run: int,
+    now: datetime | None,
+) -> list[dict[str, Any]]:
+    first = int(run_row["last_seq"]) + 1
+    last = first + len(events) - 1
+    trim_through = last - max_events_per_run if max_events_per_run > 0 else 0
+    notify = not run_row.get(_NOTIFIED, False)
+    status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
+    cur = await conn.execute(
+        APPEND_SQL,
+        {
+            "run_id": run_row["run_id"],
+            "now": now,
+            "first_seq": first,
+            "events": _JSON.encode([(e.type, e.payload) for e in events]),
+            "last_seq": last,
+            "status": status,
+            "trim_through": trim_through,
+            "channel": CHANNEL,
+            "notify_payload": notify_payload(run_row["run_id"], last),
+            "notify": notify,
+        },
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    ts: datetime = row["ts"]
+    if trim_through >= first:
+        await conn.execute(TRIM_SQL, {"run_id": run_row["run_id"], "trim_through": trim_through})
+    run_row.update(last_seq=last, updated_at=ts, _notified=True)
+    if status is not None:
+        run_row["status"] = status
+    ts_ms = to_ms(ts)
+    assert ts_ms is not None
+    return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
+
+
+async def _record_terminal(conn: Conn, run_row: dict[str, Any], state: TerminalState, ts: datetime) -> None:
+    result = Jsonb(state.result) if state.result is not None else None
+    params = {**state.payload(), "result": result, "completed_at": ts}
+    await conn.execute(SET_TERMINAL_SQL, {**params, "run_id": run_row["run_id"]})
+    run_row.update(
+        terminal_status=state.status,
+        terminal_result=state.result,
+        terminal_error=state.error,
+        terminal_total_rows=state.total_rows,
+        terminal_duration_ms=state.duration_ms,
+        terminal_play_name=state.play_name,
+        completed_at=ts,
+    )
+    if run_row.get("play_name") is None:
+        run_row["play_name"] = state.play_name
+
+
+async def append_in_transaction(
+    conn: Conn,
+    run_row: dict[str, Any],
+    events: Sequence[Mapping[str, Any]],
+    *,
+    max_events_per_run: int,
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
+    """Append validated events to the run locked by `lock_run` in this transaction.
+
+    Validates every event first (one bad event raises `InvalidInput` before anything is written),
+    refuses a terminal run (`RunTerminal`, a `Conflict`), assigns seqs after `run_row['last_seq']`,
+    advances the run (status events also set its status), trims retention and issues the
+    transaction's one NOTIFY.
+    A trailing `terminal` event sets the terminal state (first terminal wins). `run_row` is updated
+    in place, so a second call in the same transaction continues the sequence.
+    Returns the stored events in API shape.
+    """
+    return await _append_parsed(
+        conn, run_row, parse_events(events), max_events_per_run=max_events_per_run, now=now
+    )
+
+
+async def _append_parsed(
+    conn: Conn,
+    run_row: dict[str, Any],
+    parsed: Sequence[NewEvent],
+    *,
+    max_events_per_run: int,
+    now: datetime | None,
+) -> list[dict[str, Any]]:
+    _refuse_if_terminal(run_row)
+    written = await _write_events(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
+    if parsed[-1].type == "terminal":
+        # The terminal event's payload holds exactly the state's fields, validated by parse_events.
+        await _record_terminal(conn, run_row, TerminalState(**parsed[-1].payload), run_row["updated_at"])
+    return written
+
+
+async def set_terminal_in_transaction(
+    conn: Conn,
+    run_row: dict[str, Any],
+    state: Mapping[str, Any] | TerminalState,
+    *,
+    max_events_per_run: int,
+    now: datetime | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Set the run's terminal state, first terminal wins (SPEC 2.4).
+
+    Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
+    no-op (no second event); a different one raises `RunTerminal` (a `Conflict`). Setting it
+    appends the `terminal` event in this transaction.
+    """
+    terminal = state if isinstance(state, TerminalState) else parse_terminal_state(state, field="")
+    stored = terminal_from_row(run_row)
+    if stored is not None:
+        if terminal.agrees_with(stored):
+            return stored, False
+        raise RunTerminal(
+            f"run {run_row['run_id']!r} already ended {stored['status']}"
+            + (f" ({stored['error']})" if stored["error"] else "")
+            + f"; refusing a different terminal state ({terminal.status})",
+            run_row["run_id"],
+            stored,
+        )
+    event = NewEvent("terminal", terminal.payload())
+    await _append_parsed(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
+    result = terminal_from_row(run_row)
+    assert result is not None
+    return result, True
+
+
+async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list[dict[str, Any]]:
+    """Lock up to `limit` non-terminal runs with no event since `cutoff`, skipping locked ones."""
+    cur = await conn.execute(LOCK_STALLED_RUNS_SQL, {"cutoff": cutoff, "limit": limit})
+    return [dict(row) for row in await cur.fetchall()]
+
+
+# -- reads ---------------------------------------------------------------------------------------------
+
+
+async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> dict[str, Any]:
+    """One page after the cursor (None = `now`), as `{events, latest_seq, first_seq, terminal, after}`.
+
+    Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
+    `after` in the answer is the cursor resolved (a `now` becomes the run's last seq).
+    """
+    cur = await conn.execute(READ_PAGE_SQL, {"run_id": run_id, "after": after, "limit": limit})
+    rows: list[Row] = await cur.fetchall()
+    if not rows:
+        raise NotFound(f"unknown run {run_id!r}")
+    head = rows[0]
+    latest_seq = int(head["last_seq"])
+    first_seq = int(head["first_seq"]) if head["first_seq"] is not None else latest_seq + 1
+    resolved = latest_seq if after is None else after
+    if cursor_expired(resolved, first_seq):
+        raise CursorExpired(run_id, resolved, first_seq)
+    events = []
+    for row in rows:
+        if row["seq"] is not None:
+            ts_ms = to_ms(row["ts"])
+            assert ts_ms is not None
+            events.append(event_to_wire(int(row["seq"]), row["type"], ts_ms, row["payload"]))
+    return {
+        "events": events,
+        "latest_seq": latest_seq,
+        "first_seq": first_seq,
+        "terminal": terminal_from_row(head),
+        "after": resolved,
+    }
+
+
+# -- the one-call-one-transaction API -----------------------------------------------------------
+
+
+@dataclass
+class _Flight:
+    """A read in progress that readers woken before `started` (a listener tick) may share."""
+
+    started: int
+    task: asyncio.Future[dict[str, Any]]
+
+
+class RunLog:
+    """Runs and their event logs on one database (SPEC 2.3-2.5).
+
+    With a `listener`, long-polls are woken by NOTIFY; without one they poll every
+    `poll_interval_s`. With a `clock`, every write takes its time from it (tests); otherwise from
+    Postgres.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        listener: Listener | None = None,
+        clock: Clock | None = None,
+        max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> None:
+        if max_events_per_run < 0:
+            raise ValueError("max_events_per_run must be >= 0 (0 = unlimited)")
+        self.db = db
+        self.listener = listener
+        self.clock = clock
+        self.max_events_per_run = max_events_per_run
+        self.poll_interval_s = poll_interval_s
+        self.reads = 0
+        self._flights: dict[tuple[str, int | None, int], _Flight] = {}
+
+    async def _read(self, run_id: str, cursor: int | None, limit: int) -> dict[str, Any]:
+        self.reads += 1
+        async with self.db.connection() as conn:
+            # One statement is one snapshot already: in autocommit it costs one round trip instead of
+            # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
+            await conn.set_autocommit(True)
+            try:
+                return await read_page(conn, run_id, cursor, limit)
+            finally:
+                await conn.set_autocommit(False)
+
+    async def _shared_read(
+        self, run_id: str, cursor: int | None, limit: int, visible_after: int
+    ) -> dict[str, Any]:
+        """A read, shared with concurrent readers of the same page when that is safe.
+
+        A notification wakes every waiter of a run at once; they would all re-read the same page.
+        A read started (on the listener's tick clock) after this waiter's last wake-up sees every
+        commit that woke it, so the waiter may take that read's answer instead of its own.
+        """
+        assert self.listener is not None
+        key = (run_id, cursor, limit)
+        flight = self._flights.get(key)
+        if flight is None or flight.started <= visible_after:
+            flight = _Flight(self.listener.tick(), asyncio.ensure_future(self._read(run_id, cursor, limit)))
+            self._flights[key] = flight
+            flight.task.add_done_callback(lambda task: self._land(key, task))
+        # Shielded: one reader giving up (a client went away) must not cancel the others' read.
+        page = await asyncio.shield(flight.task)
+        return {**page, "events": list(page["events"])}
+
+    def _land(self, key: tuple[str, int | None, int], task: asyncio.Future[dict[str, Any]]) -> None:
+        flight = self._flights.get(key)
+        if flight is not None and flight.task is task:
+            del self._flights[key]
+        # Mark a failed shared read's error as seen even if every reader has gone away.
+        if not task.cancelled():
+            task.exception()
+
+    async def _now(self, conn: Conn) -> datetime | None:
+        return await self.clock.now(conn) if self.clock is not None else None
+
+    async def open_run(self, run_id: str, play_name: str | None = None) -> dict[str, Any]:
+        """Open the run (idempotent) and return it."""
+        validate_run_id(run_id)
+        validate.text("play_name", play_name, optional=True)
+        async with self.db.transaction() as conn:
+            await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
+            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            row = await cur.fetchone()
+        assert row is not None
+        return run_from_row(row)
+
+    async def recent_log_lines(self, run_id: str, limit: int = 1000) -> list[str]:
+        """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
+        was never opened. (A reporter continuing an attempt rebuilds its live tail from them.)"""
+        validate_run_id(run_id)
+        limit = check_limit(limit)
+        async with self.db.connection() as conn:
+            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            if await cur.fetchone() is None:
+                raise NotFound(f"unknown run {run_id!r}")
+            cur = await conn.execute(RECENT_LOG_LINES_SQL, {"run_id": run_id, "limit": limit})
+            rows = await cur.fetchall()
+        return [str(row["line"]) for row in reversed(rows)]
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        """The run in API shape; `NotFound` if it was never opened."""
+        validate_run_id(run_id)
+        async with self.db.connection() as conn:
+            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            row = await cur.fetchone()
+        if row is None:
+            raise NotFound(f"unknown run {run_id!r}")
+        return run_from_row(row)
+
+    async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Append events in one transaction; returns them with their seq and ts."""
+        parsed = parse_events(events)  # bad input is rejected before the run lock is taken
+        async with self.db.transaction() as conn:
+            run = await lock_run(conn, run_id)
+            return await _append_parsed(
+                conn, run, parsed, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+            )
+
+    async def set_terminal(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        total_rows: int | None = None,
+        duration_ms: int | None = None,
+        play_name: str | None = None,
+    ) -> dict[str, Any]:
+        """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`)."""
+        terminal = parse_terminal_state(
+            {
+                "status": status,
+                "result": result,
+                "error": error,
+                "total_rows": total_rows,
+                "duration_ms": duration_ms,
+                "play_name": play_name,
+            },
+            field="",
+        )
+        async with self.db.transaction() as conn:
+            run = await lock_run(conn, run_id)
+            state, _ = await set_terminal_in_transaction(
+                conn, run, terminal, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+            )
+        return state
+
+    async def get_terminal(self, run_id: str) -> dict[str, Any] | None:
+        """The terminal state, or None while the run is live; `NotFound` for an unknown run."""
+        terminal: dict[str, Any] | None = (await self.get_run(run_id))["terminal"]
+        return terminal
+
+    async def list_events(
+        self, run_id: str, after: int | str = -1, timeout_ms: int = 0, limit: int = DEFAULT_LIST_LIMIT
+    ) -> dict[str, Any]:
+        """Events after the cursor, waiting up to `timeout_ms` (clamped to 30 s) when there are none.
+
+        `after` is a seq, `-1` (from the oldest retained event) or `"now"` (only what comes next).
+        Returns `{events, latest_seq, first_seq, terminal}`. A terminal run with nothing after the
+        cursor answers at once: nothing more can come.
+        """
+        validate_run_id(run_id)
+        cursor = parse_after(after)
+        timeout_s = clamp_timeout_ms(timeout_ms) / 1000
+        limit = check_limit(limit)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        # Registered before the first read: a commit landing between the read and the wait still wakes us.
+        waiter = self.listener.register(run_id) if self.listener is not None and timeout_s > 0 else None
+        try:
+            while True:
+                if waiter is not None:
+                    page = await self._shared_read(run_id, cursor, limit, waiter.visible_after)
+                else:
+                    page = await self._read(run_id, cursor, limit)
+                cursor = page.pop("after")
+                remaining = deadline - loop.time()
+                if page["events"] or page["terminal"] is not None or remaining <= 0:
+                    return page
+                if waiter is not None:
+                    await waiter.wait(remaining)
+                else:
+                    await asyncio.sleep(min(self.poll_interval_s, remaining))
+        finally:
+            if waiter is not None:
+                waiter.close()

@@ -1,0 +1,169 @@
+"""The watchdog: fail runs whose orchestrator went quiet, and sweep what has expired.
+
+A non-terminal run with neither an event nor a heartbeat (a status upload carrying
+`last_checkpoint_at`) for `stall_after_s` is failed with `WATCHDOG_ERROR` through the normal
+first-terminal-wins path, so its readers stop waiting. Every replica of the service may run it:
+each pass locks the stalled runs with `FOR UPDATE SKIP LOCKED`, so two watchdogs never work on the
+same run at once, and a run that got an event, a heartbeat or a terminal state meanwhile no longer
+matches (Postgres re-checks the condition on the newest row version when it locks it).
+
+Its loop also reclaims rows nothing reads any more: expired run mappings (they already count as
+absent) and Idempotency-Key answers past their lifetime. Both are deleted in batches of
+`sweep_batch_size`, one transaction each, skipping rows another transaction holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from ledger import idempotency
+from ledger.clock import Clock, DatabaseClock
+from ledger.db import Conn, Database
+from ledger.pool.store import sweep_expired_mappings
+from ledger.runlog.events import WATCHDOG_ERROR, TerminalState
+from ledger.runlog.store import (
+    DEFAULT_MAX_EVENTS_PER_RUN,
+    RunLog,
+    lock_stalled_runs,
+    set_terminal_in_transaction,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STALL_AFTER_S: Final = 300.0
+DEFAULT_INTERVAL_S: Final = 30.0
+DEFAULT_BATCH_SIZE: Final = 100
+# Deleting a row costs far less than failing a run: sweeps take bigger bites.
+DEFAULT_SWEEP_BATCH_SIZE: Final = 1000
+
+Sleep = Callable[[float], Awaitable[None]]
+Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What one sweep removed."""
+
+    mappings: int = 0
+    idempotency_keys: int = 0
+
+
+class Watchdog:
+    """Fails stalled runs; `run_once()` is one pass, `start()`/`stop()` run it every `interval_s`."""
+
+    def __init__(
+        self,
+        db: Database,
+        runlog: RunLog | None = None,
+        *,
+        stall_after_s: float = DEFAULT_STALL_AFTER_S,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        clock: Clock | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        sweep_batch_size: int = DEFAULT_SWEEP_BATCH_SIZE,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.db = db
+        self.stall_after = timedelta(seconds=stall_after_s)
+        self.interval_s = interval_s
+        self.clock: Clock = clock or (runlog.clock if runlog and runlog.clock else DatabaseClock())
+        self.max_events_per_run = runlog.max_events_per_run if runlog else DEFAULT_MAX_EVENTS_PER_RUN
+        self.batch_size = batch_size
+        self.sweep_batch_size = sweep_batch_size
+        self._sleep = sleep
+        self.key_lifetime = idempotency.KEY_LIFETIME
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+        self.failed_total = 0
+        self.swept_total = Swept()
+
+    async def run_once(self) -> list[str]:
+        """One pass: fail every run stalled now (in batches); returns the ids this pass failed."""
+        failed: list[str] = []
+        while True:
+            async with self.db.transaction() as conn:
+                now = await self.clock.now(conn)
+                stalled = await lock_stalled_runs(conn, now - self.stall_after, limit=self.batch_size)
+                for run in stalled:
+                    _, newly = await set_terminal_in_transaction(
+                        conn,
+                        run,
+                        TerminalState(status="failed", error=WATCHDOG_ERROR),
+                        max_events_per_run=self.max_events_per_run,
+                        now=now,
+                    )
+                    if newly:
+                        failed.append(run["run_id"])
+            if len(stalled) < self.batch_size:
+                break
+        self.passes += 1
+        self.failed_total += len(failed)
+        if failed:
+            log.warning("watchdog failed %d stalled run(s): %s", len(failed), ", ".join(failed))
+        return failed
+
+    async def sweep(self) -> Swept:
+        """Delete expired run mappings and expired Idempotency-Key answers, in batches."""
+        swept = Swept(
+            mappings=await self._sweep_batches(
+                lambda conn, now, limit: sweep_expired_mappings(conn, now, limit=limit)
+            ),
+            idempotency_keys=await self._sweep_batches(
+                lambda conn, now, limit: idempotency.sweep_expired(
+                    conn, now, lifetime=self.key_lifetime, limit=limit
+                )
+            ),
+        )
+        self.swept_total = Swept(
+            mappings=self.swept_total.mappings + swept.mappings,
+            idempotency_keys=self.swept_total.idempotency_keys + swept.idempotency_keys,
+        )
+        if swept.mappings or swept.idempotency_keys:
+            log.info(
+                "watchdog swept %d expired run mapping(s) and %d expired idempotency key(s)",
+                swept.mappings,
+                swept.idempotency_keys,
+            )
+        return swept
+
+    async def _sweep_batches(self, sweep: Sweep) -> int:
+        total = 0
+        while True:
+            async with self.db.transaction() as conn:
+                deleted = await sweep(conn, await self.clock.now(conn), self.sweep_batch_size)
+            total += deleted
+            # A short batch means the rest is gone or held by others (skipped): done for this pass.
+            if deleted < self.sweep_batch_size:
+                return total
+
+    async def run_forever(self) -> None:
+        """Run a pass and a sweep every `interval_s`; a failing one is logged and retried next
+        interval."""
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("watchdog pass failed")
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("watchdog sweep failed")
+            await self._sleep(self.interval_s)
+
+    def start(self) -> None:
+        """Run `run_forever` in the background (in the running event loop)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self.run_forever(), name="ledger-watchdog")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

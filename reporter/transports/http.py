@@ -1,0 +1,221 @@
+"""The HTTP transport: the ledger service's API (SPEC 4.1) through httpx, retried by one policy.
+
+`RetryPolicy` is the single named retry policy (tenacity underneath): connection errors, timeouts
+and 408/429/502/503/504 are retried with exponential backoff and full jitter, a ``Retry-After``
+header is honoured as the *minimum* wait, attempts and total time are capped (the run gives up
+before the next wait would pass the time cap). Every other answer is final: a 409 is read by its
+``code`` — ``stale_attempt`` raises `StaleAttemptError`, ``terminal`` raises `RunTerminalError`
+(the reporter stops at once either way) — and other 4xx/5xx raise `UploadRejected`. Tests build a
+policy with their own ``sleep`` so they never wait.
+
+Uploads go to ``POST {base}/v1/runs/{run_id}/status`` with ``Authorization: Bearer <token>`` and
+``Idempotency-Key: <run_id>:<producer_attempt>:<upload_seq>`` — the same key on every retry of one
+upload, so a retry that the ledger already applied is recognised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from reporter.transports.protocol import (
+    RunTerminalError,
+    StaleAttemptError,
+    TransportError,
+    UploadRejected,
+    terminal_message,
+)
+
+RETRYABLE_STATUS = frozenset({408, 429, 502, 503, 504})
+
+
+class RetryableHttpError(TransportError):
+    """A transient answer (408/429/502/503/504); `retry_after` is the server's minimum wait."""
+
+    def __init__(self, status_code: int, retry_after: float | None) -> None:
+        super().__init__(f"ledger answered {status_code}")
+        self.status_code = status_code
+        self.retry_after = retry_after
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, RetryableHttpError | httpx.TransportError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which failures are retried, how long to wait, when to give up."""
+
+    max_attempts: int = 6
+    max_total_s: float = 60.0
+    initial_wait_s: float = 0.5
+    max_wait_s: float = 10.0
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    def _wait(self, state: RetryCallState) -> float:
+        backoff = wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        if isinstance(error, RetryableHttpError) and error.retry_after is not None:
+            return max(backoff, error.retry_after)
+        return backoff
+
+    def retrying(self) -> AsyncRetrying:
+        """A fresh tenacity controller for one logical request."""
+        return AsyncRetrying(
+            retry=retry_if_exception(is_retryable),
+            wait=self._wait,
+            stop=stop_after_attempt(self.max_attempts) | stop_before_delay(self.max_total_s),
+            sleep=self.sleep,
+            reraise=True,
+        )
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _check(response: httpx.Response, run_id: str) -> None:
+    if response.status_code < 400:
+        return
+    if response.status_code in RETRYABLE_STATUS:
+        raise RetryableHttpError(response.status_code, parse_retry_after(response.headers.get("Retry-After")))
+    body = _error_body(response)
+    error = body.get("error")
+    message = error if isinstance(error, str) else response.text[:500]
+    if response.status_code == 409 and body.get("code") == "stale_attempt":
+        raise StaleAttemptError(message)
+    if response.status_code == 409 and body.get("code") == "terminal":
+        terminal = body.get("terminal")
+        terminal = terminal if isinstance(terminal, dict) else {}
+        raise RunTerminalError(terminal_message(run_id, terminal) if terminal else message, terminal)
+    raise UploadRejected(response.status_code, message)
+
+
+class HttpTransport:
+    """`Transport` over the ledger's HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        client: httpx.AsyncClient | None = None,
+        retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry_policy = retry_policy
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_client = client is None
+        self.client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._headers = headers
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> HttpTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _url(self, run_id: str, tail: str) -> str:
+        return f"{self.base_url}/v1/runs/{quote(run_id, safe='')}/{tail}"
+
+    async def _send(self, method: str, url: str, run_id: str, **kwargs: Any) -> Any:
+        try:
+            async for attempt in self.retry_policy.retrying():
+                with attempt:
+                    response = await self.client.request(method, url, **kwargs)
+                    _check(response, run_id)
+                    answer = response.json() if response.content else {}
+                    if attempt.retry_state.attempt_number > 1 and isinstance(answer, dict):
+                        # An earlier delivery of this very request may have been applied.
+                        answer["redelivered"] = True
+                    return answer
+        except httpx.HTTPError as exc:
+            raise TransportError(f"cannot reach the ledger at {self.base_url}: {exc}") from exc
+        except ValueError as exc:
+            raise TransportError(f"the ledger answered with invalid JSON: {exc}") from exc
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        run_id = str(payload["run_id"])
+        key = f"{run_id}:{payload.get('producer_attempt', '')}:{payload.get('upload_seq', '')}"
+        headers = {**self._headers, "Idempotency-Key": key}
+        answer = await self._send("POST", self._url(run_id, "status"), run_id, json=payload, headers=headers)
+        return answer if isinstance(answer, dict) else {}
+
+    async def _read(self, run_id: str, tail: str) -> Any:
+        try:
+            return await self._send("GET", self._url(run_id, tail), run_id, headers=self._headers)
+        except UploadRejected as exc:
+            if exc.status_code == 404:
+                return {}  # the ledger has nothing recorded for the run: nothing to reconcile from
+            raise
+
+    async def run_state(self, run_id: str) -> dict[str, Any] | None:
+        url = f"{self.base_url}/v1/runs/{quote(run_id, safe='')}"
+        try:
+            answer = await self._send("GET", url, run_id, headers=self._headers)
+        except UploadRejected as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+        return answer if isinstance(answer, dict) else None
+
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        answer = await self._read(run_id, f"logs?tail={limit}")
+        lines = answer.get("lines") if isinstance(answer, dict) else None
+        return [line for line in lines if isinstance(line, str)] if isinstance(lines, list) else []
+
+    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        answer = await self._read(run_id, "sheets")
+        outcomes = answer.get("outcomes") if isinstance(answer, dict) else None
+        return [o for o in outcomes if isinstance(o, dict)] if isinstance(outcomes, list) else []
+
+    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+        answer = await self._read(run_id, "observations")
+        observations = answer.get("observations") if isinstance(answer, dict) else None
+        if not isinstance(observations, list):
+            return []
+        return [o for o in observations if isinstance(o, dict)]

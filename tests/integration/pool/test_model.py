@@ -1,0 +1,186 @@
+"""Model-based test: random operation sequences and clock moves give the same answers and the same
+stored state on Postgres as on the reference model (tests/integration/pool/model.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ledger.clock import ManualClock, to_ms
+from ledger.db import Database
+from ledger.errors import InvalidInput
+from ledger.pool.store import WarmPool
+from tests.conftest import delete_all_rows
+from tests.integration.pool.model import ModelInvalid, PoolModel
+
+# Skewed towards one pool and one version so that operations meet each other's entries.
+POOLS = st.sampled_from(["default"] * 6 + ["p2"])
+VERSIONS = st.sampled_from(["v1"] * 9 + ["v2"])
+IDS = st.sampled_from(["a", "b", "c", "d"])
+RUNS = st.sampled_from(["r1", "r2", "r3"])
+# Claims also use fresh runs, so that they take entries rather than answer from a mapping.
+CLAIM_RUNS = st.sampled_from(["r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8"])
+ID_LISTS = st.lists(IDS, min_size=1, max_size=4)
+MIN_AGES = st.sampled_from([None, None, None, 0, 1, 1_000, 60_000, 420_000, 10**9, -1])
+# Moves that land on and next to the limits: stale at 7 min, TTL 8 min, mappings 60 min.
+MOVES = st.sampled_from(
+    [1, 1, 999, 1_000, 1_000, 30_000, 60_000, 60_000, 419_999, 420_000, 480_000, 3_600_000]
+)
+
+Op = tuple[Any, ...]
+
+ADD = st.tuples(
+    st.just("add"),
+    POOLS,
+    VERSIONS,
+    ID_LISTS,
+    st.sampled_from([None, None, 0, 1, 60_000, 480_000, 10**9, -5]),
+    st.sampled_from([None, True, True, False]),
+    # ready_at as an offset back from now, resolved when the op runs.
+    st.sampled_from([None, None, None, 0, 1_000, 60_000, 420_000, 420_001]),
+)
+CLAIM = st.tuples(st.just("claim"), POOLS, VERSIONS, CLAIM_RUNS, MIN_AGES)
+ADVANCE = st.tuples(st.just("advance"), MOVES)
+MAP = st.tuples(st.just("map_run"), RUNS, IDS, VERSIONS, st.booleans())
+BLOCK = st.tuples(st.just("block_run"), RUNS, IDS, VERSIONS)
+
+ARGS: dict[str, st.SearchStrategy[Op]] = {
+    "add": ADD,
+    "claim": CLAIM,
+    "advance": ADVANCE,
+    "map_run": MAP,
+    "block_run": BLOCK,
+    "count": st.tuples(st.just("count"), POOLS, VERSIONS, MIN_AGES),
+    "list": st.tuples(st.just("list"), POOLS, VERSIONS),
+    "promote": st.tuples(st.just("promote"), POOLS, VERSIONS, ID_LISTS),
+    "ready": st.tuples(st.just("ready"), POOLS, VERSIONS, IDS),
+    "delete": st.tuples(st.just("delete"), POOLS, VERSIONS, ID_LISTS),
+    "resolve_run": st.tuples(st.just("resolve_run"), RUNS, VERSIONS),
+    "clear": st.tuples(st.just("clear"), st.sampled_from(["p2", "p2", "default"])),
+}
+# Repeats weight the choice: builders and claims often, the wiping `clear` rarely.
+KINDS = (
+    ["add"] * 6
+    + ["claim"] * 6
+    + ["advance"] * 4
+    + ["map_run", "block_run"] * 2
+    + ["count", "list", "promote", "ready", "delete", "resolve_run", "clear"]
+)
+
+
+@st.composite
+def _op(draw: st.DrawFn) -> Op:
+    return draw(ARGS[draw(st.sampled_from(KINDS))])
+
+
+OPS = _op()
+OP_LISTS = st.lists(OPS, min_size=10, max_size=40)
+
+# Edges that random sequences reach only rarely, always run first.
+EDGES_STARTED: list[Op] = [
+    ("map_run", "r1", "a", "v1", False),
+    ("advance", 1_000),
+    ("map_run", "r1", "a", "v1", True),
+    ("advance", 1_000),
+    ("map_run", "r1", "a", "v1", True),
+    ("block_run", "r1", "a", "v1"),
+    ("resolve_run", "r1", "v1"),
+    ("block_run", "r2", "b", "v1"),
+    ("map_run", "r2", "b", "v1", True),
+    ("claim", "default", "v1", "r2", None),
+    ("advance", 3_600_000),
+    ("resolve_run", "r1", "v1"),
+]
+EDGES_STALE: list[Op] = [
+    ("add", "default", "v1", ["a", "b"], None, True, None),
+    ("add", "default", "v1", ["c"], 60_000, None, None),
+    ("advance", 60_000),
+    ("count", "default", "v1", None),
+    ("add", "default", "v1", ["b"], None, None, None),
+    ("advance", 360_000),
+    ("count", "default", "v1", None),
+    ("advance", 1),
+    ("list", "default", "v1"),
+    ("claim", "default", "v1", "r1", None),
+]
+EDGES_TIES: list[Op] = [
+    ("add", "default", "v1", ["d", "b", "c"], None, True, None),
+    ("add", "p2", "v1", ["a"], None, True, None),
+    ("advance", 1_000),
+    ("promote", "default", "v1", ["c"]),
+    ("claim", "default", "v1", "r1", 1_000),
+    ("claim", "default", "v1", "r2", None),
+    ("claim", "default", "v1", "r3", None),
+    ("add", "default", "v2", ["a"], None, True, None),
+    ("list", "p2", "v1"),
+]
+
+SNAPSHOT_ENTRIES = (
+    "SELECT pool, id, version, state, created_at, ready_at, expires_at FROM ledger.pool_entries"
+)
+SNAPSHOT_MAPPINGS = (
+    "SELECT run_id, pool, instance_id, state, blocked_instance_id, version, claimed_at, started_at,"
+    " created_at, expires_at FROM ledger.run_mappings"
+)
+
+
+def _ms_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(to_ms(v) if hasattr(v, "tzinfo") else v for v in row.values())
+
+
+async def _snapshot(db: Database) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    async with db.connection() as conn:
+        entries = await (await conn.execute(SNAPSHOT_ENTRIES)).fetchall()
+        mappings = await (await conn.execute(SNAPSHOT_MAPPINGS)).fetchall()
+    return sorted(_ms_row(r) for r in entries), sorted(_ms_row(r) for r in mappings)
+
+
+async def _run(db: Database, url: str, ops: list[Op]) -> None:
+    delete_all_rows(url)
+    clock = ManualClock()
+    pool = WarmPool(db, clock=clock)
+    model = PoolModel(now=to_ms(clock.current) or 0)
+    for step, op in enumerate(ops):
+        name, args = op[0], list(op[1:])
+        if name == "advance":
+            clock.advance(args[0])
+            model.now += args[0]
+            continue
+        if name == "add" and args[5] is not None:
+            args[5] = model.now - args[5]
+        try:
+            expected: Any = getattr(model, name)(*args)
+        except ModelInvalid as exc:
+            expected = ("invalid", str(exc))
+        try:
+            actual: Any = await getattr(pool, name)(*args)
+        except InvalidInput as exc:
+            actual = ("invalid", exc.field)
+        assert actual == expected, f"step {step}: {op}"
+        assert await _snapshot(db) == model.snapshot(), f"state after step {step}: {op}"
+
+
+def test_postgres_matches_the_model(database_url: str) -> None:
+    with asyncio.Runner() as runner:
+        db = Database(database_url, min_size=1, max_size=2)
+        runner.run(db.open())
+        try:
+
+            @settings(
+                max_examples=40,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            )
+            @given(ops=OP_LISTS)
+            @example(ops=EDGES_STARTED)
+            @example(ops=EDGES_STALE)
+            @example(ops=EDGES_TIES)
+            def check(ops: list[Op]) -> None:
+                runner.run(_run(db, database_url, ops))
+
+            check()
+        finally:
+            runner.run(db.close())

@@ -1,0 +1,145 @@
+"""The demo's plan (what the simulated worker does) and its live view, without a service."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+from rich.console import Console
+
+from ledger.cli.demo.scenario import DemoPlan, Pacer
+from ledger.cli.demo.view import DemoView
+
+
+def map_frames(plan: DemoPlan) -> list[dict[str, object]]:
+    frames = []
+    for event in plan.live_events():
+        inner = event.get("event")
+        if isinstance(inner, dict) and str(inner.get("type", "")).startswith("map."):
+            frames.append(inner)
+    return frames
+
+
+def test_plan_has_three_steps_before_the_dataset_then_a_tool_and_an_untaken_branch() -> None:
+    plan = DemoPlan()
+    assert plan.step_order() == ["load", "validate", "dedupe", "enrich", "notify", "on_error"]
+    kinds = [s["type"] for s in plan.contract()["staticPipeline"]["substeps"]]
+    assert kinds == ["code", "code", "code", "dataset", "tool", "code"]
+    assert plan.map_node_id() == "enrich"
+
+
+def test_live_events_lose_the_last_map_frames_but_keep_every_row_and_the_result() -> None:
+    plan = DemoPlan(rows=5_000, lost_tail=0.1)
+    events = list(plan.live_events())
+    frames = map_frames(plan)
+    processed = [int(f["completedRows"]) + int(f["failedRows"]) for f in frames]  # type: ignore[call-overload]
+    assert max(processed) == 4_500
+    assert "map.completed" not in {f["type"] for f in frames}
+    assert "map.started" in {f["type"] for f in frames}
+    assert Counter(e["type"] for e in events)["row_update"] == 5_000
+    assert events[-1]["type"] == "result"
+    frame = events[-1]["checkpoint"]["mapFrames"]["enrich"]
+    assert frame["completedRowsCount"] + frame["failedRowsCount"] == 5_000
+    # Only the late map frames are lost: progress at 4,600 … 5,000, the final repeat, map.completed.
+    assert len(list(plan.simulation().events())) - len(events) == 7
+
+
+def test_sheet_outcomes_disagree_with_the_checkpoint_by_the_retried_rows() -> None:
+    plan = DemoPlan(rows=6_000, fail_every=97)
+    assert plan.retried_rows == 20
+    rows = plan.sheet_rows()
+    statuses = Counter(r["status"] for r in rows)
+    sim = plan.simulation()
+    assert sim.failed_rows == 61
+    assert statuses == {"completed": 6_000 - 41, "failed": 41}
+    expected = plan.expected()
+    assert (expected["completed"], expected["failed"], expected["total"]) == (5_959, 41, 6_000)
+    assert (expected["checkpoint_completed"], expected["checkpoint_failed"]) == (5_939, 61)
+    assert {r["table_namespace"] for r in rows} == {sim.table_namespace}
+    assert len({r["row_key"] for r in rows}) == 6_000
+
+
+async def test_pacer_sleeps_only_when_ahead_and_in_slices() -> None:
+    now = [0.0]
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    pacer = Pacer(1000.0, clock=lambda: now[0], sleep=sleep)
+    for _ in range(1000):
+        await pacer.row()
+    assert all(s >= 0.02 for s in sleeps)
+    assert 0.97 <= now[0] <= 1.0
+    assert len(sleeps) <= 50
+    # A slow worker (behind schedule) is never made to sleep.
+    behind = Pacer(1000.0, clock=lambda: now[0], sleep=sleep)
+    now[0] += 10
+    before = len(sleeps)
+    for _ in range(100):
+        await behind.row()
+    assert len(sleeps) == before
+
+
+def test_view_tracks_steps_rates_and_prints_plain_lines_for_non_log_events() -> None:
+    view = DemoView("run-1", ["load", "enrich", "notify"])
+    assert view.apply({"seq": 1, "type": "log", "ts": 0, "line": "hello"}, 10.0) is None
+    assert view.apply({"seq": 2, "type": "step.started", "node_id": "enrich", "ts": 0}, 10.5) == (
+        "[   0.5s] started    enrich"
+    )
+    first = view.apply(
+        {
+            "seq": 3,
+            "type": "step.progress",
+            "node_id": "enrich",
+            "completed": 90,
+            "failed": 10,
+            "total": 1000,
+        },
+        11.0,
+    )
+    assert first == "[   1.0s] progress   enrich 90 / 1,000 (10 failed)"
+    second = view.apply(
+        {
+            "seq": 4,
+            "type": "step.progress",
+            "node_id": "enrich",
+            "completed": 580,
+            "failed": 20,
+            "total": 1000,
+        },
+        12.0,
+    )
+    assert second == "[   2.0s] progress   enrich 580 / 1,000 (20 failed)  500 rows/s"
+    assert view.steps["enrich"].rate() == 500.0
+    done = view.apply({"seq": 5, "type": "step.completed", "node_id": "enrich", "outcome": "completed"}, 13.0)
+    assert done == "[   3.0s] completed  enrich 580 / 1,000 (20 failed)"
+    failed = view.apply({"seq": 6, "type": "step.completed", "node_id": "notify", "outcome": "failed"}, 13.1)
+    assert failed is not None and "failed     notify" in failed
+    terminal = view.apply({"seq": 7, "type": "terminal", "status": "completed", "total_rows": 1000}, 14.0)
+    assert terminal == "[   4.0s] terminal   completed · 1,000 rows"
+    assert view.terminal is not None and view.by_type["log"] == 1
+    assert [s.state for s in view.steps.values()] == ["not started", "completed", "failed"]
+    assert "2/3 steps settled" in view.status_line() and "7 events (1 log lines)" in view.status_line()
+
+
+def test_view_renders_bars_rates_and_the_latest_events() -> None:
+    view = DemoView("run-2", ["load", "enrich"])
+    view.apply({"seq": 1, "type": "step.progress", "node_id": "enrich", "completed": 100, "total": 400}, 1.0)
+    view.apply({"seq": 2, "type": "step.progress", "node_id": "enrich", "completed": 300, "total": 400}, 2.0)
+    for seq in range(3, 20):
+        view.apply({"seq": seq, "type": "log", "ts": 0, "line": f"line {seq}"}, 2.0)
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(view.renderable())
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "enrich" in out and "300 / 400" in out and "200" in out and "running" in out
+    assert "not started" in out
+    # Only the last few events are kept on screen.
+    assert "line 19" in out and "line 3" not in out
+
+
+def test_the_command_defaults_are_the_plan_defaults() -> None:
+    from ledger.cli.demo import command as demo
+
+    assert (DemoPlan().rows, DemoPlan().rows_per_second) == (demo.DEFAULT_ROWS, demo.DEFAULT_RATE)

@@ -1,0 +1,501 @@
+"""The pure status-ingestion rules: validation, fencing, positional logs, step diffs, activity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.errors import InvalidInput, StaleAttempt
+from ledger.ingest.rules import (
+    IngestState,
+    LogReplay,
+    StatusUpload,
+    diff_steps,
+    fence_attempt,
+    is_late_duplicate,
+    newer_activities,
+    parse_upload,
+    plan_upload,
+    positional_slice,
+    replay_digest,
+    replay_end,
+)
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def test_parse_minimal_upload_defaults() -> None:
+    upload = parse_upload("r1", {"status": "running"})
+    assert upload == StatusUpload(status="running")
+
+
+def test_parse_full_upload_keeps_known_fields_and_ignores_unknown() -> None:
+    body = {
+        "run_id": "r1",
+        "upload_seq": 3,
+        "status": "completed",
+        "producer_attempt": 2,
+        "live_node_progress": {
+            "n1": {"completed": 5.0, "total": 10, "started_at": 1000, "message": "5 / 10", "shiny": 1}
+        },
+        "live_logs": ["a", "b"],
+        "live_log_total_count": 7,
+        "dataset_lifecycle_events": [{"type": "dataset.lifecycle", "tableNamespace": "t"}],
+        "activity_observations": [{"activityId": "x", "observedAt": 5}],
+        "terminal_log_replay": {"lines": ["z"], "dedupe_mode": "exact"},
+        "last_checkpoint_at": 99,
+        "dropped_one_shot_events": 2,
+        "from_the_future": {"anything": True},
+    }
+    upload = parse_upload("r1", body)
+    assert upload.upload_seq == 3
+    assert upload.producer_attempt == 2
+    # Integral floats become ints; unknown node fields are dropped.
+    assert upload.live_node_progress == {
+        "n1": {"completed": 5, "total": 10, "started_at": 1000, "message": "5 / 10"}
+    }
+    assert upload.live_logs == ("a", "b")
+    assert upload.live_log_total_count == 7
+    assert upload.terminal_log_replay == LogReplay(lines=("z",), dedupe_mode="exact")
+    assert upload.dropped_one_shot_events == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "body"),
+        ({"status": "done"}, "status"),
+        ({}, "status"),
+        ({"status": "running", "run_id": "other"}, "run_id"),
+        ({"status": "running", "upload_seq": 0}, "upload_seq"),
+        ({"status": "running", "upload_seq": "1"}, "upload_seq"),
+        ({"status": "running", "producer_attempt": -1}, "producer_attempt"),
+        ({"status": "running", "producer_attempt": True}, "producer_attempt"),
+        ({"status": "running", "live_node_progress": []}, "live_node_progress"),
+        ({"status": "running", "live_node_progress": {"n": 3}}, "live_node_progress.n"),
+        (
+            {"status": "running", "live_node_progress": {"n": {"completed": -1}}},
+            "live_node_progress.n.completed",
+        ),
+        ({"status": "running", "live_node_progress": {"n": {"total": 1.5}}}, "live_node_progress.n.total"),
+        ({"status": "running", "live_node_progress": {"n": {"message": 3}}}, "live_node_progress.n.message"),
+        (
+            {"status": "running", "live_node_progress": {"n": {"node_io": "x"}}},
+            "live_node_progress.n.node_io",
+        ),
+        (
+            {"status": "running", "live_node_progress": {"n": {"started_at": "now"}}},
+            "live_node_progress.n.started_at",
+        ),
+        ({"status": "running", "live_node_progress": {" ": {}}}, "live_node_progress"),
+        ({"status": "running", "live_logs": "a"}, "live_logs"),
+        ({"status": "running", "live_logs": ["a", 3]}, "live_logs[1]"),
+        ({"status": "running", "live_logs": ["x"] * 1001, "live_log_total_count": 2000}, "live_logs"),
+        ({"status": "running", "live_logs": ["a", "b"], "live_log_total_count": 1}, "live_log_total_count"),
+        ({"status": "running", "live_log_total_count": -3}, "live_log_total_count"),
+        ({"status": "running", "dataset_lifecycle_events": [1]}, "dataset_lifecycle_events[0]"),
+        (
+            {"status": "running", "activity_observations": [{"observedAt": 1}]},
+            "activity_observations[0].activityId",
+        ),
+        (
+            {"status": "running", "activity_observations": [{"activityId": "a", "observedAt": "x"}]},
+            "activity_observations[0].observedAt",
+        ),
+        ({"status": "running", "terminal_log_replay": []}, "terminal_log_replay"),
+        ({"status": "running", "terminal_log_replay": {"lines": [1]}}, "terminal_log_replay.lines[0]"),
+        (
+            {"status": "running", "terminal_log_replay": {"lines": [], "dedupe_mode": "fuzzy"}},
+            "terminal_log_replay.dedupe_mode",
+        ),
+        (
+            {"status": "running", "terminal_log_replay": {"lines": ["a", "b"], "total_count": 1}},
+            "terminal_log_replay.total_count",
+        ),
+        ({"status": "running", "last_checkpoint_at": "yesterday"}, "last_checkpoint_at"),
+        ({"status": "running", "dropped_one_shot_events": -1}, "dropped_one_shot_events"),
+        ({"status": "running", "live_logs": [7]}, "live_logs[0]"),
+        ({"status": "running", "live_node_progress": {"n\x00": {}}}, "live_node_progress"),
+        (
+            {"status": "running", "live_node_progress": {"n": {"node_io": {"x": float("nan")}}}},
+            "live_node_progress.n.node_io",
+        ),
+        ({"status": "running", "dataset_lifecycle_events": [{"k": "\x00"}]}, "dataset_lifecycle_events[0]"),
+    ],
+)
+def test_parse_rejects_bad_fields_by_name(body: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        parse_upload("r1", body)
+    assert exc.value.field == field
+
+
+def test_total_count_defaults_to_tail_length() -> None:
+    assert parse_upload("r", {"status": "running", "live_logs": ["a", "b"]}).live_log_total_count == 2
+
+
+def test_exactly_1000_lines_is_allowed() -> None:
+    upload = parse_upload("r", {"status": "running", "live_logs": ["x"] * 1000, "live_log_total_count": 1000})
+    assert len(upload.live_logs) == 1000
+
+
+# -- fence and order -----------------------------------------------------------------------------
+
+
+def test_fence_attempt() -> None:
+    assert fence_attempt("r", 2, None) == (2, False)
+    assert fence_attempt("r", 2, 2) == (2, False)
+    assert fence_attempt("r", 2, 3) == (3, True)
+    with pytest.raises(StaleAttempt) as exc:
+        fence_attempt("r", 2, 1)
+    assert (exc.value.attempt, exc.value.current) == (1, 2)
+
+
+def test_late_duplicate() -> None:
+    assert not is_late_duplicate(0, None)
+    assert not is_late_duplicate(5, None)
+    assert not is_late_duplicate(0, 1)
+    assert is_late_duplicate(3, 3)
+    assert is_late_duplicate(3, 2)
+    assert not is_late_duplicate(3, 4)
+
+
+# -- positional logs -----------------------------------------------------------------------------
+
+
+def test_positional_slice_cases() -> None:
+    # Nothing held yet, the whole log in the tail.
+    assert positional_slice(0, ["a", "b"], 2) == positional_slice(0, ("a", "b"), 2)
+    s = positional_slice(0, ["a", "b"], 2)
+    assert (s.lines, s.missing, s.delivered) == (("a", "b"), 0, 2)
+    # Overlap: positions 2..4 in the tail, 3 held → only 4.
+    s = positional_slice(3, ["b", "c", "d"], 4)
+    assert (s.lines, s.missing, s.delivered) == (("d",), 0, 4)
+    # A retransmission adds nothing.
+    s = positional_slice(4, ["b", "c", "d"], 4)
+    assert (s.lines, s.missing, s.delivered) == ((), 0, 4)
+    # The tail starts beyond what is held: a gap.
+    s = positional_slice(2, ["x", "y"], 10)
+    assert (s.lines, s.missing, s.delivered) == (("x", "y"), 6, 10)
+    # An older total never moves the count back.
+    s = positional_slice(10, ["a"], 3)
+    assert (s.lines, s.missing, s.delivered) == ((), 0, 10)
+    # An empty tail with a higher count is all gap.
+    s = positional_slice(1, [], 5)
+    assert (s.lines, s.missing, s.delivered) == ((), 4, 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    log_len=st.integers(min_value=0, max_value=60),
+    deliveries=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12)), max_size=15),
+)
+def test_positional_slices_reconstruct_the_log(log_len: int, deliveries: list[tuple[int, int]]) -> None:
+    """Any order of tails of one growing log yields each position exactly once, as a line or a gap."""
+    log = [f"line-{i + 1}" for i in range(log_len)]
+    delivered = 0
+    out: list[str | None] = []
+    for end_raw, tail_len in deliveries:
+        end = min(end_raw, log_len)
+        tail = log[max(0, end - tail_len) : end]
+        placed = positional_slice(delivered, tail, end)
+        out.extend([None] * placed.missing)
+        out.extend(placed.lines)
+        delivered = placed.delivered
+        assert delivered == len(out)
+    assert len(out) == max([0, *(min(e, log_len) for e, _ in deliveries)])
+    for position, line in enumerate(out):
+        assert line is None or line == log[position]
+
+
+def test_replay_end() -> None:
+    assert replay_end(LogReplay(("a", "b"), "exact"), 50) == 2
+    assert replay_end(LogReplay(("a", "b"), "positional"), 50) == 52
+    assert replay_end(LogReplay(("a", "b"), "exact", total_count=9), 50) == 9
+
+
+def test_replay_digest_binds_attempt_and_lines() -> None:
+    assert replay_digest(1, ["a"]) == replay_digest(1, ("a",))
+    assert replay_digest(1, ["a"]) != replay_digest(2, ["a"])
+    assert replay_digest(1, ["a", "b"]) != replay_digest(1, ["ab"])
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def _types(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["type"], e["node_id"]) for e in events]
+
+
+def test_step_events_for_a_new_node_in_order() -> None:
+    events, changed, snap = diff_steps(
+        {}, {"n": {"started_at": 1, "completed": 2, "total": 4, "completed_at": 9, "message": "m"}}, "running"
+    )
+    assert _types(events) == [("step.started", "n"), ("step.progress", "n"), ("step.completed", "n")]
+    assert events[1] == {"type": "step.progress", "node_id": "n", "completed": 2, "total": 4, "message": "m"}
+    assert events[2]["outcome"] == "completed"
+    assert changed == ["n"]
+    assert snap["n"]["completed_at"] == 9
+
+
+def test_identical_reupload_makes_no_step_events() -> None:
+    node = {"started_at": 1, "completed": 2, "total": 4, "updated_at": 5}
+    _, _, snap = diff_steps({}, {"n": node}, "running")
+    events, changed, snap2 = diff_steps(snap, {"n": dict(node, updated_at=6, message="new")}, "running")
+    assert events == [] and changed == []
+    # The snapshot still takes the new non-count fields.
+    assert snap2["n"]["message"] == "new"
+
+
+def test_only_counts_changes_make_progress() -> None:
+    stored = {"n": {"started_at": 1, "completed": 2, "total": 4}}
+    events, _, _ = diff_steps(stored, {"n": {"started_at": 1, "completed": 3, "total": 4}}, "running")
+    assert _types(events) == [("step.progress", "n")]
+    events, _, _ = diff_steps(
+        stored, {"n": {"started_at": 1, "completed": 2, "total": 4, "active_rows": 1}}, "running"
+    )
+    assert _types(events) == [("step.progress", "n")]
+    # A different started_at on an already started node is not a new start.
+    events, _, _ = diff_steps(stored, {"n": {"started_at": 7, "completed": 2, "total": 4}}, "running")
+    assert events == []
+
+
+def test_completed_outcomes() -> None:
+    stored = {"n": {"started_at": 1}}
+    events, _, _ = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "running")
+    assert events == [{"type": "step.completed", "node_id": "n", "completed_at": 5, "outcome": "completed"}]
+    events, _, _ = diff_steps(
+        stored, {"n": {"started_at": 1, "completed_at": 5, "node_io": {"error": "boom"}}}, "running"
+    )
+    assert events[0]["outcome"] == "failed" and events[0]["error"] == "boom"
+    events, _, _ = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "failed")
+    assert events[0]["outcome"] == "failed" and "error" not in events[0]
+    # node_io without an error (a completed docflow node) is a success.
+    events, _, _ = diff_steps(stored, {"n": {"completed_at": 5, "node_io": {"error": None}}}, "completed")
+    assert events[0]["outcome"] == "completed"
+
+
+def test_reopened_step_completes_again() -> None:
+    stored = {"n": {"started_at": 1, "completed_at": 5}}
+    events, _, snap = diff_steps(stored, {"n": {"started_at": 1}}, "running")
+    assert events == [] and "completed_at" not in snap["n"]
+    events, _, _ = diff_steps(snap, {"n": {"started_at": 1, "completed_at": 8}}, "running")
+    assert _types(events) == [("step.completed", "n")]
+
+
+def test_missing_nodes_are_kept_in_the_snapshot() -> None:
+    _, _, snap = diff_steps({"a": {"completed": 1}}, {"b": {"completed": 2}}, "running")
+    assert snap == {"a": {"completed": 1}, "b": {"completed": 2}}
+
+
+# -- activity ------------------------------------------------------------------------------------
+
+
+def test_newest_activity_wins() -> None:
+    obs = [
+        {"activityId": "a", "observedAt": 5, "state": "x"},
+        {"activityId": "a", "observedAt": 3},
+        {"activityId": "b", "observedAt": 1},
+        {"activityId": "a", "observedAt": 5},
+        {"activityId": "a", "observedAt": 6},
+    ]
+    events, marks = newer_activities({"b": 2}, obs)
+    assert [(e["activity_id"], e["observed_at"]) for e in events] == [("a", 5), ("a", 6)]
+    assert events[0]["observation"] == {"activityId": "a", "observedAt": 5, "state": "x"}
+    assert marks == {"a": 6, "b": 2}
+
+
+# -- the whole plan ------------------------------------------------------------------------------
+
+
+def _upload(**kw: Any) -> StatusUpload:
+    kw.setdefault("status", "running")
+    return parse_upload("r", kw)
+
+
+def test_stale_attempt_is_refused() -> None:
+    with pytest.raises(StaleAttempt):
+        plan_upload("r", IngestState(producer_attempt=3), _upload(producer_attempt=2))
+
+
+def test_newer_attempt_gets_its_own_channel() -> None:
+    state = IngestState(producer_attempt=1, last_upload_seq=9, live_log_count=40)
+    plan = plan_upload(
+        "r", state, _upload(producer_attempt=2, upload_seq=1, live_logs=["x"], live_log_total_count=1)
+    )
+    assert not plan.duplicate
+    assert plan.events == ({"type": "log", "line": "x"},)
+    assert (plan.state.producer_attempt, plan.state.last_upload_seq, plan.state.live_log_count) == (2, 1, 1)
+
+
+def test_late_duplicate_changes_nothing() -> None:
+    state = IngestState(producer_attempt=1, last_upload_seq=4, live_log_count=3)
+    plan = plan_upload("r", state, _upload(producer_attempt=1, upload_seq=4, live_logs=["a"] * 9))
+    assert plan.duplicate and plan.events == () and plan.state == state
+
+
+def test_upload_without_seq_keeps_the_counter() -> None:
+    plan = plan_upload("r", IngestState(last_upload_seq=4), _upload(live_logs=["a"]))
+    assert not plan.duplicate and plan.state.last_upload_seq == 4
+
+
+def test_gap_event_precedes_the_tail() -> None:
+    plan = plan_upload(
+        "r", IngestState(live_log_count=2), _upload(live_logs=["l9", "l10"], live_log_total_count=10)
+    )
+    assert plan.events[0] == {"type": "log.gap", "missing": 6, "after_position": 2, "producer_attempt": 0}
+    assert [e["line"] for e in plan.events[1:]] == ["l9", "l10"]
+    assert (plan.log_gap, plan.logs_appended, plan.state.live_log_count) == (6, 2, 10)
+
+
+def test_event_order_within_an_upload() -> None:
+    plan = plan_upload(
+        "r",
+        IngestState(),
+        _upload(
+            status="completed",
+            live_logs=["a"],
+            live_node_progress={"n": {"started_at": 1}},
+            dataset_lifecycle_events=[{"phase": "created"}],
+            activity_observations=[{"activityId": "x", "observedAt": 1}],
+            terminal_log_replay={"lines": ["z"]},
+        ),
+    )
+    assert [e["type"] for e in plan.events] == [
+        "log",
+        "step.started",
+        "dataset.lifecycle",
+        "activity.observed",
+        "log",
+    ]
+    assert plan.events[2] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
+    assert plan.steps_changed == ("n",)
+
+
+def test_positional_replay_continues_after_live_count() -> None:
+    state = IngestState(live_log_count=2)
+    upload = _upload(
+        live_logs=["a", "b"], live_log_total_count=2, terminal_log_replay={"lines": ["r1", "r2"]}
+    )
+    plan = plan_upload("r", state, upload)
+    assert [e["line"] for e in plan.events] == ["r1", "r2"]
+    assert plan.state.live_log_count == 4
+    # A retransmission of the same upload (no upload_seq) appends nothing.
+    again = plan_upload("r", plan.state, upload)
+    assert again.events == () and again.state == plan.state
+
+
+def test_exact_replay_sits_at_offset_zero_and_absorbs_retransmission() -> None:
+    # The live stream delivered 2 of 4 lines; the replay is the complete attempt buffer.
+    state = IngestState(producer_attempt=1, live_log_count=2)
+    upload = _upload(
+        producer_attempt=1, terminal_log_replay={"lines": ["a", "b", "c", "d"], "dedupe_mode": "exact"}
+    )
+    plan = plan_upload("r", state, upload)
+    assert [e["line"] for e in plan.events] == ["c", "d"]
+    assert plan.state.replay_digest == replay_digest(1, ["a", "b", "c", "d"])
+    again = plan_upload("r", plan.state, upload)
+    assert again.events == () and again.state == plan.state
+    # A different replay is not absorbed whole: its new positions are appended.
+    longer = _upload(
+        producer_attempt=1, terminal_log_replay={"lines": ["a", "b", "c", "d", "e"], "dedupe_mode": "exact"}
+    )
+    more = plan_upload("r", plan.state, longer)
+    assert [e["line"] for e in more.events] == ["e"]
+
+
+def test_exact_replay_absorbed_even_when_the_channel_was_reset() -> None:
+    # Same digest, channel count lower than the replay (e.g. count not advanced by a replay with
+    # an explicit total_count): exact mode must still absorb the retransmission.
+    replay = {"lines": ["a", "b"], "dedupe_mode": "exact"}
+    state = IngestState(producer_attempt=0, live_log_count=0, replay_digest=replay_digest(0, ["a", "b"]))
+    plan = plan_upload("r", state, _upload(terminal_log_replay=replay))
+    assert plan.events == ()
+    # Positional mode does not use the digest: the lines go on the channel.
+    plan = plan_upload("r", state, _upload(terminal_log_replay={"lines": ["a", "b"]}))
+    assert [e["line"] for e in plan.events] == ["a", "b"]
+
+
+# A model of a reporter: cumulative snapshots of one attempt.
+_node_ids = st.sampled_from(["n1", "n2", "n3"])
+
+
+@st.composite
+def _upload_sequences(draw: st.DrawFn) -> list[dict[str, Any]]:
+    uploads: list[dict[str, Any]] = []
+    total = 0
+    nodes: dict[str, dict[str, Any]] = {}
+    for seq in range(1, draw(st.integers(1, 8)) + 1):
+        total += draw(st.integers(0, 30))
+        tail = [f"line-{i}" for i in range(max(1, total - 10) if total else 1, total + 1)] if total else []
+        for node_id in draw(st.lists(_node_ids, max_size=2)):
+            node = dict(nodes.get(node_id, {}))
+            node.setdefault("started_at", seq)
+            node["completed"] = node.get("completed", 0) + draw(st.integers(0, 3))
+            if draw(st.booleans()):
+                node["completed_at"] = seq
+            nodes[node_id] = node
+        uploads.append(
+            {
+                "status": "running",
+                "upload_seq": seq,
+                "producer_attempt": 1,
+                "live_logs": tail,
+                "live_log_total_count": total,
+                "live_node_progress": {k: dict(v) for k, v in nodes.items()},
+                "dataset_lifecycle_events": [{"seq": seq}] if draw(st.booleans()) else [],
+                "activity_observations": [{"activityId": "a", "observedAt": seq}]
+                if draw(st.booleans())
+                else [],
+            }
+        )
+    uploads[-1]["status"] = "completed"
+    return uploads
+
+
+def _deliver(uploads: list[dict[str, Any]]) -> tuple[IngestState, list[dict[str, Any]]]:
+    state = IngestState()
+    events: list[dict[str, Any]] = []
+    for body in uploads:
+        plan = plan_upload("r", state, parse_upload("r", body))
+        state = plan.state
+        events.extend(plan.events)
+    return state, events
+
+
+@settings(max_examples=50, deadline=None)
+@given(uploads=_upload_sequences(), data=st.data())
+def test_redelivery_is_idempotent(uploads: list[dict[str, Any]], data: st.DataObject) -> None:
+    expected = _deliver(uploads)
+    schedule: list[dict[str, Any]] = []
+    for i, body in enumerate(uploads):
+        schedule.append(body)
+        for _ in range(data.draw(st.integers(0, 2))):
+            schedule.append(uploads[data.draw(st.integers(0, i))])
+    assert _deliver(schedule) == expected
+
+
+def test_free_text_is_repaired_not_refused() -> None:
+    upload = parse_upload(
+        "r",
+        {
+            "status": "running",
+            "live_logs": ["bad \x00 byte", "lone \ud800"],
+            "live_node_progress": {"n": {"message": "m\x00"}},
+            "terminal_log_replay": {"lines": ["r\udfff"]},
+        },
+    )
+    assert upload.live_logs == ("bad \ufffd byte", "lone \ufffd")
+    assert upload.live_node_progress["n"]["message"] == "m\ufffd"
+    assert upload.terminal_log_replay is not None and upload.terminal_log_replay.lines == ("r\ufffd",)
+
+
+def test_json_nested_deeper_than_a_stored_value_may_is_refused_naming_the_field() -> None:
+    deep: Any = 1
+    for _ in range(61):
+        deep = [deep]
+    with pytest.raises(InvalidInput, match="nests deeper than 60") as exc:
+        parse_upload("r", {"status": "running", "dataset_lifecycle_events": [{"d": deep}]})
+    assert exc.value.field == "dataset_lifecycle_events[0]"
