@@ -2,7 +2,8 @@
 
 Operations ask their `Clock` for "now" inside the transaction that uses it. `DatabaseClock` answers
 with the transaction's `now()`, so every replica agrees on time; `ManualClock` is set by tests.
-The wire speaks epoch milliseconds (like the seeds); `to_ms`/`from_ms` convert at the boundary.
+The wire speaks epoch milliseconds (what JavaScript clients and runners use); `to_ms`/`from_ms`
+convert at the boundary.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Colum
     )
 
 
-# -- warm pool (SPEC 2.1) ------------------------------------------------------------------------
+# -- warm pool: pre-started instances per code version -------------------------------------------
 
 pool_entries = Table(
     "pool_entries",
@@ -78,7 +78,7 @@ pool_entries = Table(
     Index("ix_pool_entries_pool_expires_at", "pool", "expires_at"),
 )
 
-# -- run mappings (SPEC 2.2) ---------------------------------------------------------------------
+# -- run mappings: which instance serves a run ---------------------------------------------------
 
 run_mappings = Table(
     "run_mappings",
@@ -101,7 +101,7 @@ run_mappings = Table(
     Index("ix_run_mappings_expires_at", "expires_at"),
 )
 
-# -- runs and their events (SPEC 2.3, 2.4, 2.7) -------------------------------------------------
+# -- runs, their gapless events, terminal state and live progress -------------------------------
 
 runs = Table(
     "runs",
@@ -159,7 +159,7 @@ run_events = Table(
     CheckConstraint(_in("type", EVENT_TYPES), name="type"),
 )
 
-# -- data plane outcomes (SPEC 2.8) --------------------------------------------------------------
+# -- data plane outcomes: sheet rows and durable node observations -------------------------------
 
 sheet_rows = Table(
     "sheet_rows",

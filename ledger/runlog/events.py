@@ -77,7 +77,7 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class TerminalState:
-    """A requested terminal state (SPEC 2.4); `completed_at` is set by the ledger."""
+    """A requested terminal state (completed, failed or cancelled); `completed_at` is set by the ledger."""
 
     status: str
     result: Any = None
@@ -199,7 +199,7 @@ def parse_events(events: object, field: str = "events") -> list[NewEvent]:
 
 
 def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> TerminalState:
-    """Validate a terminal state request (SPEC 2.4)."""
+    """Validate a terminal state request: a terminal status and in-range counts and texts."""
     prefix = f"{field}." if field else ""
     status = body.get("status")
     if status not in TERMINAL_STATUSES:

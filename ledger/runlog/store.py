@@ -341,7 +341,7 @@ async def set_terminal_in_transaction(
     max_events_per_run: int,
     now: datetime | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Set the run's terminal state, first terminal wins (SPEC 2.4).
+    """Set the run's terminal state; the first terminal state set is the one that stays.
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
     no-op (no second event); a different one raises `RunTerminal` (a `Conflict`). Setting it
@@ -418,7 +418,7 @@ class _Flight:
 
 
 class RunLog:
-    """Runs and their event logs on one database (SPEC 2.3-2.5).
+    """Runs, their gapless event logs, terminal states and reads, on one database.
 
     With a `listener`, long-polls are woken by NOTIFY; without one they poll every
     `poll_interval_s`. With a `clock`, every write takes its time from it (tests); otherwise from

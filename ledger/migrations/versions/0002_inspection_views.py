@@ -99,7 +99,8 @@ CROSS JOIN LATERAL jsonb_each(
 ) AS n
 """
 
-# Stale and expiry limits as in SPEC 2.1 (seed defaults): ready for more than 7 minutes is stale.
+# The pool's default limits: an entry ready for more than 7 minutes is stale (its instance is presumed
+# recycled, so it is never claimed) and an expired entry is not counted at all.
 POOL_AVAILABILITY = """
 CREATE VIEW ledger.pool_availability AS
 SELECT
@@ -121,7 +122,7 @@ WHERE p.expires_at > now()
 GROUP BY p.pool, p.version
 """
 
-# The watchdog's default `stall_after` (SPEC 2.6).
+# The watchdog's default stall limit: a non-terminal run with no event for 5 minutes is failed.
 STALLED_RUNS = """
 CREATE VIEW ledger.stalled_runs AS
 SELECT
