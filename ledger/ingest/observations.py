@@ -1,4 +1,4 @@
-"""Durable node observations (SPEC 2.8; the seed's docflow observation records).
+"""Durable node observations: each docflow node invocation's status, inputs, outputs and error.
 
 One row per `(run_id, node_id, attempt, invocation_seq)`. An observation replaces the stored one
 only when it is at least as recent: recency is `settled_at`, else `started_at` (a settled record
@@ -53,7 +53,8 @@ ORDER BY o.node_id, o.attempt, o.invocation_seq
 
 
 def invocation_seq_from_id(invocation_id: str | None) -> int:
-    """The seed's rule: the number after the last `:` of the invocation id, else 0."""
+    """The number after the last `:` of the invocation id (runners number invocations that way),
+    else 0."""
     if not invocation_id:
         return 0
     tail = invocation_id.rsplit(":", 1)[-1]

@@ -1,4 +1,4 @@
-"""Status ingestion rules (SPEC 2.7): validate an upload and decide what it changes. No I/O here.
+"""Status ingestion rules: validate a reporter upload and decide what it changes. No I/O here.
 
 `plan_upload(run_id, state, upload)` takes the run's ingestion state (`IngestState`, read from the
 locked runs row) and a validated `StatusUpload`, and returns an `IngestPlan`: the events to append,
@@ -15,12 +15,13 @@ Design notes:
   attempt's channel; `delivered` (runs.live_log_count) says how far the ledger already holds. Only
   positions beyond it are appended; positions that are neither held nor in the tail are reported as
   one `log.gap`. The count never goes down.
-- **Terminal log replay** is placed on the same channel: in `exact` mode (the seed's detached
-  recovery, a complete attempt-local buffer) at offset 0, i.e. positions `1 … N`; in `positional`
-  mode right after the upload's `live_log_total_count` (the seed's `totalCount = liveLogsTotalCount
-  + lines.length`). An explicit `total_count` (the seed's `totalCount`) overrides either offset to
-  `total_count - N`. In exact mode a replay whose digest (attempt + lines) equals the last replay
-  applied is absorbed whole.
+- **Terminal log replay** is placed on the same channel: in `exact` mode (a recovered run whose
+  replay is the attempt's complete log buffer) at offset 0, i.e. positions `1 … N`; in `positional`
+  mode right after the upload's `live_log_total_count` (the replayed lines continue after the
+  lines the live stream carried). An explicit `total_count` (the
+  attempt's line count including the replay) overrides either offset to `total_count - N`. In
+  exact mode a replay whose digest (attempt + lines) equals the last replay applied is absorbed
+  whole.
 - **Steps.** The uploaded nodes are diffed against the stored snapshot (missing nodes are kept, an
   uploaded node replaces its stored entry): newly `started_at` → `step.started`; any count changed
   → `step.progress`; newly `completed_at` → `step.completed`, whose outcome is `failed` when the
@@ -67,7 +68,7 @@ class LogReplay:
 
 @dataclass(frozen=True)
 class StatusUpload:
-    """One reporter upload (SPEC 2.7), validated; unknown extra fields were dropped."""
+    """One reporter upload, validated; unknown extra fields were dropped."""
 
     status: str
     upload_seq: int | None = None

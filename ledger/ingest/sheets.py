@@ -1,4 +1,5 @@
-"""Sheet row outcomes (SPEC 2.8): the data plane's per-row status and the per-namespace counts.
+"""Sheet row outcomes: the data plane's per-row status and the per-namespace counts, which the
+reporter's final reconciliation trusts over its own.
 
 Rows are upserted by `(run_id, table_namespace, row_key)`; the last write of a row wins (the data
 plane retries a failed row into `completed`). A batch is one statement, with its rows deduplicated

@@ -1,4 +1,4 @@
-"""Status ingestion on Postgres (SPEC 2.7): one reporter upload, applied in one transaction.
+"""Status ingestion on Postgres: one reporter upload, applied in one transaction.
 
 The run row is locked first (`lock_run`, creating the run: a status upload opens its run), so
 uploads to one run apply one at a time and the ingestion state read from the row is the state the
@@ -96,7 +96,7 @@ async def apply_status_upload(
     *,
     max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
 ) -> dict[str, Any]:
-    """Apply one reporter upload (SPEC 2.7) in one transaction and say what it applied.
+    """Apply one reporter upload in one transaction and say what it applied.
 
     `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
     `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
