@@ -18,10 +18,9 @@ Design notes:
 - **Terminal log replay** is placed on the same channel: in `exact` mode (a recovered run whose
   replay is the attempt's complete log buffer) at offset 0, i.e. positions `1 … N`; in `positional`
   mode right after the upload's `live_log_total_count` (the replayed lines continue after the
-  lines the live stream carried). An explicit `total_count` (the
-  attempt's line count including the replay) overrides either offset to `total_count - N`. In
-  exact mode a replay whose digest (attempt + lines) equals the last replay applied is absorbed
-  whole.
+  lines the live stream carried). An explicit `total_count` (the attempt's line count including
+  the replay) overrides either offset to `total_count - N`. In exact mode a replay whose digest
+  (attempt + lines) equals the last replay applied is absorbed whole.
 - **Steps.** The uploaded nodes are diffed against the stored snapshot (missing nodes are kept, an
   uploaded node replaces its stored entry): newly `started_at` → `step.started`; any count changed
   → `step.progress`; newly `completed_at` → `step.completed`, whose outcome is `failed` when the
