@@ -1,4 +1,4 @@
-"""`ledger serve`: migrate, then serve the HTTP API (SPEC 4.1) with the listener and the watchdog."""
+"""`ledger serve`: migrate, then serve the HTTP API with the listener and the watchdog."""
 
 from __future__ import annotations
 

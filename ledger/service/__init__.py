@@ -1,1 +1,1 @@
-"""The HTTP service (SPEC 4.1): `ledger.service.app.create_app`, served by `ledger serve`."""
+"""The HTTP service: `ledger.service.app.create_app`, served by `ledger serve`."""

@@ -1,4 +1,4 @@
-"""Request bodies of the wire contract (SPEC 4.1), snake_case exactly as specified.
+"""Request bodies of the HTTP API, in snake_case: the field names clients and workers rely on.
 
 The models check JSON types only (strict: no "5" for 5, unknown fields refused); every rule about
 values (non-empty, ranges, clamping, states) is the library's, which answers `InvalidInput`.

@@ -1,4 +1,4 @@
-"""Reading a run's events (SPEC 2.5): long-poll `GET .../events` and the SSE tail `.../events/stream`.
+"""Reading a run's events: long-poll `GET .../events` and the SSE tail `.../events/stream`.
 
 Both wait through `RunLog.list_events`, which registers with the process's single listener and holds
 no database connection while it waits. Both give way to `Drain`: at shutdown a long-poll answers

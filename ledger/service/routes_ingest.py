@@ -1,4 +1,4 @@
-"""Ingestion endpoints (SPEC 2.7, 2.8): the reporter's status upload, sheet row outcomes, node
+"""Ingestion endpoints: the reporter's status upload, sheet row outcomes, node
 observations. The upload body is passed whole to `ledger.ingest.store`, which owns its validation."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ Svc = Annotated[Services, Depends(services)]
 UPLOAD_DESCRIPTION = (
     "`{run_id, upload_seq, status, live_node_progress, live_logs, live_log_total_count, "
     "producer_attempt, dataset_lifecycle_events, activity_observations, terminal_log_replay, "
-    "last_checkpoint_at}` (SPEC 2.7). Delivering an upload twice changes nothing the second time. "
+    "last_checkpoint_at}`. Delivering an upload twice changes nothing the second time. "
     "The answer carries the attempt's `producer_attempt`, `last_upload_seq` and `live_log_count`."
 )
 

@@ -1,4 +1,4 @@
-"""Warm pool endpoints (SPEC 2.1, 4.1): `/v1/pools/{pool}/...`, thin calls into `WarmPool`."""
+"""Warm pool endpoints: `/v1/pools/{pool}/...`, thin calls into `WarmPool`."""
 
 from __future__ import annotations
 

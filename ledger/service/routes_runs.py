@@ -1,7 +1,7 @@
-"""Run endpoints (SPEC 2.2-2.4, 4.1): open/read runs, append events, terminal state, run mapping.
+"""Run endpoints: open/read runs, append events, terminal state, run mapping.
 
-`GET /v1/runs` (the newest runs, from the `run_overview` view) is beyond the SPEC 4.1 table: it is
-what `ledger runs` reads.
+`GET /v1/runs` lists the newest runs from the `run_overview` view, for `ledger runs` and anyone
+who wants the same list over HTTP.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ class ServiceSettings:
     max_body_bytes: int = 1024 * 1024
     # An idle SSE stream sends a comment this often, so proxies do not cut it.
     sse_keepalive_s: float = 15.0
-    # SPEC 4.1: every endpoint but health needs a token, the schema included; opt in to serve
+    # Every endpoint but the probes needs a token, the schema included; opt in to serve
     # /openapi.json and /docs openly (the contract holds no data) with LEDGER_PUBLIC_DOCS=1.
     public_docs: bool = False
     # Connections for requests; waiting (long-poll, SSE) holds none of them.
@@ -46,12 +46,13 @@ class ServiceSettings:
     db_pool_timeout_s: float = 10.0
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
-    # Run the stalled-run watchdog (SPEC 2.6) in this process: a run with no event for
-    # `watchdog_stall_s` is failed; a pass every `watchdog_interval_s`.
+    # Run the stalled-run watchdog in this process: a run with no event (nor checkpoint heartbeat)
+    # for `watchdog_stall_s` is failed; a pass every `watchdog_interval_s`.
     watchdog: bool = True
     watchdog_stall_s: float = 300.0
     watchdog_interval_s: float = 30.0
-    # Retention per run (SPEC 2.3): the oldest events beyond this are trimmed; 0 = unlimited.
+    # Retention per run: the oldest events beyond this are trimmed (never the terminal event);
+    # 0 = unlimited.
     max_events_per_run: int = 10_000
 
 
