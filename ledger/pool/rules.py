@@ -1,4 +1,4 @@
-"""The warm pool's and run mappings' rules (SPEC 2.1, 2.2), as pure functions: no database here.
+"""The warm pool's and run mappings' rules, as pure functions: no database here.
 
 Design note. Every decision an operation makes is a function of the rows it read and of `now`:
 whether an entry is garbage, available or warming, which entry a claim takes, what an add, promote,
@@ -34,7 +34,9 @@ _MICROSECOND = timedelta(microseconds=1)
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """Time limits of the pool (seed defaults): TTLs, the stale-ready age, the mapping lifetime."""
+    """Time limits of the pool. By default entries live 8 minutes (also the most a TTL may ask), an
+    entry ready for more than 7 minutes is stale (its instance is presumed recycled), and run
+    mappings live an hour."""
 
     default_ttl_ms: int = 8 * 60_000
     max_ttl_ms: int = 8 * 60_000
@@ -97,7 +99,7 @@ def check_pool(value: object) -> str:
 
 
 def check_version(value: object) -> str:
-    """A code version: non-empty after trimming (the seed trims it)."""
+    """A code version, trimmed (so `" v42 "` and `"v42"` are one version), non-empty."""
     return _text("version", value, trim=True)
 
 
@@ -126,7 +128,7 @@ def check_flag(field: str, value: object) -> bool | None:
 
 
 def ttl(ttl_ms: object, settings: PoolSettings) -> timedelta:
-    """The entry lifetime: the default when absent or 0 (as the seed), else clamped to the maximum."""
+    """The entry lifetime: the default when absent or 0, else clamped to the maximum."""
     if ttl_ms is None:
         return timedelta(milliseconds=settings.default_ttl_ms)
     value = math.floor(_number("ttl_ms", ttl_ms))
@@ -158,10 +160,10 @@ class ReadyRequest:
 
 
 def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
-    """Validate add's `ready`/`ready_at` (SPEC 2.1).
+    """Validate add's `ready`/`ready_at`.
 
     `ready=True` means ready at `ready_at_ms`, else now; a `ready_at_ms` alone implies `ready`;
-    `ready=False` is the same as absent (the seed only acts on `ready: true`).
+    `ready=False` is the same as absent: it never takes readiness away from an entry that has it.
     """
     flag = check_flag("ready", ready)
     if ready_at_ms is None:
@@ -169,7 +171,7 @@ def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
     if flag is False:
         raise InvalidInput("ready_at", "cannot be given with ready=false")
     value = _number("ready_at", ready_at_ms)
-    # epoch_ms truncates; ready_at is non-negative here, so that is the floor the seed takes.
+    # epoch_ms truncates; ready_at is non-negative here, so a fractional millisecond rounds down.
     ms = validate.epoch_ms("ready_at", value)
     assert ms is not None
     return ReadyRequest(ready=True, at=from_ms(ms))
@@ -278,7 +280,7 @@ def added(
 
 
 def promoted(entry: PoolEntry, now: datetime) -> PoolEntry:
-    """promote: ready as of now, even if it was ready before (the seed resets `ready_at`)."""
+    """promote: ready as of now, even if it was ready before: the stale limit counts from now."""
     return replace(entry, state="ready", ready_at=now)
 
 
@@ -387,7 +389,9 @@ def blocked(
 ) -> RunMapping | None:
     """What block writes, or None when the run already started on this instance (it lost the race).
 
-    As in the seed, a block replaces any other mapping (created now, same-version `claimed_at` kept).
+    Otherwise a block replaces any mapping of the run, whatever its state or instance (created now,
+    same-version `claimed_at` kept): the coordinator giving up on an instance wins unless the run
+    already started there.
     """
     if (
         mapping is not None

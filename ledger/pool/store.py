@@ -1,4 +1,4 @@
-"""The warm pool and run mappings on Postgres (SPEC 2.1, 2.2): `WarmPool`.
+"""The warm pool and run mappings on Postgres: `WarmPool`.
 
 Design note. Each operation is one transaction that reads and locks what its decision reads, asks
 `ledger.pool.rules` what to do, and writes the answer. The locks:
@@ -210,7 +210,7 @@ class WarmPool:
         ready: bool | None = None,
         ready_at_ms: float | None = None,
     ) -> int:
-        """Add (or refresh) entries; returns how many distinct ids were written (SPEC 2.1 add)."""
+        """Add (or refresh) entries; returns how many distinct ids were written."""
         pool, version, ids = rules.check_pool(pool), rules.check_version(version), rules.check_ids(ids)
         lifetime = rules.ttl(ttl_ms, self.settings)
         readiness = rules.ready_request(ready, ready_at_ms)
@@ -302,7 +302,7 @@ class WarmPool:
     async def map_run(
         self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
     ) -> dict[str, bool]:
-        """Map `run_id` to `instance_id` (SPEC 2.2 map); `{mapped: False}` if blocked for it."""
+        """Map `run_id` to `instance_id`; `{mapped: False}` if the run is blocked for that instance."""
         run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
         flag = bool(rules.check_flag("started", started))
