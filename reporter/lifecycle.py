@@ -5,7 +5,7 @@ terminal and a repeated start keeps the first start time. Transitions are report
 `emit` callback (the reporter turns them into ``started_at``/``completed_at`` patches), never
 twice for the same node and state.
 
-Rules (SPEC 3):
+Rules:
 
 * At creation, the steps before the first dataset step start (they have no events of their own;
   with no dataset step at all, every step is "before" it).

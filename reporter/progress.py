@@ -10,7 +10,7 @@ loses its ``completed_at`` unless the patch itself sets one (a step that regress
 page reopened, is not finished any more). ``completed`` counts successes only, so a map with failed
 rows keeps ``completed_at`` only when the patch that closes it names it.
 
-On the wire (SPEC 2.7) every field is snake_case, times are epoch milliseconds, and ``node_io`` is
+In an upload every field is snake_case, times are epoch milliseconds, and ``node_io`` is
 a dict with snake_case keys (``attempt``, ``invocation_id``, ``inputs``, ``outputs``, ``error``,
 ``inputs_truncated``, ``outputs_truncated``).
 """
@@ -57,7 +57,7 @@ class NodeProgress:
     updated_at: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The snake_case JSON object of SPEC 2.7, without the fields that were never set."""
+        """The node's snake_case JSON object in an upload, without the fields that were never set."""
         out: dict[str, Any] = {}
         for name in _WIRE_ORDER:
             value = getattr(self, name)

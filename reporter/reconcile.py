@@ -82,7 +82,7 @@ def sheet_outcome_patches(
 ) -> list[tuple[str, Patch]]:
     """Patches from per-namespace sheet outcomes ``{table_namespace, completed, failed, total}``.
 
-    Keys are accepted in snake_case (the ledger's API) or camelCase (the seed's). Outcomes of
+    Keys are accepted in snake_case (the ledger's API) or camelCase (the runner's wire format). Outcomes of
     namespaces no dataset step owns, and all-zero outcomes, are skipped.
     """
     patches: list[tuple[str, Patch]] = []

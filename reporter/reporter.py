@@ -58,7 +58,7 @@ T = TypeVar("T")
 
 
 class ProgressReporter:
-    """The worker-side progress reporter of one run attempt (SPEC 3)."""
+    """The worker-side progress reporter of one run attempt: fed synchronously, uploads in the background."""
 
     def __init__(
         self,

@@ -13,7 +13,8 @@ The pump takes a `Snapshot` of the state *when it starts the upload*, so a pendi
 carries everything folded up to then. Best-effort flushes are throttled by an adaptive interval
 (1.5 s below 10k rows, 8 s below 100k, 15 s below 1M, 30 s from 1M on); forced ones are not. A
 throttled request that leaves changes behind arms one *trailing* timer so a quiet stream still
-lands within an interval (the seed waited for the next event or the final flush).
+lands within an interval (without it, its last changes would wait for the next event or the final
+flush).
 
 Exactly once. Every upload carries ``upload_seq`` (1, 2, … within the attempt) and is built once:
 an upload whose outcome is unknown (a lost connection, a lost answer, a timeout) is kept *unacked*
@@ -356,7 +357,7 @@ class CoalescingUploader:
             log.warning("run %s: reporter stops: %s", self.run_id, exc)
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
-        """The SPEC 2.7 upload for one snapshot."""
+        """The status upload (the ledger's snake_case body) for one snapshot."""
         body: dict[str, Any] = {
             "run_id": self.run_id,
             "upload_seq": upload_seq,

@@ -1,4 +1,4 @@
-"""The HTTP transport: the ledger service's API (SPEC 4.1) through httpx, retried by one policy.
+"""The HTTP transport: the ledger service's HTTP API through httpx, retried by one policy.
 
 `RetryPolicy` is the single named retry policy (tenacity underneath): connection errors, timeouts
 and 408/429/502/503/504 are retried with exponential backoff and full jitter, a ``Retry-After``

@@ -1,8 +1,9 @@
 """The seam between the reporter and the ledger, and the errors a transport may raise.
 
-A transport delivers one upload (SPEC 2.7) and reads the run's terminal truth (sheet row outcomes
-and durable node observations, SPEC 2.8). The reporter never knows whether that happens over HTTP
-(`reporter.transports.http`) or in process (`reporter.transports.direct`).
+A transport delivers one status upload and reads the run's terminal truth (sheet row outcomes and
+durable node observations), which finalize reconciles the reporter's counts with. The reporter
+never knows whether that happens over HTTP (`reporter.transports.http`) or in process
+(`reporter.transports.direct`).
 """
 
 from __future__ import annotations
@@ -79,5 +80,5 @@ class Transport(Protocol):
         ...
 
     async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's durable node observations (SPEC 2.8)."""
+        """The run's durable node observations (one per node invocation, the newest record kept)."""
         ...
