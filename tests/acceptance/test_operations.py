@@ -6,7 +6,8 @@ import httpx
 
 from tests.acceptance.conftest import TOKENS, Server
 
-# SPEC 4.1, the wire contract: every one of these must exist with exactly this path.
+# The wire contract clients and workers are written against: every one of these must exist with
+# exactly this path.
 CONTRACT = [
     ("POST", "/v1/runs"),
     ("GET", "/v1/runs/{run_id}"),

@@ -152,7 +152,7 @@ def test_free_text_is_repaired_where_structure_would_be_refused() -> None:
 
 def test_a_non_ascii_digit_tail_is_no_invocation_seq() -> None:
     # '²'.isdigit() is True but int('²') raises: such an id used to crash the parse. ASCII digits
-    # only, as the seed's Number() reads them.
+    # only, as a JavaScript runner's Number() reads them.
     assert invocation_seq_from_id("node:²") == 0
     assert invocation_seq_from_id("node:٣") == 0
     assert invocation_seq_from_id("node:12") == 12

@@ -1,4 +1,4 @@
-"""SPEC 2.7's invariant on real Postgres: any re-delivery leaves the ledger as if each upload came once.
+"""Ingestion's invariant on real Postgres: any re-delivery leaves the ledger as if each upload came once.
 
 A generated reporter produces a realistic upload sequence (one or two producer attempts, growing
 logs seen through a bounded tail, growing node progress, one-shot lifecycle events and activity

@@ -1,9 +1,9 @@
-"""A reference model of the warm pool and run mappings: the seed's semantics in plain Python.
+"""A reference model of the warm pool and run mappings in plain Python.
 
-Written straight from `dedup-do.ts` (pool-add … pool-resolve-run) and SPEC 2.1/2.2, plus the
-decisions documented in `ledger.pool.rules`, independently of that module: times are epoch ms,
-state is two dicts, every operation runs to completion before the next (the Durable Object's
-`blockConcurrencyWhile`). The model-based test runs the same operations here and on Postgres.
+Written from the rules as `ledger.pool.rules` documents them (add, claim, count, promote, ready,
+delete, clear, map, block, resolve), independently of that module's code: times are epoch ms,
+state is two dicts, every operation runs to completion before the next (as if each held a lock on
+everything). The model-based test runs the same operations here and on Postgres.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC 2.1/2.2 on Postgres: every rule of the warm pool and run mappings, committed, with a clock the
+"""On Postgres: every rule of the warm pool and run mappings, committed, with a clock the
 tests move across TTLs and the stale-ready limit."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_names_are_trimmed_and_ids_kept_deduplicated_in_order() -> None:
 
 def test_ttl_defaults_clamps_and_floors() -> None:
     assert rules.ttl(None, S) == 8 * MIN
-    assert rules.ttl(0, S) == 8 * MIN  # the seed: a non-positive TTL means the default
+    assert rules.ttl(0, S) == 8 * MIN  # 0 (also below 1 ms, floored) means the default
     assert rules.ttl(0.4, S) == 8 * MIN
     assert rules.ttl(1.9, S) == timedelta(milliseconds=1)
     assert rules.ttl(60_000, S) == MIN
