@@ -41,7 +41,7 @@ async def refused(db: Database, field: str, call: Awaitable[object]) -> None:
 
 
 @pytest.fixture
-async def seeded(db: Database) -> Database:
+async def populated(db: Database) -> Database:
     """A run with an event, a sheet row, an observation and pool rows: something to leave alone."""
     runlog = RunLog(db)
     await runlog.open_run("r1")
@@ -54,31 +54,31 @@ async def seeded(db: Database) -> Database:
     return db
 
 
-async def test_terminal_counts_beyond_bigint(seeded: Database) -> None:
-    runlog = RunLog(seeded)
+async def test_terminal_counts_beyond_bigint(populated: Database) -> None:
+    runlog = RunLog(populated)
     terminal = {"type": "terminal", "status": "completed", "total_rows": INT64_MAX + 1}
     await refused(
-        seeded, "events[1].total_rows", runlog.append("r1", [{"type": "log", "line": "x"}, terminal])
+        populated, "events[1].total_rows", runlog.append("r1", [{"type": "log", "line": "x"}, terminal])
     )
-    await refused(seeded, "duration_ms", runlog.set_terminal("r1", "completed", duration_ms=HUGE))
-    await refused(seeded, "total_rows", runlog.set_terminal("r1", "failed", total_rows=INT64_MAX + 1))
+    await refused(populated, "duration_ms", runlog.set_terminal("r1", "completed", duration_ms=HUGE))
+    await refused(populated, "total_rows", runlog.set_terminal("r1", "failed", total_rows=INT64_MAX + 1))
     # The bound itself is stored and read back.
     state = await runlog.set_terminal("r1", "completed", total_rows=INT64_MAX, duration_ms=INT64_MAX)
     assert (state["total_rows"], state["duration_ms"]) == (INT64_MAX, INT64_MAX)
 
 
-async def test_run_log_refuses_a_nul_run_id_on_reads_and_a_nul_play_name(seeded: Database) -> None:
-    runlog = RunLog(seeded)
-    await refused(seeded, "play_name", runlog.open_run("r2", play_name="p\x00"))
-    await refused(seeded, "play_name", runlog.open_run("r1", play_name="\ud800"))
-    await refused(seeded, "run_id", runlog.get_run("r1\x00"))
-    await refused(seeded, "run_id", runlog.get_terminal("\x00"))
-    await refused(seeded, "run_id", runlog.list_events("r\x00", after=-1))
-    await refused(seeded, "run_id", runlog.list_events("r\ud800", after=-1))
-    await refused(seeded, "after", runlog.list_events("r1", after=INT64_MAX + 1))
+async def test_run_log_refuses_a_nul_run_id_on_reads_and_a_nul_play_name(populated: Database) -> None:
+    runlog = RunLog(populated)
+    await refused(populated, "play_name", runlog.open_run("r2", play_name="p\x00"))
+    await refused(populated, "play_name", runlog.open_run("r1", play_name="\ud800"))
+    await refused(populated, "run_id", runlog.get_run("r1\x00"))
+    await refused(populated, "run_id", runlog.get_terminal("\x00"))
+    await refused(populated, "run_id", runlog.list_events("r\x00", after=-1))
+    await refused(populated, "run_id", runlog.list_events("r\ud800", after=-1))
+    await refused(populated, "after", runlog.list_events("r1", after=INT64_MAX + 1))
 
 
-async def test_observation_numbers_beyond_int4_and_times_beyond_datetime(seeded: Database) -> None:
+async def test_observation_numbers_beyond_int4_and_times_beyond_datetime(populated: Database) -> None:
     def batch(**fields: Any) -> list[dict[str, Any]]:
         # A good observation first: the bad one must reject the whole batch.
         good = {"node_id": "m", "attempt": 1, "status": "completed"}
@@ -93,21 +93,21 @@ async def test_observation_numbers_beyond_int4_and_times_beyond_datetime(seeded:
         ("observations[1].outputs", batch(outputs={"x": "\ud800"})),
     ]
     for field, observations in cases:
-        await refused(seeded, field, record_observations(seeded, "r1", observations))
-        await refused(seeded, field, record_observations(seeded, "new-run", observations))
-    assert len(await list_observations(seeded, "r1")) == 1
+        await refused(populated, field, record_observations(populated, "r1", observations))
+        await refused(populated, field, record_observations(populated, "new-run", observations))
+    assert len(await list_observations(populated, "r1")) == 1
 
 
-async def test_sheet_rows_that_are_not_valid_utf8(seeded: Database) -> None:
+async def test_sheet_rows_that_are_not_valid_utf8(populated: Database) -> None:
     rows = [
         {"table_namespace": "t", "row_key": "k2", "status": "completed"},
         {"table_namespace": "t", "row_key": "k\ud800", "status": "failed"},
     ]
-    await refused(seeded, "rows[1].row_key", record_sheet_rows(seeded, "r1", rows))
-    await refused(seeded, "run_id", sheet_outcomes(seeded, "r1\x00"))
+    await refused(populated, "rows[1].row_key", record_sheet_rows(populated, "r1", rows))
+    await refused(populated, "run_id", sheet_outcomes(populated, "r1\x00"))
 
 
-async def test_status_upload_numbers_beyond_their_columns(seeded: Database) -> None:
+async def test_status_upload_numbers_beyond_their_columns(populated: Database) -> None:
     cases: list[tuple[str, dict[str, Any]]] = [
         ("producer_attempt", {"producer_attempt": INT32_MAX + 1}),  # int4 column
         ("upload_seq", {"upload_seq": INT64_MAX + 1}),
@@ -116,11 +116,11 @@ async def test_status_upload_numbers_beyond_their_columns(seeded: Database) -> N
         ("live_node_progress.n.completed_at", {"live_node_progress": {"n": {"completed_at": HUGE}}}),
     ]
     for field, body in cases:
-        await refused(seeded, field, apply_status_upload(seeded, "r1", {"status": "running", **body}))
+        await refused(populated, field, apply_status_upload(populated, "r1", {"status": "running", **body}))
 
 
-async def test_pool_names_and_ids_with_nul(seeded: Database) -> None:
-    pool = WarmPool(seeded, clock=ManualClock())
+async def test_pool_names_and_ids_with_nul(populated: Database) -> None:
+    pool = WarmPool(populated, clock=ManualClock())
     calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
         ("version", lambda: pool.add("default", "v\x00", ["i2"])),
         ("pool", lambda: pool.add("p\x00", "v1", ["i2"])),
@@ -130,4 +130,4 @@ async def test_pool_names_and_ids_with_nul(seeded: Database) -> None:
         ("version", lambda: pool.claim("default", "\ud800", "r2")),
     ]
     for field, call in calls:
-        await refused(seeded, field, call())
+        await refused(populated, field, call())
