@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKeyConstraint,
@@ -221,6 +222,53 @@ idempotency_keys = Table(
     Index("ix_idempotency_keys_created_at", "created_at"),
 )
 
+# -- Durable Streams: append-only byte logs addressed by name ------------------------------------
+
+# One row per stream. Positions count bytes (JSON streams: messages); `tail` is the next position
+# to write. A fork reads `forked_from` below `fork_offset` and its own rows from there on; a source
+# deleted while forks still read through it keeps its row with `deleted_at` set.
+streams = Table(
+    "streams",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("content_type", Text, nullable=False),
+    _ts("created_at", nullable=False, default_now=True),
+    Column("ttl_s", BigInteger),
+    _ts("expires_at"),
+    # Last read or write: a TTL counts from here (a sliding window).
+    _ts("touched_at", nullable=False, default_now=True),
+    Column("closed", Boolean, nullable=False, server_default=text("false")),
+    # The producer (id, epoch, seq) whose append closed the stream: its retry is a duplicate.
+    Column("closed_by", JSONB),
+    Column("tail", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_stream_seq", Text),
+    # Idempotent producers: {"<producer id>": {"epoch": e, "seq": s}}.
+    Column("producers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("forked_from", Text),
+    Column("fork_offset", BigInteger),
+    Column("fork_sub_offset", BigInteger, nullable=False, server_default=text("0")),
+    _ts("deleted_at"),
+    PrimaryKeyConstraint("name"),
+    CheckConstraint("name <> ''", name="name_not_empty"),
+    CheckConstraint("tail >= 0", name="tail_non_negative"),
+    CheckConstraint("ttl_s IS NULL OR expires_at IS NULL", name="ttl_or_expiry"),
+    CheckConstraint("(forked_from IS NULL) = (fork_offset IS NULL)", name="fork_offset_iff_forked"),
+    Index("ix_streams_forked_from", "forked_from", postgresql_where=text("forked_from IS NOT NULL")),
+)
+
+# One row per append (JSON streams: per message), covering positions [offset, end_offset).
+stream_data = Table(
+    "stream_data",
+    metadata,
+    Column("name", Text, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("end_offset", BigInteger, nullable=False),
+    Column("payload", BYTEA, nullable=False),
+    PrimaryKeyConstraint("name", "offset"),
+    ForeignKeyConstraint(["name"], ["ledger.streams.name"], ondelete="CASCADE"),
+    CheckConstraint("\"offset\" >= 0 AND end_offset > \"offset\"", name="range_not_empty"),
+)
+
 # Children before parents: the order a committed test deletes rows in.
 ALL_TABLES = (
     run_events,
@@ -230,4 +278,6 @@ ALL_TABLES = (
     run_mappings,
     pool_entries,
     idempotency_keys,
+    stream_data,
+    streams,
 )
