@@ -14,14 +14,12 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from ledger.errors import ConfigError as ConfigError  # where callers have always found it
+
 DATABASE_URL_VAR = "LEDGER_DATABASE_URL"
 DATA_DIR_VAR = "LEDGER_DATA_DIR"
 
 _ACCEPTED_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
-
-
-class ConfigError(Exception):
-    """The configuration (environment) is unusable; the message is one line for a person."""
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
+from ledger.errors import DatabaseUnavailable
 
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
-
-
-class DatabaseUnavailable(Exception):
-    """Postgres could not be reached; the message says where it was looked for."""
 
 
 # Faults of the database, not of the request: connection lost (server restart, admin shutdown),

@@ -12,8 +12,7 @@ import click
 import psycopg
 import sqlalchemy.exc
 
-from ledger.config import ConfigError
-from ledger.db import DatabaseUnavailable
+from ledger.errors import ConfigError, DatabaseUnavailable
 
 
 class LedgerGroup(click.Group):
