@@ -71,6 +71,11 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value: object) -> TypeGuard[int | float]:
+    """An int or float that is not a bool (finite or not: `number` is the check that refuses NaN)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def items(field: str, value: object, what: str) -> list[Any]:
     """A JSON array (a list or tuple; a string is not one): `what` names its items in the error."""
     if not isinstance(value, list | tuple):
@@ -230,7 +235,7 @@ def required_integer(
 
 def number(field: str, value: object, *, minimum: float | None = None) -> float | int:
     """A finite int or float (not bool), at least `minimum` when given."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise InvalidInput(field, f"must be a number, got {_kind(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidInput(field, "must be finite")
@@ -246,17 +251,28 @@ def epoch_ms(field: str, value: object, *, optional: bool = False) -> int | None
     """
     if value is None and optional:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (isinstance(value, float) and not math.isfinite(value))
-        or value < 0
-    ):
+    if not is_number(value) or (isinstance(value, float) and not math.isfinite(value)) or value < 0:
         expected = " or null" if optional else ""
         raise InvalidInput(field, f"must be epoch milliseconds (a non-negative number){expected}")
     if value > MAX_EPOCH_MS:
         raise InvalidInput(field, f"is out of range (epoch milliseconds up to {MAX_EPOCH_MS}, year 9999)")
     return int(value)
+
+
+def invocation_seq(invocation_id: object) -> int | None:
+    """The number a docflow invocation id ends with: the ASCII digits after its last `:` (runners
+    number an invocation's runs that way), else None.
+
+    ASCII only: `str.isdigit()` also says yes to '²', which `int()` refuses. More digits than a
+    bigint has give `INT64_MAX + 1`, which no column holds, instead of being converted: `int()` of
+    a long enough string raises.
+    """
+    if not isinstance(invocation_id, str):
+        return None
+    tail = invocation_id.rpartition(":")[2]
+    if not (tail.isascii() and tail.isdigit()):
+        return None
+    return int(tail) if len(tail) <= len(str(INT64_MAX)) else INT64_MAX + 1
 
 
 def json_value(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -> Any:
@@ -395,7 +411,9 @@ __all__ = [
     "free_text",
     "free_text_list",
     "integer",
+    "invocation_seq",
     "is_int",
+    "is_number",
     "items",
     "json_depth",
     "json_object",

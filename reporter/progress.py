@@ -21,20 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-PROGRESS_FIELDS: tuple[str, ...] = (
-    "completed",
-    "failed",
-    "total",
-    "started_rows",
-    "active_rows",
-    "waiting_rows",
-    "completed_rows",
-    "message",
-    "artifact_table_namespace",
-    "started_at",
-    "completed_at",
-    "node_io",
-)
+from ledger.validate import NODE_FIELDS
+
+# What a patch may name: every field of a node's progress the ledger stores but `updated_at`,
+# which every merge sets itself.
+PROGRESS_FIELDS: tuple[str, ...] = tuple(name for name in NODE_FIELDS if name != "updated_at")
 _PATCHABLE = frozenset(PROGRESS_FIELDS)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.validate import LIVE_LOG_TAIL_LIMIT, repair_text
+from ledger.validate import LIVE_LOG_TAIL_LIMIT, is_number, repair_text
 from reporter.progress import NodeProgress, merge_patch
 
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
@@ -36,7 +36,7 @@ class Snapshot:
 
 def _observed_at(observation: Mapping[str, Any]) -> float:
     value = observation.get("observedAt")
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if is_number(value):
         return float(value)
     return float("-inf")
 

@@ -136,7 +136,6 @@ class CoalescingUploader:
         self.failed_uploads = 0
         self.stopped = False
         self.stop_reason: Refused | None = None
-        self.last_error: BaseException | None = None
         self.sanitizer = sanitizer or Sanitizer(run_id)
         # The upload whose outcome is unknown; sent again before anything newer.
         self._unacked: Unacked | None = None
@@ -305,7 +304,6 @@ class CoalescingUploader:
         except Exception as exc:
             # Outcome unknown: the unacked upload stays, and the next request sends it again.
             self.failed_uploads += 1
-            self.last_error = exc
             log.warning("run %s: progress upload failed: %s", self.run_id, exc)
             _settle(request, exc)
             return
@@ -336,7 +334,6 @@ class CoalescingUploader:
             )
 
     def _refused(self, exc: Refused) -> None:
-        self.last_error = exc
         if isinstance(exc, UploadRejected) and self._unacked is not None:
             # Refused whole, nothing written: its one-shot events go out with a later upload.
             self.state.requeue(self._unacked.snapshot)

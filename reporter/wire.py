@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from ledger.validate import INT64_MAX, MAX_EPOCH_MS
+from ledger.validate import INT64_MAX, MAX_EPOCH_MS, invocation_seq, is_int
 
 # Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
 LogMode = Literal["progress_reporter", "direct_worker"]
@@ -108,7 +108,7 @@ def parse_tool_batch(line: str) -> ToolBatch | None:
 
 def as_int(value: object) -> int | None:
     """A finite integral number as int (bools and NaN are not numbers here), else None."""
-    if type(value) is int:  # the exact type: bool is an int subclass and must not count
+    if is_int(value):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -116,11 +116,10 @@ def as_int(value: object) -> int | None:
 
 
 def invocation_sequence(invocation_id: object) -> int:
-    """The trailing ``:<n>`` of a docflow invocation id, or -1."""
-    if not isinstance(invocation_id, str) or not invocation_id:
-        return -1
-    tail = invocation_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isascii() and tail.isdigit() else -1
+    """The trailing ``:<n>`` of a docflow invocation id (`ledger.validate.invocation_seq`), or -1:
+    an id without one orders before invocation 0."""
+    seq = invocation_seq(invocation_id)
+    return -1 if seq is None else seq
 
 
 def as_count(value: object) -> int | None:

@@ -20,7 +20,7 @@ import email.utils
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -102,6 +102,7 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
+_T = TypeVar("_T")
 
 
 def _error_body(response: httpx.Response) -> dict[str, Any]:
@@ -110,6 +111,13 @@ def _error_body(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
+
+
+def _listed(answer: Any, key: str, kind: type[_T]) -> list[_T]:
+    """The items of type `kind` in the answer's list `key`: finalize reconciles from whatever the
+    answer holds, so a malformed answer reads as nothing rather than failing the run."""
+    listed = answer.get(key) if isinstance(answer, dict) else None
+    return [item for item in listed if isinstance(item, kind)] if isinstance(listed, list) else []
 
 
 def _check(response: httpx.Response, run_id: str) -> None:
@@ -204,18 +212,10 @@ class HttpTransport:
         return answer if isinstance(answer, dict) else None
 
     async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
-        answer = await self._read(run_id, f"logs?tail={limit}")
-        lines = answer.get("lines") if isinstance(answer, dict) else None
-        return [line for line in lines if isinstance(line, str)] if isinstance(lines, list) else []
+        return _listed(await self._read(run_id, f"logs?tail={limit}"), "lines", str)
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
-        answer = await self._read(run_id, "sheets")
-        outcomes = answer.get("outcomes") if isinstance(answer, dict) else None
-        return [o for o in outcomes if isinstance(o, dict)] if isinstance(outcomes, list) else []
+        return _listed(await self._read(run_id, "sheets"), "outcomes", dict)
 
     async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
-        answer = await self._read(run_id, "observations")
-        observations = answer.get("observations") if isinstance(answer, dict) else None
-        if not isinstance(observations, list):
-            return []
-        return [o for o in observations if isinstance(o, dict)]
+        return _listed(await self._read(run_id, "observations"), "observations", dict)

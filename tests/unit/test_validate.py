@@ -116,6 +116,23 @@ def test_number() -> None:
     assert problem(validate.number, "x", -0.5, minimum=0).problem == "must not be negative"
 
 
+def test_is_number_and_is_int_leave_bool_out() -> None:
+    assert validate.is_number(1) and validate.is_number(1.5) and validate.is_number(float("nan"))
+    assert not validate.is_number(True) and not validate.is_number("1") and not validate.is_number(None)
+    assert validate.is_int(3) and not validate.is_int(False) and not validate.is_int(3.0)
+
+
+def test_invocation_seq_is_the_ascii_number_after_the_last_colon() -> None:
+    assert validate.invocation_seq("node:2:14") == 14
+    assert validate.invocation_seq("7") == 7
+    for junk in ("node", "node:", "node:x", "node:²", "node:٣", "node:-1", "node: 1", None, 14):
+        assert validate.invocation_seq(junk) is None, junk
+    # Past a bigint's digits the number is not converted (int() of a long enough string raises),
+    # but stays a number no column holds, so the ledger's int4 check still refuses it.
+    assert validate.invocation_seq("node:" + "9" * 5000) == INT64_MAX + 1
+    assert validate.invocation_seq("node:" + "9" * 19) == 10**19 - 1
+
+
 # -- epoch milliseconds --------------------------------------------------------------------------------
 
 

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 from ledger.validate import LIVE_LOG_TAIL_LIMIT
-from reporter.folding import EventFolder, LogMode
+from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
 from reporter.state import ProgressState
+from reporter.wire import LogMode
 
 CONTRACT = {
     "staticPipeline": {

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.validate import NODE_FIELDS
 from reporter.progress import (
     PROGRESS_FIELDS,
     NodeProgress,
@@ -13,6 +14,12 @@ from reporter.progress import (
     merge_patch,
     rows_processed_message,
 )
+
+
+def test_the_model_has_exactly_the_fields_the_ledger_checks() -> None:
+    # A field only one side knows would be dropped by the sanitizer or never reach the wire.
+    assert set(NodeProgress.__dataclass_fields__) == set(NODE_FIELDS)
+    assert set(PROGRESS_FIELDS) == set(NODE_FIELDS) - {"updated_at"}
 
 
 def test_patch_overrides_only_the_fields_it_names_and_refreshes_updated_at() -> None:
