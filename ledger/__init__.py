@@ -1,3 +1,117 @@
-"""Run Ledger: a Postgres-backed run ledger (warm pool, run mappings, run events, terminal state)."""
+"""Run Ledger: a Postgres-backed run ledger (warm pool, run mappings, run events, terminal state).
+
+```python
+from ledger import Database, RunLog, WarmPool  # the library, on your Postgres
+from ledger import LedgerClient  # the HTTP API of a running `ledger serve`
+```
+
+The names below are imported on first use (PEP 562), so `import ledger` stays cheap: the worker
+side (`reporter`, which imports `ledger.validate`) never loads psycopg, SQLAlchemy or FastAPI.
+"""
+
+from __future__ import annotations
+
+import importlib
+import typing
 
 __version__ = "0.1.0"
+
+if typing.TYPE_CHECKING:
+    from ledger.client import AsyncLedgerClient as AsyncLedgerClient
+    from ledger.client import LedgerClient as LedgerClient
+    from ledger.db import Database as Database
+    from ledger.errors import ConfigError as ConfigError
+    from ledger.errors import Conflict as Conflict
+    from ledger.errors import CursorExpired as CursorExpired
+    from ledger.errors import DatabaseUnavailable as DatabaseUnavailable
+    from ledger.errors import InvalidInput as InvalidInput
+    from ledger.errors import LedgerError as LedgerError
+    from ledger.errors import LedgerUnavailable as LedgerUnavailable
+    from ledger.errors import NotFound as NotFound
+    from ledger.errors import PayloadTooLarge as PayloadTooLarge
+    from ledger.errors import RunTerminal as RunTerminal
+    from ledger.errors import StaleAttempt as StaleAttempt
+    from ledger.errors import Unauthorized as Unauthorized
+    from ledger.ingest.observations import list_observations as list_observations
+    from ledger.ingest.observations import record_observations as record_observations
+    from ledger.ingest.sheets import record_sheet_rows as record_sheet_rows
+    from ledger.ingest.sheets import sheet_outcomes as sheet_outcomes
+    from ledger.ingest.store import apply_status_upload as apply_status_upload
+    from ledger.pool.store import WarmPool as WarmPool
+    from ledger.runlog.listener import Listener as Listener
+    from ledger.runlog.store import RunLog as RunLog
+    from ledger.runlog.watchdog import Watchdog as Watchdog
+
+# Where each exported name lives.
+_HOMES: dict[str, str] = {
+    "AsyncLedgerClient": "ledger.client",
+    "LedgerClient": "ledger.client",
+    "Database": "ledger.db",
+    "RunLog": "ledger.runlog.store",
+    "Listener": "ledger.runlog.listener",
+    "Watchdog": "ledger.runlog.watchdog",
+    "WarmPool": "ledger.pool.store",
+    "apply_status_upload": "ledger.ingest.store",
+    "record_sheet_rows": "ledger.ingest.sheets",
+    "sheet_outcomes": "ledger.ingest.sheets",
+    "record_observations": "ledger.ingest.observations",
+    "list_observations": "ledger.ingest.observations",
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "Conflict",
+            "CursorExpired",
+            "DatabaseUnavailable",
+            "InvalidInput",
+            "LedgerError",
+            "LedgerUnavailable",
+            "NotFound",
+            "PayloadTooLarge",
+            "RunTerminal",
+            "StaleAttempt",
+            "Unauthorized",
+        ),
+        "ledger.errors",
+    ),
+}
+
+__all__ = [
+    "AsyncLedgerClient",
+    "ConfigError",
+    "Conflict",
+    "CursorExpired",
+    "Database",
+    "DatabaseUnavailable",
+    "InvalidInput",
+    "LedgerClient",
+    "LedgerError",
+    "LedgerUnavailable",
+    "Listener",
+    "NotFound",
+    "PayloadTooLarge",
+    "RunLog",
+    "RunTerminal",
+    "StaleAttempt",
+    "Unauthorized",
+    "WarmPool",
+    "Watchdog",
+    "__version__",
+    "apply_status_upload",
+    "list_observations",
+    "record_observations",
+    "record_sheet_rows",
+    "sheet_outcomes",
+]
+
+
+def __getattr__(name: str) -> typing.Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'ledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # found once; later reads do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

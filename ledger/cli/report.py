@@ -30,7 +30,7 @@ from typing import IO, Any
 import click
 
 from ledger.auth import client_token
-from ledger.cli.client_http import service_url
+from ledger.client import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
 from reporter.transports.protocol import RunTerminalError
 

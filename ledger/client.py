@@ -1,0 +1,846 @@
+"""A Python client for the ledger's HTTP API: `LedgerClient` (blocking) and `AsyncLedgerClient`.
+
+```python
+from ledger.client import LedgerClient
+
+with LedgerClient("http://127.0.0.1:8787", token) as ledger:  # or LedgerClient.from_env()
+    ledger.open_run("run-1", play_name="enrich")
+    ledger.append_events("run-1", [{"type": "log", "line": "starting"}])
+    page = ledger.list_events("run-1", after=-1, timeout_ms=5000)  # long-poll
+    for event in ledger.tail("run-1"):  # SSE until the terminal event, resuming after drops
+        print(event["seq"], event["type"])
+```
+
+`AsyncLedgerClient` has the same methods, awaited (`tail` and `iter_events` are async iterators).
+
+Design notes:
+
+- **One description per operation.** Each operation is a function of its arguments returning a
+  `Call`: method, path (segments quoted), query, JSON body, and how to read the answer. Both
+  clients inherit them (the `operation` descriptor binds each to the client's `_perform`), so the
+  blocking and the async face cannot drift apart; only sending differs. The multi-request
+  readers (`iter_events`, `tail`) keep their rules in `EventPager` and `TailState`, which do no
+  I/O; each face only runs the loop.
+- **Errors are the library's.** `error_for` is the one reader of the service's `{"error": ...}`
+  answers: 400/422 `InvalidInput` (its `field` parsed from the message), 401/403 `Unauthorized`,
+  404 `NotFound`, 409 `StaleAttempt`/`RunTerminal`/`Conflict` by the answer's `code`, 410
+  `CursorExpired` (with `first_seq`), 413 `PayloadTooLarge`; 502/503/504 and a connection that
+  fails are `LedgerUnavailable` (with the `Retry-After` seconds). Each carries a note naming the
+  HTTP status and the request.
+- **Retries are safe.** `LedgerUnavailable` is retried (`RetryPolicy`: backoff with jitter, a
+  `Retry-After` is the minimum wait, attempts and total time capped). Reads are idempotent, and
+  every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
+  its retries; a status upload's is `<run_id>:<producer_attempt>:<upload_seq>` like the
+  reporter's), so a retried write whose first answer was lost is answered from the service's
+  store instead of being applied twice.
+- **The tail resumes.** `tail` reads `GET /v1/runs/{id}/events/stream`; when the connection
+  drops (or the service answers 503) before the terminal event it reconnects with
+  `Last-Event-ID` = the last seq it yielded, so nothing is lost or repeated; a 204 on reconnect
+  means the run finished with nothing newer. It gives up after `max_reconnects` failures in a row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, Self, TypeVar, overload
+from urllib.parse import quote
+
+import httpx
+from httpx_sse import ServerSentEvent, SSEError, aconnect_sse, connect_sse
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from ledger import __version__
+from ledger.errors import (
+    Conflict,
+    CursorExpired,
+    InvalidInput,
+    LedgerError,
+    LedgerUnavailable,
+    NotFound,
+    PayloadTooLarge,
+    RunTerminal,
+    StaleAttempt,
+    Unauthorized,
+)
+
+if TYPE_CHECKING:
+    # Only typing: the result types are the service's wire shapes, checked by mypy, not at run time.
+    from ledger import shapes
+
+__all__ = [
+    "DEFAULT_URL",
+    "URL_VAR",
+    "AsyncLedgerClient",
+    "Call",
+    "EventPager",
+    "LedgerClient",
+    "RetryPolicy",
+    "TailState",
+    "error_for",
+    "segment",
+    "service_url",
+]
+
+URL_VAR: Final = "LEDGER_URL"
+DEFAULT_URL: Final = "http://127.0.0.1:8787"
+# Statuses that mean "not now" rather than "not this request": a proxy's or the service's outage.
+UNAVAILABLE_STATUS: Final = frozenset({502, 503, 504})
+# The SSE stream sends a comment every 15 s (by default) while idle; a read waits longer than that.
+STREAM_READ_TIMEOUT_S: Final = 60.0
+
+T = TypeVar("T")
+P = ParamSpec("P")
+Params = Mapping[str, str | int | float]
+
+
+def service_url(environ: Mapping[str, str] | None = None) -> str:
+    """`LEDGER_URL` without its trailing slash, else the local default."""
+    env = os.environ if environ is None else environ
+    return (env.get(URL_VAR, "").strip() or DEFAULT_URL).rstrip("/")
+
+
+def segment(value: str) -> str:
+    """`value` escaped as one URL path segment (an id may hold `/`, `?` or `%`)."""
+    return quote(value, safe="")
+
+
+def _new_key() -> str:
+    return uuid.uuid4().hex
+
+
+# -- one operation, described once ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer, independent of how it is sent."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: Params | None = None
+    body: Any = None
+    idempotency_key: str | None = None
+    # How long the service may hold the answer on purpose (a long-poll): added to the read timeout.
+    wait_s: float = 0.0
+    # The run the request is about, for the errors that name it.
+    run_id: str = ""
+    # Error statuses whose body is the answer (e.g. /readyz's 503), not an error.
+    answers: frozenset[int] = frozenset()
+    retry: bool = True
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise LedgerUnavailable(
+            f"the service answered {response.request.method} {response.request.url.path} with "
+            f"something that is not JSON (HTTP {response.status_code})"
+        ) from None
+
+
+def _whole(response: httpx.Response) -> Any:
+    return _body(response)
+
+
+def _field(name: str) -> Callable[[httpx.Response], Any]:
+    def read(response: httpx.Response) -> Any:
+        return _body(response)[name]
+
+    return read
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _without_none(**fields: Any) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _run_path(run_id: str, tail: str = "") -> str:
+    return f"/v1/runs/{segment(run_id)}{tail}"
+
+
+def _pool_path(pool: str, tail: str) -> str:
+    return f"/v1/pools/{segment(pool)}{tail}"
+
+
+def _write(
+    method: str, path: str, body: Any, parse: Callable[[httpx.Response], T], key: str | None, run_id: str = ""
+) -> Call[T]:
+    return Call(method, path, parse, body=body, idempotency_key=key or _new_key(), run_id=run_id)
+
+
+class operation(Generic[P, T]):
+    """An API operation described by `build` (arguments → `Call`), bound to the client it is read
+    from: on a `LedgerClient` it returns the result, on an `AsyncLedgerClient` an awaitable of it."""
+
+    def __init__(self, build: Callable[P, Call[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+        self.__name__ = build.__name__
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> operation[P, T]: ...
+    @overload
+    def __get__(self, client: LedgerClient, owner: type[Any]) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, client: AsyncLedgerClient, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(self, client: LedgerClient | AsyncLedgerClient | None, owner: type[Any]) -> Any:
+        if client is None:
+            return self
+        build, perform = self.build, client._perform
+
+        def bound(*args: P.args, **kwargs: P.kwargs) -> Any:
+            return perform(build(*args, **kwargs))
+
+        bound.__name__ = self.__name__
+        bound.__doc__ = self.__doc__
+        return bound
+
+
+class _Operations:
+    """The HTTP API, one operation each; the clients below only send."""
+
+    # -- runs --------------------------------------------------------------------------------------
+
+    @operation
+    def open_run(
+        run_id: str, play_name: str | None = None, *, idempotency_key: str | None = None
+    ) -> Call[shapes.Run]:
+        """Open a run (the same again answers the run as it is)."""
+        body = _without_none(run_id=run_id, play_name=play_name)
+        return _write("POST", "/v1/runs", body, _whole, idempotency_key, run_id)
+
+    @operation
+    def list_runs(limit: int = 50) -> Call[list[shapes.RunSummary]]:
+        """The newest runs with their step and row totals, newest first (1 to 1,000)."""
+        return Call("GET", "/v1/runs", _field("runs"), params={"limit": limit})
+
+    @operation
+    def get_run(run_id: str) -> Call[shapes.Run]:
+        """The run: status, last seq, terminal state, live node progress, resume position."""
+        return Call("GET", _run_path(run_id), _whole, run_id=run_id)
+
+    @operation
+    def recent_log_lines(run_id: str, limit: int = 1000) -> Call[list[str]]:
+        """The text of the run's last `limit` log lines, oldest first."""
+        return Call("GET", _run_path(run_id, "/logs"), _field("lines"), params={"tail": limit}, run_id=run_id)
+
+    @operation
+    def append_events(
+        run_id: str, events: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Call[list[shapes.Event]]:
+        """Append events `{type, ...fields}` in one transaction; the answer has their seq and ts."""
+        body = {"events": list(events)}
+        return _write("POST", _run_path(run_id, "/events"), body, _field("events"), idempotency_key, run_id)
+
+    @operation
+    def set_terminal(
+        run_id: str,
+        status: shapes.TerminalStatus,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        total_rows: int | None = None,
+        duration_ms: int | None = None,
+        play_name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Call[shapes.TerminalState]:
+        """End the run (the first terminal state wins; another is `RunTerminal`)."""
+        body = _without_none(
+            status=status,
+            result=result,
+            error=error,
+            total_rows=total_rows,
+            duration_ms=duration_ms,
+            play_name=play_name,
+        )
+        return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
+
+    @operation
+    def get_terminal(run_id: str) -> Call[shapes.TerminalState | None]:
+        """The terminal state, or None while the run is live."""
+        return Call("GET", _run_path(run_id, "/terminal"), _field("state"), run_id=run_id)
+
+    @operation
+    def list_events(
+        run_id: str, after: int | str = -1, *, timeout_ms: int = 0, limit: int | None = None
+    ) -> Call[shapes.EventPage]:
+        """Events after the cursor (a seq, -1 or "now"), waiting up to `timeout_ms` (at most 30 s)
+        when there are none yet: a long-poll."""
+        params = _without_none(after=str(after), timeout_ms=timeout_ms, limit=limit)
+        wait_s = max(0, timeout_ms) / 1000
+        return Call("GET", _run_path(run_id, "/events"), _whole, params=params, wait_s=wait_s, run_id=run_id)
+
+    # -- run mappings ------------------------------------------------------------------------------
+
+    @operation
+    def map_run(
+        run_id: str,
+        instance_id: str,
+        version: str,
+        *,
+        started: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Call[bool]:
+        """Map the run to an instance; False when that instance is blocked from the run."""
+        body = {"instance_id": instance_id, "version": version, "started": started}
+        return _write("PUT", _run_path(run_id, "/mapping"), body, _field("mapped"), idempotency_key, run_id)
+
+    @operation
+    def block_run(
+        run_id: str, instance_id: str, version: str, *, idempotency_key: str | None = None
+    ) -> Call[shapes.BlockResult]:
+        """Block an instance from the run, unless the run already started on it."""
+        body = {"instance_id": instance_id, "version": version}
+        return _write("POST", _run_path(run_id, "/mapping/block"), body, _whole, idempotency_key, run_id)
+
+    @operation
+    def resolve_run(run_id: str, version: str) -> Call[shapes.ResolvedMapping]:
+        """The instance serving the run for that version (nulls when none)."""
+        path = _run_path(run_id, "/mapping")
+        return Call("GET", path, _whole, params={"version": version}, run_id=run_id)
+
+    # -- ingestion ---------------------------------------------------------------------------------
+
+    @operation
+    def upload_status(
+        run_id: str, upload: Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> Call[shapes.UploadResult]:
+        """Apply a reporter status upload (delivering it twice changes nothing the second time)."""
+        if idempotency_key is None and upload.get("upload_seq") is not None:
+            idempotency_key = f"{run_id}:{upload.get('producer_attempt', '')}:{upload['upload_seq']}"
+        return _write("POST", _run_path(run_id, "/status"), dict(upload), _whole, idempotency_key, run_id)
+
+    @operation
+    def record_sheet_rows(
+        run_id: str, rows: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Call[int]:
+        """Record sheet row outcomes `{table_namespace, row_key, status}`; how many were stored."""
+        body = {"rows": list(rows)}
+        return _write("POST", _run_path(run_id, "/sheets"), body, _field("recorded"), idempotency_key, run_id)
+
+    @operation
+    def sheet_outcomes(run_id: str) -> Call[list[shapes.SheetOutcome]]:
+        """Per table namespace: completed, failed and total rows."""
+        return Call("GET", _run_path(run_id, "/sheets"), _field("outcomes"), run_id=run_id)
+
+    @operation
+    def record_observations(
+        run_id: str, observations: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> Call[int]:
+        """Record durable node observations (the newest per invocation wins); how many were stored."""
+        body = {"observations": list(observations)}
+        path = _run_path(run_id, "/observations")
+        return _write("POST", path, body, _field("recorded"), idempotency_key, run_id)
+
+    @operation
+    def list_observations(run_id: str) -> Call[list[shapes.Observation]]:
+        """The run's node observations."""
+        return Call("GET", _run_path(run_id, "/observations"), _field("observations"), run_id=run_id)
+
+    # -- warm pool ---------------------------------------------------------------------------------
+
+    @operation
+    def add_entries(
+        pool: str,
+        version: str,
+        ids: Sequence[str],
+        *,
+        ttl_ms: float | None = None,
+        ready: bool | None = None,
+        ready_at: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Call[int]:
+        """Add or refresh entries of a version; how many."""
+        body = _without_none(version=version, ids=list(ids), ttl_ms=ttl_ms, ready=ready, ready_at=ready_at)
+        return _write("POST", _pool_path(pool, "/entries"), body, _field("added"), idempotency_key)
+
+    @operation
+    def list_entries(pool: str, version: str) -> Call[list[shapes.PoolEntry]]:
+        """The live entries of a version."""
+        return Call("GET", _pool_path(pool, "/entries"), _field("entries"), params={"version": version})
+
+    @operation
+    def clear_pool(pool: str) -> Call[int]:
+        """Delete every entry of the pool (all versions); how many."""
+        return Call("DELETE", _pool_path(pool, "/entries"), _field("deleted"))
+
+    @operation
+    def claim(
+        pool: str,
+        version: str,
+        run_id: str,
+        *,
+        min_ready_age_ms: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Call[shapes.ClaimResult]:
+        """Claim the newest available entry for the run (the same run gets the same entry)."""
+        body = _without_none(version=version, run_id=run_id, min_ready_age_ms=min_ready_age_ms)
+        return _write("POST", _pool_path(pool, "/claim"), body, _whole, idempotency_key, run_id)
+
+    @operation
+    def counts(pool: str, version: str, *, min_ready_age_ms: float | None = None) -> Call[shapes.Counts]:
+        """Available and warming entries of a version."""
+        params = _without_none(version=version, min_ready_age_ms=min_ready_age_ms)
+        return Call("GET", _pool_path(pool, "/counts"), _whole, params=params)
+
+    @operation
+    def promote(
+        pool: str, version: str, ids: Sequence[str], *, idempotency_key: str | None = None
+    ) -> Call[int]:
+        """Mark entries ready now; how many."""
+        body = {"version": version, "ids": list(ids)}
+        return _write("POST", _pool_path(pool, "/promote"), body, _field("promoted"), idempotency_key)
+
+    @operation
+    def mark_ready(pool: str, version: str, id: str, *, idempotency_key: str | None = None) -> Call[bool]:
+        """Mark one entry ready (an earlier ready_at is kept); False when it is absent or expired."""
+        body = {"version": version, "id": id}
+        return _write("POST", _pool_path(pool, "/ready"), body, _field("ready"), idempotency_key)
+
+    @operation
+    def delete_entries(
+        pool: str, version: str, ids: Sequence[str], *, idempotency_key: str | None = None
+    ) -> Call[int]:
+        """Delete entries of a version; how many."""
+        body = {"version": version, "ids": list(ids)}
+        return _write("POST", _pool_path(pool, "/delete"), body, _field("deleted"), idempotency_key)
+
+    # -- operations --------------------------------------------------------------------------------
+
+    @operation
+    def healthz() -> Call[shapes.Health]:
+        """Liveness: the process is up."""
+        return Call("GET", "/healthz", _whole)
+
+    @operation
+    def readyz() -> Call[shapes.Readiness | shapes.NotReady]:
+        """Readiness: the database answers and the listener is connected (the 503 answer too)."""
+        return Call("GET", "/readyz", _whole, answers=frozenset({503}), retry=False)
+
+    @operation
+    def metrics() -> Call[str]:
+        """The Prometheus metrics, as text."""
+        return Call("GET", "/metrics", _text)
+
+
+# -- answers and errors ---------------------------------------------------------------------------
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_text(response: httpx.Response) -> tuple[str, dict[str, Any]]:
+    """The answer's `error` text and its whole body (`shapes.ErrorBody`), else its first line."""
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"]:
+        return body["error"], body
+    lines = response.text.strip().splitlines()
+    return (lines[0][:200] if lines else response.reason_phrase or "no answer"), {}
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
+    """The library's exception for an error answer (the service writes `{"error": ..., ...}`)."""
+    status = response.status_code
+    message, body = _error_text(response)
+    error: Exception
+    if status in (400, 422):
+        field, sep, problem = message.partition(": ")
+        error = InvalidInput(field, problem) if sep else InvalidInput("request", message)
+    elif status in (401, 403):
+        error = Unauthorized(message)
+    elif status == 404:
+        error = NotFound(message)
+    elif status == 409 and body.get("code") == "stale_attempt":
+        error = StaleAttempt(call.run_id, None, _int_or(body.get("producer_attempt"), 0), message)
+    elif status == 409 and body.get("code") == "terminal":
+        terminal = body.get("terminal")
+        error = RunTerminal(message, call.run_id, terminal if isinstance(terminal, dict) else {})
+    elif status == 409:
+        error = Conflict(message)
+    elif status == 410:
+        error = CursorExpired(call.run_id, None, _int_or(body.get("first_seq"), 0), message)
+    elif status == 413:
+        error = PayloadTooLarge(message)
+    elif status in UNAVAILABLE_STATUS:
+        error = LedgerUnavailable(message, parse_retry_after(response.headers.get("Retry-After")))
+    else:
+        # A 500 is the service's bug; nothing the caller can fix by changing the request.
+        error = LedgerError(message)
+    error.add_note(f"HTTP {status} from {call.method} {response.request.url.path}")
+    return error
+
+
+def unreachable(base_url: str, exc: httpx.TransportError) -> LedgerUnavailable:
+    return LedgerUnavailable(f"cannot reach the ledger service at {base_url} ({type(exc).__name__}: {exc})")
+
+
+def result(call: Call[T], response: httpx.Response) -> T:
+    """The parsed answer, or the library's exception for an error status."""
+    if response.is_error and response.status_code not in call.answers:
+        raise error_for(response, call)
+    return call.parse(response)
+
+
+def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeout_s: float) -> httpx.Request:
+    headers = {"Idempotency-Key": call.idempotency_key} if call.idempotency_key else None
+    timeout = httpx.Timeout(timeout_s, read=timeout_s + call.wait_s)
+    return http.build_request(
+        call.method, call.path, params=call.params, json=call.body, headers=headers, timeout=timeout
+    )
+
+
+# -- retries --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which failures are retried and for how long: `LedgerUnavailable` (a 502/503/504 or a
+    connection that fails), with exponential backoff and full jitter, never sooner than the
+    service's `Retry-After`; at most `max_attempts` tries within `max_total_s`. One attempt: no retry."""
+
+    max_attempts: int = 4
+    max_total_s: float = 30.0
+    initial_wait_s: float = 0.25
+    max_wait_s: float = 5.0
+
+    def wait(self, state: RetryCallState) -> float:
+        backoff = wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, LedgerUnavailable) and error.retry_after is not None:
+            return max(backoff, error.retry_after)
+        return backoff
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "retry": retry_if_exception_type(LedgerUnavailable),
+            "wait": self.wait,
+            "stop": stop_after_attempt(self.max_attempts) | stop_before_delay(self.max_total_s),
+            "reraise": True,
+        }
+
+    def retrying(self, sleep: Callable[[float], None]) -> Retrying:
+        return Retrying(sleep=sleep, **self._options())
+
+    def async_retrying(self, sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
+        return AsyncRetrying(sleep=sleep, **self._options())
+
+
+DEFAULT_RETRY: Final = RetryPolicy()
+
+
+# -- readers that span requests -------------------------------------------------------------------
+
+
+class EventPager:
+    """Reads the events recorded so far page by page, without waiting (`iter_events`)."""
+
+    def __init__(self, run_id: str, after: int | str, limit: int | None) -> None:
+        self.run_id, self.cursor, self.limit = run_id, after, limit
+        self.done = False
+
+    def call(self) -> Call[shapes.EventPage]:
+        return _Operations.list_events.build(self.run_id, self.cursor, timeout_ms=0, limit=self.limit)
+
+    def advance(self, page: shapes.EventPage) -> list[shapes.Event]:
+        events = page["events"]
+        if not events or events[-1]["seq"] >= page["latest_seq"]:
+            self.done = True
+        else:
+            self.cursor = events[-1]["seq"]
+        return events
+
+
+class TailState:
+    """The rules of the resuming SSE tail, apart from its I/O (see the module notes)."""
+
+    def __init__(self, base_url: str, run_id: str, after: int | str, max_reconnects: int) -> None:
+        self.base_url, self.run_id, self.after = base_url, run_id, after
+        self.max_reconnects = max_reconnects
+        self.last_seq: int | None = None
+        self.failures = 0
+        self.done = False
+        self.path = _run_path(run_id, "/events/stream")
+
+    def request(self) -> dict[str, Any]:
+        """`connect_sse` keyword arguments for the next (re)connection."""
+        if self.last_seq is None:
+            params, headers = {"after": str(self.after)}, {}
+        else:
+            params, headers = {}, {"Last-Event-ID": str(self.last_seq)}
+        timeout = httpx.Timeout(STREAM_READ_TIMEOUT_S, connect=10.0)
+        return {"params": params, "headers": headers, "timeout": timeout}
+
+    def opened(self, response: httpx.Response) -> bool:
+        """False when there is nothing to read (a 204: the run finished); raises for an error answer
+        (its body read), which for a 503 is a failure to reconnect after."""
+        if response.status_code == 204:
+            self.done = True
+            return False
+        if response.is_error:
+            raise error_for(response, Call("GET", self.path, _text, run_id=self.run_id))
+        return True
+
+    def accept(self, sse: ServerSentEvent) -> shapes.Event | None:
+        """The event a message carries (None for an empty one); the terminal event ends the tail."""
+        if not sse.data:
+            return None
+        event: shapes.Event = json.loads(sse.data)
+        self.failures = 0
+        if sse.id:
+            self.last_seq = int(sse.id)
+        elif isinstance(event.get("seq"), int):
+            self.last_seq = event["seq"]
+        if event.get("type") == "terminal":
+            self.done = True
+        return event
+
+    def ended_early(self) -> Exception:
+        return LedgerUnavailable("the event stream ended before the run finished")
+
+    def failed(self, problem: BaseException) -> float:
+        """Seconds to wait before resuming; `LedgerUnavailable` once reconnecting is given up.
+        Only an event resets the count, so a service that keeps hanging up is given up on."""
+        self.failures += 1
+        if self.failures > self.max_reconnects:
+            raise LedgerUnavailable(
+                f"lost the event stream of run {self.run_id} at {self.base_url} after "
+                f"{self.max_reconnects} reconnects ({type(problem).__name__}: {problem})"
+            ) from None
+        delay = min(0.2 * 2.0 ** (self.failures - 1), 5.0)
+        if isinstance(problem, LedgerUnavailable) and problem.retry_after is not None:
+            delay = max(delay, problem.retry_after)
+        return delay
+
+
+# What a broken or refused stream raises; the tail resumes after any of them.
+_STREAM_FAULTS: Final = (httpx.TransportError, SSEError, LedgerUnavailable)
+
+
+# -- the two faces --------------------------------------------------------------------------------
+
+
+class _Client(_Operations):
+    """What both faces share: where the service is, how long to wait, how to retry."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_reconnects: int = 5,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s, self.retry, self.max_reconnects = timeout_s, retry, max_reconnects
+        headers = {"User-Agent": f"run-ledger/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # The keyword arguments of the face's httpx client.
+        self._http_options: dict[str, Any] = {"base_url": self.base_url, "headers": headers}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for `LEDGER_URL` with the token client commands use: `LEDGER_TOKEN`, else the
+        first of `LEDGER_API_TOKENS`, else the token file `ledger serve` stored in the data dir
+        (`ConfigError` when there is none). `options` go to the constructor."""
+        from ledger.auth import client_token
+        from ledger.config import load_settings
+
+        env = os.environ if environ is None else environ
+        return cls(service_url(env), client_token(load_settings(dict(env)), env), **options)
+
+
+class LedgerClient(_Client):
+    """The ledger's HTTP API, blocking. Use it as a context manager, or `close()` it."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_reconnects: int = 5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(base_url, token, timeout_s=timeout_s, retry=retry, max_reconnects=max_reconnects)
+        self.http = httpx.Client(transport=transport, **self._http_options)
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _send(self, call: Call[T]) -> T:
+        request = build_request(self.http, call, self.timeout_s)
+        try:
+            response = self.http.send(request)
+        except httpx.TransportError as exc:
+            raise unreachable(self.base_url, exc) from exc
+        return result(call, response)
+
+    def _perform(self, call: Call[T]) -> T:
+        if not call.retry:
+            return self._send(call)
+        for attempt in self.retry.retrying(self._sleep):
+            with attempt:
+                return self._send(call)
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
+
+    def iter_events(
+        self, run_id: str, after: int | str = -1, *, limit: int | None = None
+    ) -> Iterator[shapes.Event]:
+        """The events recorded so far, page by page (no waiting)."""
+        pager = EventPager(run_id, after, limit)
+        while not pager.done:
+            yield from pager.advance(self._perform(pager.call()))
+
+    def tail(self, run_id: str, after: int | str = -1) -> Iterator[shapes.Event]:
+        """Events as they land (SSE), until the terminal one; resumes after a dropped connection."""
+        state = TailState(self.base_url, run_id, after, self.max_reconnects)
+        while True:
+            try:
+                with connect_sse(self.http, "GET", state.path, **state.request()) as source:
+                    if source.response.is_error:
+                        source.response.read()
+                    if not state.opened(source.response):
+                        return
+                    for sse in source.iter_sse():
+                        event = state.accept(sse)
+                        if event is not None:
+                            yield event
+                        if state.done:
+                            return
+                problem: Exception = state.ended_early()
+            except _STREAM_FAULTS as exc:
+                problem = exc
+            self._sleep(state.failed(problem))
+
+
+async def _async_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+class AsyncLedgerClient(_Client):
+    """The ledger's HTTP API for asyncio: the same methods as `LedgerClient`, awaited.
+    Use it as an async context manager, or `await aclose()`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout_s: float = 10.0,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        max_reconnects: int = 5,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = _async_sleep,
+    ) -> None:
+        super().__init__(base_url, token, timeout_s=timeout_s, retry=retry, max_reconnects=max_reconnects)
+        self.http = httpx.AsyncClient(transport=transport, **self._http_options)
+        self._sleep = sleep
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        request = build_request(self.http, call, self.timeout_s)
+        try:
+            response = await self.http.send(request)
+        except httpx.TransportError as exc:
+            raise unreachable(self.base_url, exc) from exc
+        return result(call, response)
+
+    async def _perform(self, call: Call[T]) -> T:
+        if not call.retry:
+            return await self._send(call)
+        async for attempt in self.retry.async_retrying(self._sleep):
+            with attempt:
+                return await self._send(call)
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
+
+    async def iter_events(
+        self, run_id: str, after: int | str = -1, *, limit: int | None = None
+    ) -> AsyncIterator[shapes.Event]:
+        """The events recorded so far, page by page (no waiting)."""
+        pager = EventPager(run_id, after, limit)
+        while not pager.done:
+            for event in pager.advance(await self._perform(pager.call())):
+                yield event
+
+    async def tail(self, run_id: str, after: int | str = -1) -> AsyncIterator[shapes.Event]:
+        """Events as they land (SSE), until the terminal one; resumes after a dropped connection."""
+        state = TailState(self.base_url, run_id, after, self.max_reconnects)
+        while True:
+            try:
+                async with aconnect_sse(self.http, "GET", state.path, **state.request()) as source:
+                    if source.response.is_error:
+                        await source.response.aread()
+                    if not state.opened(source.response):
+                        return
+                    async for sse in source.aiter_sse():
+                        event = state.accept(sse)
+                        if event is not None:
+                            yield event
+                        if state.done:
+                            return
+                problem: Exception = state.ended_early()
+            except _STREAM_FAULTS as exc:
+                problem = exc
+            await self._sleep(state.failed(problem))

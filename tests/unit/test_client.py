@@ -1,0 +1,338 @@
+"""`ledger.client` without a service: error mapping, retries, paging and the resuming SSE tail.
+
+The service is replaced by `httpx.MockTransport` (httpx's test seam) for what a real service does
+not do on demand: drop a stream mid-way, answer 503 with `Retry-After`, hang up. Sleeping is
+injected, so nothing here waits for real. `tests/acceptance/test_client.py` runs both clients
+against the real service.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy, service_url
+from ledger.errors import (
+    Conflict,
+    CursorExpired,
+    InvalidInput,
+    LedgerError,
+    LedgerUnavailable,
+    NotFound,
+    PayloadTooLarge,
+    RunTerminal,
+    StaleAttempt,
+    Unauthorized,
+)
+
+BASE = "http://ledger.test"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def sse(seq: int, type_: str, **fields: object) -> bytes:
+    data = json.dumps({"seq": seq, "type": type_, "ts": 0, **fields})
+    return f"id: {seq}\nevent: {type_}\ndata: {data}\n\n".encode()
+
+
+class Dropping(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """An SSE body that sends its chunks and then, if asked, loses the connection."""
+
+    def __init__(self, chunks: list[bytes], *, drop: bool) -> None:
+        self.chunks = chunks
+        self.drop = drop
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.drop:
+            raise httpx.ReadError("connection reset by peer")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.drop:
+            raise httpx.ReadError("connection reset by peer")
+
+
+def stream_response(chunks: list[bytes], *, drop: bool = False) -> httpx.Response:
+    return httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=Dropping(chunks, drop=drop)
+    )
+
+
+def make_client(handler: Handler, sleeps: list[float] | None = None, **kw: int) -> LedgerClient:
+    record = sleeps if sleeps is not None else []
+    return LedgerClient(BASE, "tok", transport=httpx.MockTransport(handler), sleep=record.append, **kw)
+
+
+def make_async_client(handler: Handler, sleeps: list[float]) -> AsyncLedgerClient:
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    return AsyncLedgerClient(BASE, "tok", transport=httpx.MockTransport(handler), sleep=sleep)
+
+
+def dropping_service(requests: list[httpx.Request]) -> Handler:
+    """Drops the stream after seq 2, ends it cleanly (no terminal) after 3, then ends the run."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        if len(requests) == 1:
+            return stream_response(
+                [b": keep-alive\n\n", sse(1, "status", status="running"), sse(2, "log", line="a")], drop=True
+            )
+        if len(requests) == 2:
+            return stream_response([sse(3, "log", line="b")])
+        return stream_response([sse(4, "terminal", status="completed"), sse(5, "log", line="never read")])
+
+    return handler
+
+
+def check_resumed(requests: list[httpx.Request], sleeps: list[float]) -> None:
+    assert requests[0].url.raw_path.split(b"?")[0] == b"/v1/runs/run%2F1/events/stream"
+    assert requests[0].url.params["after"] == "-1" and "last-event-id" not in requests[0].headers
+    assert requests[1].headers["last-event-id"] == "2" and "after" not in requests[1].url.params
+    assert requests[2].headers["last-event-id"] == "3"
+    assert all(r.headers["authorization"] == "Bearer tok" for r in requests)
+    assert len(sleeps) == 2
+
+
+def test_tail_resumes_after_a_dropped_connection_with_last_event_id() -> None:
+    requests: list[httpx.Request] = []
+    sleeps: list[float] = []
+    with make_client(dropping_service(requests), sleeps) as client:
+        assert [e["seq"] for e in client.tail("run/1", after=-1)] == [1, 2, 3, 4]
+    check_resumed(requests, sleeps)
+
+
+async def test_async_tail_resumes_the_same_way() -> None:
+    requests: list[httpx.Request] = []
+    sleeps: list[float] = []
+    async with make_async_client(dropping_service(requests), sleeps) as client:
+        assert [e["seq"] async for e in client.tail("run/1")] == [1, 2, 3, 4]
+    check_resumed(requests, sleeps)
+
+
+def test_tail_stops_on_204_for_a_finished_run() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            return stream_response([sse(7, "log", line="x")], drop=True)
+        return httpx.Response(204)
+
+    with make_client(handler) as client:
+        assert [e["seq"] for e in client.tail("r")] == [7]
+    assert len(calls) == 2
+
+
+def test_tail_waits_out_a_503_for_its_retry_after_and_resumes() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) == 1:
+            return stream_response([sse(1, "log", line="x")], drop=True)
+        if len(calls) == 2:
+            return httpx.Response(
+                503, json={"error": "the database is unavailable"}, headers={"Retry-After": "7"}
+            )
+        return stream_response([sse(2, "terminal", status="failed")])
+
+    sleeps: list[float] = []
+    with make_client(handler, sleeps) as client:
+        assert [e["seq"] for e in client.tail("r")] == [1, 2]
+    assert calls[2].headers["last-event-id"] == "1"
+    assert sleeps[1] >= 7
+
+
+def test_tail_gives_up_after_repeated_failures_with_one_line() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    sleeps: list[float] = []
+    with make_client(handler, sleeps, max_reconnects=3) as client, pytest.raises(LedgerUnavailable) as err:
+        list(client.tail("r"))
+    assert "after 3 reconnects" in str(err.value) and "\n" not in str(err.value)
+    # Backoff grows between attempts.
+    assert sleeps == sorted(sleeps) and len(sleeps) == 3 and sleeps[0] < sleeps[-1]
+
+
+def test_tail_reports_an_unknown_run_without_retrying() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(404, json={"error": "unknown run 'nope'"})
+
+    with make_client(handler) as client, pytest.raises(NotFound) as err:
+        list(client.tail("nope"))
+    assert len(calls) == 1 and str(err.value) == "unknown run 'nope'"
+    assert err.value.__notes__ == ["HTTP 404 from GET /v1/runs/nope/events/stream"]
+
+
+ERROR_ANSWERS: list[tuple[int, dict[str, object], type[Exception]]] = [
+    (400, {"error": "body: invalid JSON (EOF)"}, InvalidInput),
+    (422, {"error": "events[0].type: must be a non-empty string"}, InvalidInput),
+    (401, {"error": "missing or invalid bearer token"}, Unauthorized),
+    (403, {"error": "this token may not read other runs"}, Unauthorized),
+    (404, {"error": "unknown run 'r'"}, NotFound),
+    (409, {"error": "stale producer attempt", "code": "stale_attempt", "producer_attempt": 3}, StaleAttempt),
+    (
+        409,
+        {"error": "run r already ended", "code": "terminal", "terminal": {"status": "failed"}},
+        RunTerminal,
+    ),
+    (409, {"error": "conflicts with stored data"}, Conflict),
+    (410, {"error": "cursor expired", "first_seq": 40}, CursorExpired),
+    (413, {"error": "body larger than 1048576 bytes"}, PayloadTooLarge),
+]
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), ERROR_ANSWERS)
+def test_error_answers_become_the_library_exceptions(
+    status: int, body: dict[str, object], expected: type[Exception]
+) -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(status, json=body)
+
+    with make_client(handler) as client, pytest.raises(expected) as err:
+        client.append_events("r", [{"type": "log", "line": "x"}])
+    assert type(err.value) is expected
+    assert str(err.value) == body["error"]
+    assert len(calls) == 1  # the request's own fault: never retried
+    if isinstance(err.value, InvalidInput) and status == 422:
+        assert err.value.field == "events[0].type"
+    if isinstance(err.value, StaleAttempt):
+        assert err.value.current == 3 and err.value.run_id == "r"
+    if isinstance(err.value, RunTerminal):
+        assert err.value.terminal == {"status": "failed"} and err.value.run_id == "r"
+    if isinstance(err.value, CursorExpired):
+        assert err.value.first_seq == 40
+
+
+def test_a_500_is_a_ledger_error_with_its_first_line() -> None:
+    with (
+        make_client(lambda r: httpx.Response(500, text="Internal Server Error\ntraceback...")) as client,
+        pytest.raises(LedgerError) as err,
+    ):
+        client.get_run("plain")
+    assert type(err.value) is LedgerError and str(err.value) == "Internal Server Error"
+    assert err.value.__notes__ == ["HTTP 500 from GET /v1/runs/plain"]
+
+
+def test_a_503_is_retried_after_retry_after_with_the_same_idempotency_key() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) < 3:
+            return httpx.Response(
+                503, json={"error": "the database is unavailable"}, headers={"Retry-After": "2"}
+            )
+        return httpx.Response(200, json={"events": [{"seq": 1, "type": "log", "ts": 0, "line": "x"}]})
+
+    sleeps: list[float] = []
+    with make_client(handler, sleeps) as client:
+        appended = client.append_events("r", [{"type": "log", "line": "x"}])
+    assert [e["seq"] for e in appended] == [1]
+    assert len(calls) == 3 and all(s >= 2 for s in sleeps) and len(sleeps) == 2
+    keys = {request.headers["idempotency-key"] for request in calls}
+    assert len(keys) == 1 and keys != {""}
+
+
+def test_a_caller_key_is_sent_and_a_status_upload_gets_the_reporters_key() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json={"recorded": 1, "duplicate": False})
+
+    with make_client(handler) as client:
+        client.record_sheet_rows("r", [], idempotency_key="mine")
+        client.upload_status("r", {"upload_seq": 4, "producer_attempt": 2, "status": "running"})
+        client.record_sheet_rows("r", [])
+        client.record_sheet_rows("r", [])
+    keys = [request.headers["idempotency-key"] for request in calls]
+    assert keys[:2] == ["mine", "r:2:4"]
+    assert keys[2] != keys[3]  # two calls are two writes
+
+
+def test_the_service_down_is_unavailable_after_the_retries_with_the_url() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        raise httpx.ConnectError("[Errno 111] Connection refused")
+
+    sleeps: list[float] = []
+    client = LedgerClient(
+        BASE,
+        "tok",
+        transport=httpx.MockTransport(handler),
+        sleep=sleeps.append,
+        retry=RetryPolicy(max_attempts=3),
+    )
+    with client, pytest.raises(LedgerUnavailable) as err:
+        client.list_runs()
+    assert len(calls) == 3 and len(sleeps) == 2
+    assert BASE in str(err.value) and "\n" not in str(err.value) and err.value.retry_after is None
+
+
+def test_readyz_answers_its_503_body_instead_of_raising() -> None:
+    body = {"error": "not ready: database down", "database": False, "listener": True}
+    with make_client(lambda r: httpx.Response(503, json=body)) as client:
+        assert client.readyz() == body
+
+
+def test_iter_events_pages_until_latest_seq() -> None:
+    seen_after = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        after = request.url.params["after"]
+        seen_after.append(after)
+        start = 0 if after == "-1" else int(after)
+        events = [
+            {"seq": s, "type": "log", "ts": 0, "line": str(s)}
+            for s in range(start + 1, min(start + 3, 5) + 1)
+        ]
+        return httpx.Response(200, json={"events": events, "latest_seq": 5, "first_seq": 1, "terminal": None})
+
+    with make_client(handler) as client:
+        assert [e["seq"] for e in client.iter_events("r")] == [1, 2, 3, 4, 5]
+    assert seen_after == ["-1", "3"]
+
+
+def test_a_long_poll_reads_longer_than_it_waits() -> None:
+    timeouts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        timeouts.append(request.extensions["timeout"]["read"])
+        return httpx.Response(200, json={"events": [], "latest_seq": 0, "first_seq": 1, "terminal": None})
+
+    with make_client(handler) as client:
+        client.list_events("r", timeout_ms=25_000)
+        client.list_events("r")
+    assert timeouts[0] > 25 > timeouts[1]
+
+
+def test_url_and_token_come_from_the_environment(tmp_path: Path) -> None:
+    env = {
+        "LEDGER_URL": "http://h:9/",
+        "LEDGER_API_TOKENS": "first, second",
+        "LEDGER_DATA_DIR": str(tmp_path),
+    }
+    assert service_url(env) == "http://h:9"
+    assert service_url({}) == "http://127.0.0.1:8787"
+    with LedgerClient.from_env(env) as client:
+        assert client.base_url == "http://h:9"
+        assert client.http.headers["authorization"] == "Bearer first"
+    with LedgerClient.from_env({**env, "LEDGER_TOKEN": "mine"}) as client:
+        assert client.http.headers["authorization"] == "Bearer mine"

@@ -1,0 +1,135 @@
+"""The public faces, pinned: what `ledger`, `ledger.client` and `ledger.testing` export.
+
+A name added or removed here is a change of the public API, made on purpose. `import ledger` must
+stay cheap: the worker side imports `ledger.validate` (and with it `ledger`) and must not pay for
+the database or web stack.
+"""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import ledger
+import ledger.client
+import ledger.testing
+
+LEDGER_EXPORTS = [
+    "AsyncLedgerClient",
+    "ConfigError",
+    "Conflict",
+    "CursorExpired",
+    "Database",
+    "DatabaseUnavailable",
+    "InvalidInput",
+    "LedgerClient",
+    "LedgerError",
+    "LedgerUnavailable",
+    "Listener",
+    "NotFound",
+    "PayloadTooLarge",
+    "RunLog",
+    "RunTerminal",
+    "StaleAttempt",
+    "Unauthorized",
+    "WarmPool",
+    "Watchdog",
+    "__version__",
+    "apply_status_upload",
+    "list_observations",
+    "record_observations",
+    "record_sheet_rows",
+    "sheet_outcomes",
+]
+
+CLIENT_EXPORTS = [
+    "DEFAULT_URL",
+    "URL_VAR",
+    "AsyncLedgerClient",
+    "Call",
+    "EventPager",
+    "LedgerClient",
+    "RetryPolicy",
+    "TailState",
+    "error_for",
+    "segment",
+    "service_url",
+]
+
+TESTING_FIXTURES = {
+    "pg_admin_url",
+    "database_url",
+    "clean_database_url",
+    "ledger_service_env",
+    "ledger_service",
+    "ledger_client",
+}
+
+
+def test_ledger_exports_exactly_its_public_names() -> None:
+    assert ledger.__all__ == LEDGER_EXPORTS
+    for name in LEDGER_EXPORTS:
+        assert getattr(ledger, name) is not None
+    # Once every lazy name is loaded, nothing public is there that __all__ does not list.
+    public = {
+        name
+        for name, value in vars(ledger).items()
+        if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
+    }
+    assert public == set(LEDGER_EXPORTS) - {"__version__"}
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = ledger.Nope  # type: ignore[attr-defined]
+
+
+def test_the_errors_are_ledger_errors_and_the_classes_live_in_their_modules() -> None:
+    assert ledger.RunLog.__module__ == "ledger.runlog.store"
+    assert ledger.WarmPool.__module__ == "ledger.pool.store"
+    assert ledger.Database.__module__ == "ledger.db"
+    errors = [ledger.NotFound, ledger.Conflict, ledger.StaleAttempt, ledger.RunTerminal, ledger.Unauthorized]
+    errors += [ledger.InvalidInput, ledger.CursorExpired, ledger.PayloadTooLarge]
+    assert all(issubclass(error, ledger.LedgerError) for error in errors)
+    # An outage is not a refusal: `except LedgerError` must not swallow it.
+    assert issubclass(ledger.DatabaseUnavailable, ledger.LedgerUnavailable)
+    assert not issubclass(ledger.LedgerUnavailable, ledger.LedgerError)
+
+
+def test_ledger_client_exports() -> None:
+    assert ledger.client.__all__ == CLIENT_EXPORTS
+    assert all(hasattr(ledger.client, name) for name in CLIENT_EXPORTS)
+    assert ledger.LedgerClient is ledger.client.LedgerClient
+
+
+def test_both_clients_have_every_operation() -> None:
+    def api(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert api(ledger.LedgerClient) - {"close"} == api(ledger.AsyncLedgerClient) - {"aclose"}
+    assert {"open_run", "list_events", "tail", "iter_events", "claim", "upload_status", "from_env"} <= api(
+        ledger.LedgerClient
+    )
+
+
+def test_ledger_testing_exports_and_fixtures() -> None:
+    assert set(ledger.testing.__all__) >= {"Server", "start_server", "stop_server", "free_port"}
+    assert all(hasattr(ledger.testing, name) for name in ledger.testing.__all__)
+    # A fixture is whatever pytest's decorator left: its marker attribute (named so since 8.4).
+    markers = ("_fixture_function_marker", "_pytestfixturefunction")
+    fixtures = {
+        name
+        for name, value in vars(ledger.testing).items()
+        if any(hasattr(value, marker) for marker in markers)
+    }
+    assert fixtures == TESTING_FIXTURES
+
+
+def test_import_ledger_loads_neither_the_database_nor_the_web_stack() -> None:
+    heavy = ("psycopg", "psycopg_pool", "sqlalchemy", "alembic", "fastapi", "starlette", "httpx", "pydantic")
+    probe = (
+        "import sys, ledger, ledger.validate, ledger.errors; "
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r}))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
