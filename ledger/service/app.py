@@ -24,7 +24,14 @@ from ledger.pool.store import WarmPool
 from ledger.runlog.listener import Listener
 from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
-from ledger.service import routes_events, routes_health, routes_ingest, routes_pool, routes_runs
+from ledger.service import (
+    routes_events,
+    routes_health,
+    routes_ingest,
+    routes_pool,
+    routes_runs,
+    routes_streams,
+)
 from ledger.service.errors import install_error_handlers
 from ledger.service.idempotent import IdempotencyMiddleware
 from ledger.service.jsontext import too_deep
@@ -109,6 +116,7 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
         routes_events.router,
         routes_ingest.router,
         routes_pool.router,
+        routes_streams.router,
     ):
         app.include_router(router)
     _document_middleware_contract(app)
@@ -124,6 +132,8 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=too_deep)
     app.add_middleware(RunPathMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
+    # Outermost: the protocol's security headers on every stream answer, errors included.
+    app.add_middleware(routes_streams.StreamHeadersMiddleware)
     return app
 
 
