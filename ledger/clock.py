@@ -9,7 +9,7 @@ convert at the boundary.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, overload
 
 import psycopg
 
@@ -45,6 +45,10 @@ class ManualClock:
         self.current += timedelta(milliseconds=ms)
 
 
+@overload
+def to_ms(value: datetime) -> int: ...
+@overload
+def to_ms(value: datetime | None) -> int | None: ...
 def to_ms(value: datetime | None) -> int | None:
     """Epoch milliseconds (the API's time unit), or None."""
     if value is None:

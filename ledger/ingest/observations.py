@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.clock import from_ms, to_ms
 from ledger.db import Database
 from ledger.errors import InvalidInput
@@ -138,7 +138,7 @@ async def record_observations(db: Database, run_id: str, observations: list[dict
     return stored
 
 
-async def list_observations(db: Database, run_id: str) -> list[dict[str, Any]]:
+async def list_observations(db: Database, run_id: str) -> list[shapes.Observation]:
     """The run's observations ordered by node, attempt, invocation; times in epoch ms.
 
     Raises `NotFound` for an unknown run.

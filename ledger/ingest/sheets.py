@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.db import Conn, Database, Row
 from ledger.errors import InvalidInput, NotFound
 from ledger.runlog.events import validate_run_id
@@ -113,7 +113,7 @@ async def record_sheet_rows(db: Database, run_id: str, rows: list[dict[str, Any]
     return len(parsed)
 
 
-async def sheet_outcomes(db: Database, run_id: str) -> list[dict[str, Any]]:
+async def sheet_outcomes(db: Database, run_id: str) -> list[shapes.SheetOutcome]:
     """Per-namespace counts `[{table_namespace, completed, failed, total}]` for the run, by namespace.
 
     `total` counts every row, pending ones included. Raises `NotFound` for an unknown run.

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
+from ledger import shapes
 from ledger.db import Conn, Database
 from ledger.ingest.rules import (
     TERMINAL_UPLOAD_STATUSES,
@@ -95,7 +96,7 @@ async def apply_status_upload(
     upload: dict[str, Any],
     *,
     max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
-) -> dict[str, Any]:
+) -> shapes.UploadResult:
     """Apply one reporter upload in one transaction and say what it applied.
 
     `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
@@ -103,9 +104,8 @@ async def apply_status_upload(
     upload and `Conflict` when a terminal run would get new events or a different terminal state;
     in every error case nothing is written.
 
-    Returns `{duplicate, events_appended: {type: count}, steps_changed: [node ids],
-    logs_appended, log_gap, terminal_set, last_seq, producer_attempt, last_upload_seq,
-    live_log_count}`.
+    Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
+    attempt's resume position after it.
     """
     validate_run_id(run_id)
     parsed = parse_upload(run_id, upload)
@@ -132,7 +132,7 @@ async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> No
         await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
 
 
-def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> dict[str, Any]:
+def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> shapes.UploadResult:
     appended = Counter(event["type"] for event in plan.events)
     if terminal_set:
         appended["terminal"] += 1

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.pool import rules
@@ -170,7 +170,7 @@ def _mapping(row: Row) -> RunMapping:
     return RunMapping(**row)
 
 
-def _entry_out(entry: PoolEntry) -> dict[str, Any]:
+def _entry_out(entry: PoolEntry) -> shapes.PoolEntry:
     return {
         "id": entry.id,
         "version": entry.version,
@@ -181,7 +181,7 @@ def _entry_out(entry: PoolEntry) -> dict[str, Any]:
     }
 
 
-def _counts_out(counts: rules.Counts) -> dict[str, int]:
+def _counts_out(counts: rules.Counts) -> shapes.Counts:
     return {"available": counts.available, "warming": counts.warming}
 
 
@@ -229,7 +229,7 @@ class WarmPool:
 
     async def claim(
         self, pool: str, version: str, run_id: str, min_ready_age_ms: float | None = None
-    ) -> dict[str, Any]:
+    ) -> shapes.ClaimResult:
         """Take the newest available entry for `run_id` (idempotent per run); `{id, available, warming}`
         with the counts as they are after the claim."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
@@ -247,9 +247,9 @@ class WarmPool:
             else:
                 instance_id = await self._take(conn, pool, version, run_id, now, min_age)
             counts = await self._count(conn, pool, version, now, min_age)
-        return {"id": instance_id, **_counts_out(counts)}
+        return {"id": instance_id, "available": counts.available, "warming": counts.warming}
 
-    async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> dict[str, int]:
+    async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> shapes.Counts:
         """`{available, warming}` of `version` in `pool` (after GC)."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
@@ -259,7 +259,7 @@ class WarmPool:
             counts = await self._count(conn, pool, version, now, min_age)
         return _counts_out(counts)
 
-    async def list(self, pool: str, version: str) -> list[dict[str, Any]]:
+    async def list(self, pool: str, version: str) -> list[shapes.PoolEntry]:
         """The live entries of `version` in `pool` (after GC), by id."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         async with self.db.transaction() as conn:
@@ -301,7 +301,7 @@ class WarmPool:
 
     async def map_run(
         self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
-    ) -> dict[str, bool]:
+    ) -> shapes.MapResult:
         """Map `run_id` to `instance_id`; `{mapped: False}` if the run is blocked for that instance."""
         run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
@@ -316,7 +316,7 @@ class WarmPool:
                 await conn.execute(UPSERT_MAPPING, write.__dict__)
         return {"mapped": write is not None}
 
-    async def block_run(self, run_id: str, instance_id: str, version: str) -> dict[str, bool]:
+    async def block_run(self, run_id: str, instance_id: str, version: str) -> shapes.BlockResult:
         """Block `instance_id` from serving `run_id`, unless the run already started on it."""
         run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
@@ -329,7 +329,7 @@ class WarmPool:
                 await conn.execute(UPSERT_MAPPING, write.__dict__)
         return {"blocked": write is not None, "started": write is None}
 
-    async def resolve_run(self, run_id: str, version: str) -> dict[str, Any]:
+    async def resolve_run(self, run_id: str, version: str) -> shapes.ResolvedMapping:
         """`{instance_id, started_at}` of the run's live same-version mapping, else nones (an
         expired or other-version mapping is deleted)."""
         run_id, version = validate.run_id("run_id", run_id), rules.check_version(version)

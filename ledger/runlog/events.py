@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.errors import InvalidInput
 
 TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")
@@ -249,9 +249,10 @@ def cursor_expired(after: int, first_seq: int) -> bool:
 # -- shapes ------------------------------------------------------------------------------------------
 
 
-def event_to_wire(seq: int, kind: str, ts_ms: int, payload: Mapping[str, Any]) -> dict[str, Any]:
+def event_to_wire(seq: int, kind: str, ts_ms: int, payload: Mapping[str, Any]) -> shapes.Event:
     """The flat API shape of a stored event."""
-    return {"seq": seq, "type": kind, "ts": ts_ms, **payload}
+    # The payload's keys travel flat beside seq, type and ts (an open shape, see `shapes.Event`).
+    return cast(shapes.Event, {"seq": seq, "type": kind, "ts": ts_ms, **payload})
 
 
 def notify_payload(run_id: str, seq: int) -> str:

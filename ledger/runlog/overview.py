@@ -1,14 +1,14 @@
 """Reading the inspection views (migration 0002) for the service and the CLI.
 
-`ledger runs` shows `run_overview`; the functions here return JSON-ready dicts (times in epoch
-milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.
+`ledger runs` shows `run_overview`; the functions here return JSON-ready `ledger.shapes` (times in
+epoch milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.db import Database
 from ledger.errors import InvalidInput
 
@@ -56,28 +56,24 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
-async def list_runs(db: Database, limit: int = 50) -> list[dict[str, Any]]:
-    """The newest `limit` runs from `ledger.run_overview`, newest first.
-
-    Each dict: run_id, status, play_name, created_at, updated_at (epoch ms), age_ms, last_seq,
-    last_event_type, terminal_status, terminal_error, terminal_total_rows, steps_total, steps_done,
-    rows_completed, rows_failed, rows_total.
-    """
+async def list_runs(db: Database, limit: int = 50) -> list[shapes.RunSummary]:
+    """The newest `limit` runs from `ledger.run_overview`, newest first."""
     _check_limit(limit)
     async with db.connection() as conn:
         cur = await conn.execute(LIST_RUNS, {"limit": limit})
-        return list(await cur.fetchall())
+        # The statement's columns are the shape, named and converted (ms) in the SQL.
+        return cast(list[shapes.RunSummary], await cur.fetchall())
 
 
-async def list_stalled_runs(db: Database) -> list[dict[str, Any]]:
+async def list_stalled_runs(db: Database) -> list[shapes.StalledRun]:
     """Non-terminal runs idle past the watchdog's default limit, longest idle first."""
     async with db.connection() as conn:
         cur = await conn.execute(LIST_STALLED)
-        return list(await cur.fetchall())
+        return cast(list[shapes.StalledRun], await cur.fetchall())
 
 
-async def pool_availability(db: Database) -> list[dict[str, Any]]:
+async def pool_availability(db: Database) -> list[shapes.PoolAvailability]:
     """Per pool and version: available, warming and stale unexpired entries."""
     async with db.connection() as conn:
         cur = await conn.execute(POOL_AVAILABILITY)
-        return list(await cur.fetchall())
+        return cast(list[shapes.PoolAvailability], await cur.fetchall())

@@ -22,11 +22,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NotRequired
 
 from psycopg.types.json import Jsonb
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import CursorExpired, NotFound, RunTerminal
@@ -149,7 +149,7 @@ FOR UPDATE SKIP LOCKED
 # -- row shapes --------------------------------------------------------------------------------------
 
 
-def terminal_from_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
+def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalState | None:
     """The terminal state of a run row in API shape, or None while the run is live."""
     if row["terminal_status"] is None:
         return None
@@ -164,7 +164,7 @@ def terminal_from_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def run_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def run_from_row(row: Mapping[str, Any]) -> shapes.Run:
     """A run row in API shape (`GET /v1/runs/{run_id}`).
 
     `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
@@ -232,7 +232,7 @@ def _refuse_if_terminal(run_row: Mapping[str, Any]) -> None:
             + (f": {stored['error']}" if stored["error"] else "")
             + ") and accepts no more events",
             run_row["run_id"],
-            stored,
+            dict(stored),
         )
 
 
@@ -243,7 +243,7 @@ async def _write_events(
     *,
     max_events_per_run: int,
     now: datetime | None,
-) -> list[dict[str, Any]]:
+) -> list[shapes.Event]:
     first = int(run_row["last_seq"]) + 1
     last = first + len(events) - 1
     trim_through = last - max_events_per_run if max_events_per_run > 0 else 0
@@ -301,7 +301,7 @@ async def append_in_transaction(
     *,
     max_events_per_run: int,
     now: datetime | None = None,
-) -> list[dict[str, Any]]:
+) -> list[shapes.Event]:
     """Append validated events to the run locked by `lock_run` in this transaction.
 
     Validates every event first (one bad event raises `InvalidInput` before anything is written),
@@ -324,7 +324,7 @@ async def _append_parsed(
     *,
     max_events_per_run: int,
     now: datetime | None,
-) -> list[dict[str, Any]]:
+) -> list[shapes.Event]:
     _refuse_if_terminal(run_row)
     written = await _write_events(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
     if parsed[-1].type == "terminal":
@@ -340,7 +340,7 @@ async def set_terminal_in_transaction(
     *,
     max_events_per_run: int,
     now: datetime | None = None,
-) -> tuple[dict[str, Any], bool]:
+) -> tuple[shapes.TerminalState, bool]:
     """Set the run's terminal state; the first terminal state set is the one that stays.
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
@@ -357,7 +357,7 @@ async def set_terminal_in_transaction(
             + (f" ({stored['error']})" if stored["error"] else "")
             + f"; refusing a different terminal state ({terminal.status})",
             run_row["run_id"],
-            stored,
+            dict(stored),
         )
     event = NewEvent("terminal", terminal.payload())
     await _append_parsed(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
@@ -375,7 +375,13 @@ async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list
 # -- reads ---------------------------------------------------------------------------------------------
 
 
-async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> dict[str, Any]:
+class _PageAt(shapes.EventPage):
+    """A page and the cursor it was read after (`now` resolved to the run's last seq)."""
+
+    after: NotRequired[int]
+
+
+async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> _PageAt:
     """One page after the cursor (None = `now`), as `{events, latest_seq, first_seq, terminal, after}`.
 
     Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
@@ -391,7 +397,7 @@ async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> d
     resolved = latest_seq if after is None else after
     if cursor_expired(resolved, first_seq):
         raise CursorExpired(run_id, resolved, first_seq)
-    events = []
+    events: list[shapes.Event] = []
     for row in rows:
         if row["seq"] is not None:
             ts_ms = to_ms(row["ts"])
@@ -414,7 +420,7 @@ class _Flight:
     """A read in progress that readers woken before `started` (a listener tick) may share."""
 
     started: int
-    task: asyncio.Future[dict[str, Any]]
+    task: asyncio.Future[_PageAt]
 
 
 class RunLog:
@@ -444,7 +450,7 @@ class RunLog:
         self.reads = 0
         self._flights: dict[tuple[str, int | None, int], _Flight] = {}
 
-    async def _read(self, run_id: str, cursor: int | None, limit: int) -> dict[str, Any]:
+    async def _read(self, run_id: str, cursor: int | None, limit: int) -> _PageAt:
         self.reads += 1
         async with self.db.connection() as conn:
             # One statement is one snapshot already: in autocommit it costs one round trip instead of
@@ -455,9 +461,7 @@ class RunLog:
             finally:
                 await conn.set_autocommit(False)
 
-    async def _shared_read(
-        self, run_id: str, cursor: int | None, limit: int, visible_after: int
-    ) -> dict[str, Any]:
+    async def _shared_read(self, run_id: str, cursor: int | None, limit: int, visible_after: int) -> _PageAt:
         """A read, shared with concurrent readers of the same page when that is safe.
 
         A notification wakes every waiter of a run at once; they would all re-read the same page.
@@ -475,7 +479,7 @@ class RunLog:
         page = await asyncio.shield(flight.task)
         return {**page, "events": list(page["events"])}
 
-    def _land(self, key: tuple[str, int | None, int], task: asyncio.Future[dict[str, Any]]) -> None:
+    def _land(self, key: tuple[str, int | None, int], task: asyncio.Future[_PageAt]) -> None:
         flight = self._flights.get(key)
         if flight is not None and flight.task is task:
             del self._flights[key]
@@ -486,7 +490,7 @@ class RunLog:
     async def _now(self, conn: Conn) -> datetime | None:
         return await self.clock.now(conn) if self.clock is not None else None
 
-    async def open_run(self, run_id: str, play_name: str | None = None) -> dict[str, Any]:
+    async def open_run(self, run_id: str, play_name: str | None = None) -> shapes.Run:
         """Open the run (idempotent) and return it."""
         validate_run_id(run_id)
         validate.text("play_name", play_name, optional=True)
@@ -510,7 +514,7 @@ class RunLog:
             rows = await cur.fetchall()
         return [str(row["line"]) for row in reversed(rows)]
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> shapes.Run:
         """The run in API shape; `NotFound` if it was never opened."""
         validate_run_id(run_id)
         async with self.db.connection() as conn:
@@ -520,7 +524,7 @@ class RunLog:
             raise NotFound(f"unknown run {run_id!r}")
         return run_from_row(row)
 
-    async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
         """Append events in one transaction; returns them with their seq and ts."""
         parsed = parse_events(events)  # bad input is rejected before the run lock is taken
         async with self.db.transaction() as conn:
@@ -539,7 +543,7 @@ class RunLog:
         total_rows: int | None = None,
         duration_ms: int | None = None,
         play_name: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> shapes.TerminalState:
         """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`)."""
         terminal = parse_terminal_state(
             {
@@ -559,14 +563,13 @@ class RunLog:
             )
         return state
 
-    async def get_terminal(self, run_id: str) -> dict[str, Any] | None:
+    async def get_terminal(self, run_id: str) -> shapes.TerminalState | None:
         """The terminal state, or None while the run is live; `NotFound` for an unknown run."""
-        terminal: dict[str, Any] | None = (await self.get_run(run_id))["terminal"]
-        return terminal
+        return (await self.get_run(run_id))["terminal"]
 
     async def list_events(
         self, run_id: str, after: int | str = -1, timeout_ms: int = 0, limit: int = DEFAULT_LIST_LIMIT
-    ) -> dict[str, Any]:
+    ) -> shapes.EventPage:
         """Events after the cursor, waiting up to `timeout_ms` (clamped to 30 s) when there are none.
 
         `after` is a seq, `-1` (from the oldest retained event) or `"now"` (only what comes next).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -31,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from ledger import shapes
 from ledger.db import DB_FAULTS
 from ledger.errors import (
     Conflict,
@@ -45,6 +46,22 @@ from ledger.errors import (
 
 log = logging.getLogger("ledger.service")
 
+# What each error status means, for the OpenAPI document (`error_responses`).
+ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
+    400: "The body could not be read: malformed JSON, or not JSON at all.",
+    401: "No bearer token, or not one the service accepts (`code` says which).",
+    403: "The token is valid, but its scope does not cover this request (`code`: `forbidden`).",
+    404: "No such run.",
+    409: "Contradicts the stored state: `code` is `stale_attempt` (with the current "
+    "`producer_attempt`: stop) or `terminal` (with the stored `terminal` state).",
+    410: "The cursor is older than the oldest retained event (`first_seq`).",
+    413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES).",
+    422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
+    "another body. Nothing was written.",
+    503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout): "
+    "retry after `Retry-After` seconds. Nothing was written.",
+}
+
 STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
     (InvalidInput, 422),
     (NotFound, 404),
@@ -56,6 +73,24 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
 
 # Seconds a client should wait before retrying after a 503.
 RETRY_AFTER_S = 1
+
+
+def error_responses(
+    *statuses: int, notes: Mapping[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route or router for the error statuses it can answer, each with the
+    error body's schema; `notes` replace a status' usual description where a route says more."""
+    notes = notes or {}
+    documented: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {
+            "model": shapes.ErrorBody,
+            "description": notes.get(status, ERROR_DESCRIPTIONS[status]),
+        }
+        if status == 503:
+            entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+        documented[status] = entry
+    return documented
 
 
 def error_response(status: int, message: str, **extra: Any) -> JSONResponse:

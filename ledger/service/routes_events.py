@@ -20,35 +20,50 @@ import psycopg
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from ledger import validate
+from ledger import shapes, validate
 from ledger.errors import LedgerError
-from ledger.runlog.events import DEFAULT_LIST_LIMIT
+from ledger.runlog.events import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_LIST_TIMEOUT_MS
+from ledger.service.errors import error_responses
+from ledger.service.models import CURSOR_PATTERN, RunId
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
 log = logging.getLogger("ledger.service.events")
 
-router = APIRouter(prefix="/v1/runs/{run_id}", tags=["events"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    prefix="/v1/runs/{run_id}",
+    tags=["events"],
+    dependencies=[Depends(require_token)],
+    responses=error_responses(401, 403, 404, 410, 422, 503),
+)
 
 Svc = Annotated[Services, Depends(services)]
 After = Annotated[
-    str, Query(description="a seq, -1 (from the oldest retained event) or now (only what comes next)")
+    str,
+    Query(
+        description="a seq, -1 (from the oldest retained event) or now (only what comes next)",
+        json_schema_extra={"pattern": CURSOR_PATTERN},
+    ),
 ]
+TimeoutMs = Annotated[
+    int,
+    Query(description=f"how long to wait for a new event, in ms (clamped to 0 to {MAX_LIST_TIMEOUT_MS:,})"),
+]
+Limit = Annotated[
+    int, Query(description="page size", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT})
+]
+# Surrounding whitespace is not part of a header value; an empty one leaves the cursor to `after`.
+LAST_EVENT_ID_PATTERN = f"^[ \\t]*({CURSOR_PATTERN[1:-1]})?[ \\t]*$"
 PAGE = DEFAULT_LIST_LIMIT
 
 
 @router.get(
     "/events",
     summary="Events after a cursor; waits up to timeout_ms (max 30 s) when there are none",
-    responses={410: {"description": "the cursor is older than the retained events (see first_seq)"}},
 )
 async def list_events(
-    run_id: str,
-    svc: Svc,
-    after: After = "-1",
-    timeout_ms: Annotated[int, Query(description="how long to wait for a new event")] = 0,
-    limit: Annotated[int, Query(description="page size, 1 to 10,000")] = PAGE,
-) -> dict[str, Any]:
+    run_id: RunId, svc: Svc, after: After = "-1", timeout_ms: TimeoutMs = 0, limit: Limit = PAGE
+) -> shapes.EventPage:
     finished, page = await svc.drain.race(svc.runlog.list_events(run_id, after, timeout_ms, limit))
     if not finished:
         # Shutting down: answer what is there now instead of waiting out the timeout.
@@ -76,16 +91,31 @@ def _cursor(after: str | None, last_event_id: str | None) -> tuple[str, str]:
     summary="Live tail as Server-Sent Events (resume with Last-Event-ID)",
     response_class=StreamingResponse,
     responses={
-        200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "`id: <seq>`, `event: <type>`, `data: <the event as JSON>` per event; "
+            "comments while idle; ends after the terminal event",
+        },
         204: {"description": "the run is finished and nothing is newer than the cursor"},
-        410: {"description": "the cursor is older than the retained events (see first_seq)"},
     },
 )
 async def stream_events(
-    run_id: str,
+    run_id: RunId,
     svc: Svc,
-    after: Annotated[str | None, Query(description="a seq, -1 or now; Last-Event-ID wins")] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="a seq, -1 or now; Last-Event-ID wins", json_schema_extra={"pattern": CURSOR_PATTERN}
+        ),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="the last seq this client has (what an EventSource sends on reconnect)",
+            json_schema_extra={"pattern": LAST_EVENT_ID_PATTERN},
+        ),
+    ] = None,
 ) -> Response:
     raw, source = _cursor(after, last_event_id)
     cursor = validate.cursor(source, raw)
@@ -101,7 +131,7 @@ async def stream_events(
     )
 
 
-async def _tail(svc: Services, run_id: str, cursor: int, page: dict[str, Any]) -> AsyncIterator[str]:
+async def _tail(svc: Services, run_id: str, cursor: int, page: shapes.EventPage) -> AsyncIterator[str]:
     keepalive_ms = max(1, int(svc.settings.sse_keepalive_s * 1000))
     # Sent at once so the client sees the stream open even before the first event.
     yield ": stream open\n\n"

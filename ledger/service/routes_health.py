@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
+from ledger import shapes
+from ledger.service.errors import error_responses
 from ledger.service.metrics import CONTENT_TYPE
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
@@ -18,7 +20,7 @@ READY_CHECK_TIMEOUT_S = 2.0
 
 
 @router.get("/healthz", summary="Liveness: the process is up (no token needed)")
-async def healthz() -> dict[str, str]:
+async def healthz() -> shapes.Health:
     return {"status": "ok"}
 
 
@@ -37,7 +39,8 @@ async def _database_reachable(svc: Services) -> bool:
 @router.get(
     "/readyz",
     summary="Readiness: the database answers and the listener is connected (no token needed)",
-    responses={503: {"description": "not ready; the body says which part is down"}},
+    response_model=shapes.Readiness,
+    responses={503: {"model": shapes.NotReady, "description": "not ready; the body says which part is down"}},
 )
 async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     checks: dict[str, Any] = {
@@ -58,6 +61,10 @@ async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     summary="Prometheus metrics",
     dependencies=[Depends(require_token)],
     response_class=Response,
+    responses={
+        200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}, "description": "the text format"},
+        **error_responses(401, 403),
+    },
 )
 async def metrics(svc: Annotated[Services, Depends(services)]) -> Response:
     return Response(svc.metrics.render(), media_type=CONTENT_TYPE)

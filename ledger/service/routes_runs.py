@@ -6,51 +6,76 @@ who wants the same list over HTTP.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
+from ledger import shapes
 from ledger.runlog import overview
-from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, SetTerminal
+from ledger.runlog.events import MAX_LIST_LIMIT
+from ledger.runlog.overview import MAX_RUNS_LIMIT
+from ledger.service.errors import error_responses
+from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, RunId, SetTerminal, Version
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    prefix="/v1/runs",
+    tags=["runs"],
+    dependencies=[Depends(require_token)],
+    responses=error_responses(401, 403, 422, 503),
+)
 
 Svc = Annotated[Services, Depends(services)]
 
 
-@router.post("", summary="Open a run (idempotent)")
-async def open_run(body: OpenRun, svc: Svc) -> dict[str, Any]:
+@router.post("", summary="Open a run (idempotent)", responses=error_responses(400, 413))
+async def open_run(body: OpenRun, svc: Svc) -> shapes.Run:
     return await svc.runlog.open_run(body.run_id, body.play_name)
 
 
 @router.get("", summary="The newest runs (the run_overview view), newest first; for `ledger runs`")
 async def list_runs(
-    svc: Svc, limit: Annotated[int, Query(description="how many runs, 1 to 1,000")] = 50
-) -> dict[str, list[dict[str, Any]]]:
+    svc: Svc,
+    limit: Annotated[
+        int,
+        Query(description="how many runs", json_schema_extra={"minimum": 1, "maximum": MAX_RUNS_LIMIT}),
+    ] = 50,
+) -> shapes.RunList:
     return {"runs": await overview.list_runs(svc.db, limit)}
 
 
 @router.get(
     "/{run_id}",
     summary="The run: status, last seq, terminal state, live node progress, the attempt's resume position",
+    responses=error_responses(404),
 )
-async def get_run(run_id: str, svc: Svc) -> dict[str, Any]:
+async def get_run(run_id: RunId, svc: Svc) -> shapes.Run:
     return await svc.runlog.get_run(run_id)
 
 
-@router.get("/{run_id}/logs", summary="The text of the run's last `tail` log lines, oldest first")
+@router.get(
+    "/{run_id}/logs",
+    summary="The text of the run's last `tail` log lines, oldest first",
+    responses=error_responses(404),
+)
 async def get_logs(
-    run_id: str,
+    run_id: RunId,
     svc: Svc,
-    tail: Annotated[int, Query(description="how many lines, 1 to 10,000")] = 1000,
-) -> dict[str, list[str]]:
+    tail: Annotated[
+        int,
+        Query(description="how many lines", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT}),
+    ] = 1000,
+) -> shapes.LogTail:
     return {"lines": await svc.runlog.recent_log_lines(run_id, tail)}
 
 
-@router.post("/{run_id}/events", summary="Append events in one transaction")
-async def append_events(run_id: str, body: AppendEvents, svc: Svc) -> dict[str, list[dict[str, Any]]]:
+@router.post(
+    "/{run_id}/events",
+    summary="Append events in one transaction (409 `terminal` once the run has ended)",
+    responses=error_responses(400, 404, 409, 413),
+)
+async def append_events(run_id: RunId, body: AppendEvents, svc: Svc) -> shapes.AppendedEvents:
     events = await svc.runlog.append(run_id, body.events)
     svc.metrics.events_appended.inc(len(events))
     return {"events": events}
@@ -59,8 +84,9 @@ async def append_events(run_id: str, body: AppendEvents, svc: Svc) -> dict[str, 
 @router.put(
     "/{run_id}/terminal",
     summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
+    responses=error_responses(400, 404, 409, 413),
 )
-async def set_terminal(run_id: str, body: SetTerminal, svc: Svc) -> dict[str, Any]:
+async def set_terminal(run_id: RunId, body: SetTerminal, svc: Svc) -> shapes.TerminalState:
     return await svc.runlog.set_terminal(
         run_id,
         body.status,
@@ -72,21 +98,33 @@ async def set_terminal(run_id: str, body: SetTerminal, svc: Svc) -> dict[str, An
     )
 
 
-@router.get("/{run_id}/terminal", summary="The terminal state, or null while the run is live")
-async def get_terminal(run_id: str, svc: Svc) -> dict[str, Any]:
+@router.get(
+    "/{run_id}/terminal",
+    summary="The terminal state, or null while the run is live",
+    responses=error_responses(404),
+)
+async def get_terminal(run_id: RunId, svc: Svc) -> shapes.TerminalAnswer:
     return {"state": await svc.runlog.get_terminal(run_id)}
 
 
-@router.put("/{run_id}/mapping", summary="Map the run to an instance (refused if blocked for it)")
-async def map_run(run_id: str, body: MapRun, svc: Svc) -> dict[str, bool]:
+@router.put(
+    "/{run_id}/mapping",
+    summary="Map the run to an instance (refused if blocked for it)",
+    responses=error_responses(400, 413),
+)
+async def map_run(run_id: RunId, body: MapRun, svc: Svc) -> shapes.MapResult:
     return await svc.pool.map_run(run_id, body.instance_id, body.version, body.started)
 
 
-@router.post("/{run_id}/mapping/block", summary="Block an instance from the run unless it started it")
-async def block_run(run_id: str, body: BlockRun, svc: Svc) -> dict[str, bool]:
+@router.post(
+    "/{run_id}/mapping/block",
+    summary="Block an instance from the run unless it started it",
+    responses=error_responses(400, 413),
+)
+async def block_run(run_id: RunId, body: BlockRun, svc: Svc) -> shapes.BlockResult:
     return await svc.pool.block_run(run_id, body.instance_id, body.version)
 
 
 @router.get("/{run_id}/mapping", summary="The instance serving the run (same version only)")
-async def resolve_run(run_id: str, version: Annotated[str, Query()], svc: Svc) -> dict[str, Any]:
+async def resolve_run(run_id: RunId, version: Version, svc: Svc) -> shapes.ResolvedMapping:
     return await svc.pool.resolve_run(run_id, version)

@@ -8,8 +8,9 @@ in the run log's wire shape; the stream is closed once the run has its terminal 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Final
 
+from ledger import shapes
 from ledger.runlog.store import RunLog
 from ledger.streams.rules import NOW, START
 from ledger.streams.store import Chunk, Stream
@@ -19,7 +20,7 @@ CONTENT_TYPE: Final = "application/json"
 PAGE: Final = 1000
 
 
-def _stream(run_id: str, page: dict[str, Any]) -> Stream:
+def _stream(run_id: str, page: shapes.EventPage) -> Stream:
     return Stream(
         name=RUNS_PREFIX + run_id,
         content_type=CONTENT_TYPE,
@@ -47,12 +48,12 @@ class RunStreams:
         self.runlog = runlog
 
     async def head(self, run_id: str) -> Stream:
-        return _stream(run_id, dict(await self.runlog.list_events(run_id, "now", 0, 1)))
+        return _stream(run_id, await self.runlog.list_events(run_id, "now", 0, 1))
 
     async def read(self, run_id: str, offset: int | str, timeout_s: float) -> Chunk:
         """The events after `offset` (a seq, `-1` or `now`), waiting up to `timeout_s` for one."""
         after: int | str = "now" if offset == NOW else (-1 if offset == START else int(offset))
-        page = dict(await self.runlog.list_events(run_id, after, int(timeout_s * 1000), PAGE))
+        page = await self.runlog.list_events(run_id, after, int(timeout_s * 1000), PAGE)
         stream = _stream(run_id, page)
         events = page["events"]
         payloads = [json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() for e in events]

@@ -52,7 +52,7 @@ class DirectTransport:
 
         run_id = str(payload["run_id"])
         async with _ledger_errors(run_id):
-            return await apply_status_upload(self.db, run_id, payload)
+            return dict(await apply_status_upload(self.db, run_id, payload))
         raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
 
     async def run_state(self, run_id: str) -> dict[str, Any] | None:
@@ -61,7 +61,7 @@ class DirectTransport:
 
         async with _ledger_errors(run_id):
             try:
-                return await RunLog(self.db).get_run(run_id)
+                return dict(await RunLog(self.db).get_run(run_id))
             except NotFound:
                 return None
         raise AssertionError("unreachable: _ledger_errors re-raises")  # pragma: no cover
@@ -115,7 +115,7 @@ async def _default_sheet_outcomes(db: Database, run_id: str) -> list[dict[str, A
     from ledger.ingest.sheets import sheet_outcomes
 
     try:
-        return await sheet_outcomes(db, run_id)
+        return [dict(outcome) for outcome in await sheet_outcomes(db, run_id)]
     except NotFound:
         return []  # no rows recorded for the run: nothing to reconcile from
 
@@ -125,6 +125,6 @@ async def _default_node_observations(db: Database, run_id: str) -> list[dict[str
     from ledger.ingest.observations import list_observations
 
     try:
-        return await list_observations(db, run_id)
+        return [dict(observation) for observation in await list_observations(db, run_id)]
     except NotFound:
         return []

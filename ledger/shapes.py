@@ -1,0 +1,330 @@
+"""The JSON shapes the ledger hands out: what the library returns and the HTTP service answers.
+
+One `TypedDict` per shape, so a caller of `RunLog`, `WarmPool` or the ingestion functions, a client
+of the HTTP API and the service's OpenAPI document (these are its response models) all read the
+same definition. Times are epoch milliseconds, durations milliseconds; snake_case throughout.
+
+Only typing here: a client may import this module without the database or web stack.
+`typing_extensions.TypedDict` rather than `typing`'s because pydantic reads only that one on
+Python 3.11, and because an event is an *open* shape (PEP 728 `extra_items`): its type fields
+travel flat beside `seq`, `type` and `ts`, and free-form ingestion events carry any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict
+
+TerminalStatus = Literal["completed", "failed", "cancelled"]
+
+# -- runs -------------------------------------------------------------------------------------------
+
+
+class TerminalState(TypedDict):
+    """How a run ended: set once (the first terminal wins), `completed_at` by the ledger."""
+
+    status: TerminalStatus
+    result: Any
+    error: str | None
+    total_rows: int | None
+    duration_ms: int | None
+    play_name: str | None
+    completed_at: int | None
+
+
+class NodeProgress(TypedDict):
+    """One step's live progress as the reporter last uploaded it (only the fields it sent)."""
+
+    completed: NotRequired[int]
+    failed: NotRequired[int]
+    total: NotRequired[int]
+    started_rows: NotRequired[int]
+    active_rows: NotRequired[int]
+    waiting_rows: NotRequired[int]
+    completed_rows: NotRequired[int]
+    started_at: NotRequired[int]
+    completed_at: NotRequired[int]
+    updated_at: NotRequired[int]
+    message: NotRequired[str]
+    artifact_table_namespace: NotRequired[str]
+    node_io: NotRequired[dict[str, Any]]
+
+
+class Run(TypedDict):
+    """A run (`GET /v1/runs/{run_id}`).
+
+    `producer_attempt`, `last_upload_seq` and `live_log_count` are the reporting attempt's position:
+    a reporter resuming the attempt numbers its next upload and log line after them.
+    `last_heartbeat_at` is when an upload carrying `last_checkpoint_at` last arrived.
+    """
+
+    run_id: str
+    play_name: str | None
+    status: str
+    created_at: int
+    updated_at: int
+    last_seq: int
+    producer_attempt: int
+    last_upload_seq: int
+    live_log_count: int
+    last_heartbeat_at: int | None
+    terminal: TerminalState | None
+    live_node_progress: dict[str, NodeProgress]
+
+
+class RunSummary(TypedDict):
+    """One row of the run overview (`GET /v1/runs`, `ledger runs`): totals summed over its steps."""
+
+    run_id: str
+    status: str
+    play_name: str | None
+    created_at: int
+    updated_at: int
+    age_ms: int
+    last_seq: int
+    last_event_type: str | None
+    terminal_status: TerminalStatus | None
+    terminal_error: str | None
+    terminal_total_rows: int | None
+    steps_total: int
+    steps_done: int
+    rows_completed: int
+    rows_failed: int
+    rows_total: int
+
+
+class RunList(TypedDict):
+    runs: list[RunSummary]
+
+
+class StalledRun(TypedDict):
+    """A live run idle past the watchdog's default limit (`ledger.stalled_runs`)."""
+
+    run_id: str
+    status: str
+    play_name: str | None
+    updated_at: int
+    idle_ms: int
+    last_seq: int
+
+
+class LogTail(TypedDict):
+    """The text of a run's last log lines, oldest first."""
+
+    lines: list[str]
+
+
+class TerminalAnswer(TypedDict):
+    """`GET /v1/runs/{run_id}/terminal`: the state, or null while the run is live."""
+
+    state: TerminalState | None
+
+
+# -- events -----------------------------------------------------------------------------------------
+
+
+# PEP 728 is not in mypy yet: to it this is the three keys below; pydantic reads the open shape.
+class Event(TypedDict, extra_items=Any):  # type: ignore[call-arg]
+    """One stored event, flat: `seq` (gapless per run), `type`, `ts`, then the type's fields.
+
+    `status`: status, logs; `log`: line; `progress`: status, logs, active_node_id,
+    active_artifact_table_namespace, updated_at; `terminal`: the terminal state's fields;
+    `log.gap`: missing (how many lines never arrived); `step.started`, `step.progress`,
+    `step.completed`, `dataset.lifecycle`, `activity.observed`: the reporter's JSON.
+    """
+
+    seq: int
+    type: str
+    ts: int
+
+
+class EventPage(TypedDict):
+    """Events after a cursor. `first_seq` is the oldest retained event (a cursor before it is
+    expired, 410); `terminal` is set once the run has ended (then nothing more comes)."""
+
+    events: list[Event]
+    latest_seq: int
+    first_seq: int
+    terminal: TerminalState | None
+
+
+class AppendedEvents(TypedDict):
+    """The events just appended, with the seq and ts the ledger gave them."""
+
+    events: list[Event]
+
+
+# -- ingestion --------------------------------------------------------------------------------------
+
+
+class UploadResult(TypedDict):
+    """What one status upload applied (a duplicate applies nothing), and the attempt's resume
+    position after it."""
+
+    duplicate: bool
+    events_appended: dict[str, int]
+    steps_changed: list[str]
+    logs_appended: int
+    log_gap: int
+    terminal_set: bool
+    last_seq: int
+    producer_attempt: int
+    last_upload_seq: int
+    live_log_count: int
+
+
+class Recorded(TypedDict):
+    """How many sheet rows or observations a batch stored."""
+
+    recorded: int
+
+
+class SheetOutcome(TypedDict):
+    """One table namespace's sheet rows; `total` counts pending rows too."""
+
+    table_namespace: str
+    completed: int
+    failed: int
+    total: int
+
+
+class SheetOutcomes(TypedDict):
+    outcomes: list[SheetOutcome]
+
+
+class Observation(TypedDict):
+    """A durable node observation (the newest per node, attempt and invocation)."""
+
+    node_id: str
+    attempt: int
+    invocation_seq: int
+    invocation_id: str | None
+    status: Literal["started", "completed", "failed"]
+    inputs: Any
+    outputs: Any
+    error: str | None
+    started_at: int | None
+    settled_at: int | None
+
+
+class ObservationList(TypedDict):
+    observations: list[Observation]
+
+
+# -- warm pool and run mappings ---------------------------------------------------------------------
+
+
+class PoolEntry(TypedDict):
+    """A warm instance of a code version; `ready_at` is null while it warms."""
+
+    id: str
+    version: str
+    state: Literal["warming", "ready"]
+    created_at: int
+    ready_at: int | None
+    expires_at: int
+
+
+class PoolEntries(TypedDict):
+    entries: list[PoolEntry]
+
+
+class Counts(TypedDict):
+    """Entries of a version: claimable now, and warming (not ready, or ready only later)."""
+
+    available: int
+    warming: int
+
+
+class ClaimResult(Counts):
+    """The claimed instance (null when none was available) and the counts after the claim."""
+
+    id: str | None
+
+
+class PoolAvailability(TypedDict):
+    """Per pool and version (`ledger.pool_availability`), with the default staleness limit."""
+
+    pool: str
+    version: str
+    available: int
+    warming: int
+    stale: int
+    newest_ready_at: int | None
+
+
+class Added(TypedDict):
+    added: int
+
+
+class Deleted(TypedDict):
+    deleted: int
+
+
+class Promoted(TypedDict):
+    promoted: int
+
+
+class Readied(TypedDict):
+    """Whether the entry was marked ready (false: absent, expired or of another version)."""
+
+    ready: bool
+
+
+class MapResult(TypedDict):
+    """False when the instance is blocked from the run."""
+
+    mapped: bool
+
+
+class BlockResult(TypedDict):
+    """`blocked`, or `started`: the run already started on that instance, so it was not blocked."""
+
+    blocked: bool
+    started: bool
+
+
+class ResolvedMapping(TypedDict):
+    """The instance serving the run for that version, or nulls."""
+
+    instance_id: str | None
+    started_at: int | None
+
+
+# -- operations and errors --------------------------------------------------------------------------
+
+
+class Health(TypedDict):
+    status: Literal["ok"]
+
+
+class Readiness(TypedDict):
+    status: Literal["ready"]
+    database: bool
+    listener: bool
+
+
+class NotReady(TypedDict):
+    """`/readyz` while a part is down or the service is shutting down."""
+
+    error: str
+    database: bool
+    listener: bool
+    draining: NotRequired[bool]
+
+
+class ErrorBody(TypedDict):
+    """Every error answer: `error` says what is wrong (naming the field for bad input).
+
+    `code` is there where a client must act on it: a 409 says `stale_attempt` with the current
+    `producer_attempt` (stop reporting), or `terminal` with the stored `terminal` state (who ended
+    the run and how); a 401 or 403 says why the credential was refused. A 410 carries `first_seq`,
+    the oldest event still retained.
+    """
+
+    error: str
+    code: NotRequired[str]
+    producer_attempt: NotRequired[int]
+    terminal: NotRequired[TerminalState]
+    first_seq: NotRequired[int]
