@@ -6,11 +6,21 @@ holds a connection - wake-ups come from the single listener (`ledger.runlog.list
 
 Design notes:
 
-- **Faults.** Every connection is checked when it is handed out (`check_connection`, one empty
-  round trip), so after a Postgres restart the pool replaces its dead connections instead of
-  giving them to a request. A checkout waits at most `timeout_s`; then `PoolTimeout`. Both that
-  and a connection lost mid-request are `DB_FAULTS`: the service answers them with 503 and
-  `Retry-After`, never 500.
+- **Faults.** Every connection is checked when it is handed out (one empty round trip, itself
+  bounded), so after a Postgres restart the pool replaces its dead connections instead of giving
+  them to a request; a failed check takes the next one at once (psycopg_pool's own check loop
+  would back off a second and more per dead connection). A checkout waits at most `timeout_s`;
+  then `PoolTimeout`. Both that and a connection lost mid-request are `DB_FAULTS`: the service
+  answers them with 503 and `Retry-After`, never 500.
+- **Bounded waits.** `lock_timeout_s` and `statement_timeout_s` are set on every pooled session,
+  so a request stuck behind a held row lock or a runaway statement gives its connection back and
+  fails (`LockNotAvailable`, `QueryCanceled`: both `DB_FAULTS`) instead of starving the pool.
+- **Fast recovery.** Once a connection is found dead or a connection attempt fails, the database
+  counts as *down* and a checkout waits at most `DOWN_CHECKOUT_S`, so requests fail fast while it
+  is away. psycopg_pool doubles its reconnect delay without bound, so each reconnect attempt is
+  given up after `RECONNECT_WINDOW_S` and the next checkout starts a fresh one: while requests
+  come, a connection is tried about every second, and the first that succeeds marks the
+  database up again. TCP keepalives and a connect timeout bound a silent network.
 - **Shared transaction.** `shared_transaction()` opens one transaction that every
   `transaction()`/`connection()` of the same `Database` joins, as a savepoint, for as long as it
   is open in the current task (a context variable). The service's Idempotency-Key handling runs a
@@ -20,14 +30,19 @@ Design notes:
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final
 
 import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
@@ -42,7 +57,25 @@ Conn = psycopg.AsyncConnection[Row]
 # timeout. Retrying later may succeed.
 DB_FAULTS: Final = (psycopg.OperationalError, DatabaseUnavailable)
 
-DEFAULT_POOL_TIMEOUT_S: Final = 10.0
+DEFAULT_POOL_TIMEOUT_S: Final = 3.0
+# While the database is down, a checkout waits this long: enough for a reconnect already under way
+# to land, short enough that a request fails well within a second.
+DOWN_CHECKOUT_S: Final = 0.5
+# A connection whose empty round trip takes longer than this is as good as dead.
+CHECK_TIMEOUT_S: Final = 1.0
+# How long psycopg_pool keeps retrying one connection attempt (its delays double: 1 s, 2 s...).
+RECONNECT_WINDOW_S: Final = 2.0
+# libpq's connect timeout (it rounds to whole seconds, minimum 2) and TCP keepalives: a peer that
+# vanished without closing the connection is noticed in about idle + interval * count seconds.
+CONNECT_TIMEOUT_S: Final = 2
+KEEPALIVE_OPTIONS: Final[dict[str, int]] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+}
+
+log = logging.getLogger(__name__)
 
 # The transaction `Database.shared_transaction` opened in this task, and its database.
 _shared: ContextVar[tuple[Database, Conn] | None] = ContextVar("ledger_shared_transaction", default=None)
@@ -60,31 +93,109 @@ def resolve_url(settings: Settings | None = None) -> tuple[str, EmbeddedPostgres
     return server.url(), server
 
 
-async def _configure(conn: Conn) -> None:
-    # Application name makes our sessions recognisable in pg_stat_activity.
-    await conn.execute("SET application_name = 'run-ledger'")
-    await conn.commit()
+def _milliseconds(seconds: float | None) -> int:
+    # 0 is Postgres's "no limit".
+    return 0 if seconds is None else max(1, round(seconds * 1000))
 
 
 class Database:
-    """An async connection pool on one Postgres database."""
+    """An async connection pool on one Postgres database.
+
+    `lock_timeout_s` and `statement_timeout_s` (None: no limit) bound every statement run on it;
+    `available` is False while the database is known to be unreachable.
+    """
 
     def __init__(
-        self, url: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = DEFAULT_POOL_TIMEOUT_S
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
+        lock_timeout_s: float | None = None,
+        statement_timeout_s: float | None = None,
     ) -> None:
         self.url = url
+        self.timeout_s = timeout_s
+        self.lock_timeout_s = lock_timeout_s
+        self.statement_timeout_s = statement_timeout_s
+        self.available = True
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"row_factory": dict_row},
-            configure=_configure,
-            # A connection that died with the server (restart, failover) is replaced, not handed out.
-            check=AsyncConnectionPool.check_connection,
+            kwargs={"row_factory": dict_row, "connect_timeout": CONNECT_TIMEOUT_S, **KEEPALIVE_OPTIONS},
+            configure=self._configure,
+            # Checked in `_checkout`, which moves on to the next connection without backing off.
+            check=None,
             timeout=timeout_s,
+            reconnect_timeout=RECONNECT_WINDOW_S,
+            reconnect_failed=self._reconnect_failed,
             open=False,
             name="run-ledger",
         )
+
+    async def _configure(self, conn: Conn) -> None:
+        # Application name makes our sessions recognisable in pg_stat_activity.
+        await conn.execute("SET application_name = 'run-ledger'")
+        await conn.execute(
+            sql.SQL("SET lock_timeout = {}").format(sql.Literal(_milliseconds(self.lock_timeout_s)))
+        )
+        await conn.execute(
+            sql.SQL("SET statement_timeout = {}").format(sql.Literal(_milliseconds(self.statement_timeout_s)))
+        )
+        await conn.commit()
+        # A new connection is the proof that the database is back.
+        self._mark(available=True)
+
+    async def _reconnect_failed(self, pool: AsyncConnectionPool[Conn]) -> None:
+        self._mark(available=False)
+
+    def _mark(self, *, available: bool) -> None:
+        if available != self.available:
+            self.available = available
+            if available:
+                log.info("database reachable again")
+            else:
+                log.warning("database unreachable: requests fail fast until it answers again")
+
+    async def _checkout(self) -> Conn:
+        """A live connection from the pool, or `PoolTimeout` (sooner while the database is down)."""
+        started = time.monotonic()
+        while True:
+            limit = self.timeout_s if self.available else min(self.timeout_s, DOWN_CHECKOUT_S)
+            remaining = started + limit - time.monotonic()
+            if remaining <= 0:
+                raise PoolTimeout(f"no database connection within {limit:g} s")
+            conn = await self.pool.getconn(timeout=remaining)
+            try:
+                async with asyncio.timeout(CHECK_TIMEOUT_S):
+                    await AsyncConnectionPool.check_connection(conn)
+            except Exception:
+                # Dead (the server restarted or went away): the pool closes and replaces it.
+                self._mark(available=False)
+                await self.pool.putconn(conn)
+                continue
+            except BaseException:
+                await self.pool.putconn(conn)
+                raise
+            self._mark(available=True)
+            return conn
+
+    @asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[Conn]:
+        """A checked connection, committed on a clean exit and rolled back on an error (as
+        psycopg_pool's `connection()` does), given back to the pool either way."""
+        conn = await self._checkout()
+        try:
+            async with conn:
+                yield conn
+        except psycopg.OperationalError:
+            if conn.closed or conn.pgconn.transaction_status == TransactionStatus.UNKNOWN:
+                self._mark(available=False)
+            raise
+        finally:
+            await self.pool.putconn(conn)
 
     async def open(self) -> None:
         try:
@@ -117,7 +228,7 @@ class Database:
             async with joined.transaction():
                 yield joined
             return
-        async with self.pool.connection() as conn:
+        async with self._pooled() as conn:
             yield conn
 
     @asynccontextmanager
@@ -132,7 +243,7 @@ class Database:
             async with joined.transaction():
                 yield joined
             return
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._pooled() as conn, conn.transaction():
             yield conn
 
     @asynccontextmanager
@@ -143,7 +254,7 @@ class Database:
         """
         if _shared.get() is not None:
             raise RuntimeError("a shared transaction is already open in this task")
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._pooled() as conn, conn.transaction():
             token = _shared.set((self, conn))
             try:
                 yield conn

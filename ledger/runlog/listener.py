@@ -8,8 +8,10 @@ duplicate or coalesced wake-ups are harmless.
 
 Wake-ups can be lost only while the connection is down, so:
 
-- the loop reads notifications with a timeout and runs `SELECT 1` (itself bounded) every
-  `keepalive_s`, which finds a connection that died without an error;
+- the loop reads notifications with a timeout and runs `SELECT 1`, bounded by `probe_timeout_s`,
+  every `keepalive_s`: that finds a connection that died without an error, or whose backend or
+  network froze (nothing arrives, nothing fails), within `keepalive_s + probe_timeout_s`; TCP
+  keepalives on the socket catch a peer that vanished even while no probe is in flight;
 - when the connection is found dead, and again when it is re-established (with exponential
   backoff), every waiter is woken to re-read;
 - while it is down, a waiter waits at most `fallback_poll_s` before re-reading (a bounded poll).
@@ -38,9 +40,19 @@ log = logging.getLogger(__name__)
 CHANNEL: Final = "ledger_events_v1"
 APPLICATION_NAME: Final = "run-ledger-listener"
 DEFAULT_FALLBACK_POLL_S: Final = 2.0
-DEFAULT_KEEPALIVE_S: Final = 10.0
+DEFAULT_KEEPALIVE_S: Final = 1.0
+DEFAULT_PROBE_TIMEOUT_S: Final = 2.0
 DEFAULT_BACKOFF_INITIAL_S: Final = 0.05
-DEFAULT_BACKOFF_MAX_S: Final = 5.0
+DEFAULT_BACKOFF_MAX_S: Final = 2.0
+# libpq options of the listening connection: a bounded connect, and TCP keepalives that give up
+# on a silent peer after about idle + interval * count seconds.
+CONNECT_OPTIONS: Final[dict[str, Any]] = {
+    "connect_timeout": 2,
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 2,
+}
 
 KEEPALIVE_SQL: Final = "SELECT 1"
 
@@ -113,6 +125,7 @@ class Listener:
         channel: str = CHANNEL,
         fallback_poll_s: float = DEFAULT_FALLBACK_POLL_S,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
         backoff_initial_s: float = DEFAULT_BACKOFF_INITIAL_S,
         backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
         connect: Connect | None = None,
@@ -121,6 +134,7 @@ class Listener:
         self.channel = channel
         self.fallback_poll_s = fallback_poll_s
         self.keepalive_s = keepalive_s
+        self.probe_timeout_s = probe_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._connect_fn = connect or self._connect
@@ -199,7 +213,7 @@ class Listener:
 
     async def _connect(self) -> ListenConn:
         return await psycopg.AsyncConnection.connect(
-            self.database_url, autocommit=True, application_name=APPLICATION_NAME
+            self.database_url, autocommit=True, application_name=APPLICATION_NAME, **CONNECT_OPTIONS
         )
 
     async def _close_conn(self) -> None:
@@ -257,4 +271,4 @@ class Listener:
                 if parsed is not None:
                     self._wake_run(parsed[0])
             # No error while reading proves little on a silent network; a bounded query does.
-            await asyncio.wait_for(conn.execute(KEEPALIVE_SQL), timeout=self.keepalive_s)
+            await asyncio.wait_for(conn.execute(KEEPALIVE_SQL), timeout=self.probe_timeout_s)

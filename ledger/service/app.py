@@ -37,6 +37,7 @@ from ledger.service.idempotent import IdempotencyMiddleware
 from ledger.service.jsontext import too_deep
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
+from ledger.service.run_gate import RunWriteGate
 from ledger.service.security import require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
@@ -58,6 +59,8 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
                 min_size=1,
                 max_size=settings.db_pool_size,
                 timeout_s=settings.db_pool_timeout_s,
+                lock_timeout_s=settings.db_lock_timeout_s,
+                statement_timeout_s=settings.db_statement_timeout_s,
             )
             await db.open()
             stack.push_async_callback(db.close)
@@ -129,6 +132,8 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
     # Added last = outermost. Innermost, Idempotency-Key handling sees a body already bounded and
     # checked; the context (run id, metrics) also covers the 413 and 422 answers of the others.
     app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
+    # Outside Idempotency-Key handling, which takes a pooled connection for the whole request.
+    app.add_middleware(RunWriteGate, wait_s=settings.db_lock_timeout_s)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=too_deep)
     app.add_middleware(RunPathMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)

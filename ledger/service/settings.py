@@ -19,8 +19,11 @@ KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
 PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
 POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
 POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
+LOCK_TIMEOUT_VAR = "LEDGER_DB_LOCK_TIMEOUT_S"
+STATEMENT_TIMEOUT_VAR = "LEDGER_DB_STATEMENT_TIMEOUT_S"
 SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
 MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
+MAX_ATTEMPT_STEP_VAR = "LEDGER_MAX_ATTEMPT_STEP"
 WATCHDOG_VAR = "LEDGER_WATCHDOG"
 WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
 WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
@@ -41,9 +44,13 @@ class ServiceSettings:
     public_docs: bool = False
     # Connections for requests; waiting (long-poll, SSE) holds none of them.
     db_pool_size: int = 10
-    # How long a request waits for a pooled connection before it is answered 503 (Retry-After):
-    # while Postgres is down, that is how long each request takes to fail.
-    db_pool_timeout_s: float = 10.0
+    # How long a request waits for a pooled connection before it is answered 503 (Retry-After) on a
+    # busy pool. While Postgres is known to be down, a request fails within half a second instead.
+    db_pool_timeout_s: float = 3.0
+    # How long one statement may wait for a row lock, and run at all, before it is cancelled and
+    # the request answered 503: a run whose row someone holds slows only requests for that run.
+    db_lock_timeout_s: float = 2.0
+    db_statement_timeout_s: float = 5.0
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
     # Run the stalled-run watchdog in this process: a run with no event (nor checkpoint heartbeat)
@@ -54,6 +61,8 @@ class ServiceSettings:
     # Retention per run: the oldest events beyond this are trimmed (never the terminal event);
     # 0 = unlimited.
     max_events_per_run: int = 10_000
+    # A status upload may claim a producer attempt at most this far above the run's current one.
+    max_attempt_step: int = 10
 
 
 def _number(env: Mapping[str, str], var: str, default: float, *, minimum: float) -> float:
@@ -92,9 +101,12 @@ def load_service_settings(
         sse_keepalive_s=_number(env, KEEPALIVE_VAR, 15.0, minimum=0.01),
         public_docs=_flag(env, PUBLIC_DOCS_VAR, False),
         db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
-        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, 10.0, minimum=0.1),
+        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, 3.0, minimum=0.1),
+        db_lock_timeout_s=_number(env, LOCK_TIMEOUT_VAR, 2.0, minimum=0.001),
+        db_statement_timeout_s=_number(env, STATEMENT_TIMEOUT_VAR, 5.0, minimum=0.001),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
         max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),
+        max_attempt_step=int(_number(env, MAX_ATTEMPT_STEP_VAR, 10, minimum=1)),
         watchdog=_flag(env, WATCHDOG_VAR, True),
         watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, 300.0, minimum=0.1),
         watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, 30.0, minimum=0.01),

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 
-from ledger import migrate
-from ledger.embedded import EmbeddedPostgres
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
+from tests.own_postgres import OwnPostgres
+from tests.own_postgres import own_postgres as own_server
 
 pytestmark = pytest.mark.own_postgres
 
@@ -26,40 +24,10 @@ POOL_TIMEOUT_S = "1"
 RECOVERY_S = 60.0
 
 
-@dataclass
-class OwnPostgres:
-    """An embedded Postgres of this test's own, which it may stop and start."""
-
-    handle: EmbeddedPostgres
-    url: str
-
-    def stop(self) -> None:
-        server = self.handle._server
-        with type(server)._lock:
-            server._stop()
-        with pytest.raises(psycopg.OperationalError):
-            psycopg.connect(self.url, connect_timeout=2).close()
-
-    def start(self) -> None:
-        server = self.handle._server
-        with type(server)._lock:
-            server.ensure_postgres_running()
-        assert self.handle.url() == self.url
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-
 @pytest.fixture
 def own_postgres(tmp_path: Path) -> Iterator[OwnPostgres]:
-    handle = EmbeddedPostgres(tmp_path / "own-pg")
-    url = handle.url()
-    migrate.upgrade(url)
-    try:
-        yield OwnPostgres(handle, url)
-    finally:
-        handle.stop()
+    with own_server(tmp_path / "own-pg") as server:
+        yield server
 
 
 @pytest.fixture
