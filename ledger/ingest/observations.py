@@ -53,13 +53,9 @@ ORDER BY o.node_id, o.attempt, o.invocation_seq
 
 
 def invocation_seq_from_id(invocation_id: str | None) -> int:
-    """The number after the last `:` of the invocation id (runners number invocations that way),
-    else 0."""
-    if not invocation_id:
-        return 0
-    tail = invocation_id.rsplit(":", 1)[-1]
-    # ASCII only: str.isdigit() also says yes to '²', which int() refuses.
-    return int(tail) if tail.isascii() and tail.isdigit() else 0
+    """The number after the last `:` of the invocation id (`validate.invocation_seq`), else 0."""
+    seq = validate.invocation_seq(invocation_id)
+    return 0 if seq is None else seq
 
 
 def parse_observation(field: str, raw: object) -> dict[str, Any]:
