@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,6 +17,7 @@ from ledger.db import Database
 from ledger.runlog.listener import APPLICATION_NAME, ListenConn, Listener
 from ledger.runlog.store import RunLog, append_in_transaction, lock_run
 from tests import postgres
+from tests.own_postgres import own_postgres
 
 
 class RollBack(Exception):
@@ -262,3 +266,43 @@ async def test_a_shared_read_serves_only_readers_woken_before_it_started(
     assert all([e["line"] for e in page["events"]] == ["a"] for page in pages)
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+@pytest.mark.own_postgres
+async def test_a_frozen_listener_backend_is_replaced_and_the_waiter_still_woken(tmp_path: Path) -> None:
+    """A backend that stops answering (SIGSTOP: what a dead network looks like from here) raises
+    no error; only the probe's deadline finds it. Default settings: they are what ships."""
+    with own_postgres(tmp_path / "own-pg") as server:
+        async with (
+            Database(server.url, min_size=1, max_size=2) as database,
+            Database(server.url, min_size=1, max_size=1) as writer,
+            Listener(server.url) as listener,
+        ):
+            runlog = RunLog(database, listener=listener)
+            await runlog.open_run("r1")
+            reader = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS))
+            await until(lambda: listener.waits >= 1)
+            frozen = listener.backend_pid
+            assert frozen is not None
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                await RunLog(writer).append("r1", [{"type": "log", "line": "while frozen"}])
+                page = await reader
+                took = time.monotonic() - started
+                assert [e["line"] for e in page["events"]] == ["while frozen"]
+                # Found by the probe and every waiter woken to re-read (or, until then, polled):
+                # bounded by the configured probe and poll, far below the long-poll's own timeout.
+                bound = listener.keepalive_s + listener.probe_timeout_s + listener.fallback_poll_s
+                assert took < bound * 2 < LONG_MS / 1000, took
+                await until(lambda: listener.connected and listener.backend_pid != frozen)
+                assert listener.reconnects == 1
+                # The new connection listens: the next append wakes by notification.
+                wakeups = listener.wakeups
+                reader = asyncio.create_task(runlog.list_events("r1", after=1, timeout_ms=LONG_MS))
+                await until(lambda: listener.waiter_count >= 1)
+                await RunLog(writer).append("r1", [{"type": "log", "line": "after"}])
+                assert [e["seq"] for e in (await reader)["events"]] == [2]
+                assert listener.wakeups > wakeups
+            finally:
+                os.kill(frozen, signal.SIGCONT)
