@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ledger.config import ConfigError
+from ledger.runlog.store import DEFAULT_MAX_EVENTS_PER_RUN
+from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -56,11 +58,11 @@ class ServiceSettings:
     # Run the stalled-run watchdog in this process: a run with no event (nor checkpoint heartbeat)
     # for `watchdog_stall_s` is failed; a pass every `watchdog_interval_s`.
     watchdog: bool = True
-    watchdog_stall_s: float = 300.0
-    watchdog_interval_s: float = 30.0
+    watchdog_stall_s: float = DEFAULT_STALL_AFTER_S
+    watchdog_interval_s: float = DEFAULT_INTERVAL_S
     # Retention per run: the oldest events beyond this are trimmed (never the terminal event);
     # 0 = unlimited.
-    max_events_per_run: int = 10_000
+    max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN
     # A status upload may claim a producer attempt at most this far above the run's current one.
     max_attempt_step: int = 10
 
@@ -94,20 +96,23 @@ def load_service_settings(
 ) -> ServiceSettings:
     """Settings from the environment; `host`/`port` (command-line options) win over the defaults."""
     env = os.environ if environ is None else environ
+    defaults = ServiceSettings()
     return ServiceSettings(
         host=host or DEFAULT_HOST,
         port=DEFAULT_PORT if port is None else port,
-        max_body_bytes=int(_number(env, MAX_BODY_VAR, 1024 * 1024, minimum=1)),
-        sse_keepalive_s=_number(env, KEEPALIVE_VAR, 15.0, minimum=0.01),
-        public_docs=_flag(env, PUBLIC_DOCS_VAR, False),
-        db_pool_size=int(_number(env, POOL_SIZE_VAR, 10, minimum=2)),
-        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, 3.0, minimum=0.1),
-        db_lock_timeout_s=_number(env, LOCK_TIMEOUT_VAR, 2.0, minimum=0.001),
-        db_statement_timeout_s=_number(env, STATEMENT_TIMEOUT_VAR, 5.0, minimum=0.001),
-        shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, 10.0, minimum=0),
-        max_events_per_run=int(_number(env, MAX_EVENTS_VAR, 10_000, minimum=0)),
-        max_attempt_step=int(_number(env, MAX_ATTEMPT_STEP_VAR, 10, minimum=1)),
-        watchdog=_flag(env, WATCHDOG_VAR, True),
-        watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, 300.0, minimum=0.1),
-        watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, 30.0, minimum=0.01),
+        max_body_bytes=int(_number(env, MAX_BODY_VAR, defaults.max_body_bytes, minimum=1)),
+        sse_keepalive_s=_number(env, KEEPALIVE_VAR, defaults.sse_keepalive_s, minimum=0.01),
+        public_docs=_flag(env, PUBLIC_DOCS_VAR, defaults.public_docs),
+        db_pool_size=int(_number(env, POOL_SIZE_VAR, defaults.db_pool_size, minimum=2)),
+        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, defaults.db_pool_timeout_s, minimum=0.1),
+        db_lock_timeout_s=_number(env, LOCK_TIMEOUT_VAR, defaults.db_lock_timeout_s, minimum=0.001),
+        db_statement_timeout_s=_number(
+            env, STATEMENT_TIMEOUT_VAR, defaults.db_statement_timeout_s, minimum=0.001
+        ),
+        shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, defaults.shutdown_grace_s, minimum=0),
+        max_events_per_run=int(_number(env, MAX_EVENTS_VAR, defaults.max_events_per_run, minimum=0)),
+        max_attempt_step=int(_number(env, MAX_ATTEMPT_STEP_VAR, defaults.max_attempt_step, minimum=1)),
+        watchdog=_flag(env, WATCHDOG_VAR, defaults.watchdog),
+        watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, defaults.watchdog_stall_s, minimum=0.1),
+        watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, defaults.watchdog_interval_s, minimum=0.01),
     )
