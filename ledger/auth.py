@@ -4,6 +4,11 @@ The service accepts the comma-separated `LEDGER_API_TOKENS`. With none configure
 token at first start and keeps it in `<data_dir>/api-token` (mode 0600), so a later start and the
 CLI on the same machine find the same token. Clients (`client_token`) take `LEDGER_TOKEN`, else the
 first of `LEDGER_API_TOKENS`, else that file. Comparison is constant-time (`hmac.compare_digest`).
+
+Those are the admin tokens. The key that signs scoped tokens (`ledger.tokens`) comes from
+`LEDGER_TOKEN_SECRET` (`kid:secret[,kid:secret...]`; the first signs, all verify), else from
+`<data_dir>/token-secret`, generated like the API token. Replicas verify each other's tokens only
+when they share the secret, so a deployment of several replicas sets the variable.
 """
 
 from __future__ import annotations
@@ -12,15 +17,18 @@ import hmac
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import tokens
 from ledger.config import ConfigError, Settings, load_settings
 
 API_TOKENS_VAR = "LEDGER_API_TOKENS"
 CLIENT_TOKEN_VAR = "LEDGER_TOKEN"
 TOKEN_FILE_NAME = "api-token"
+TOKEN_SECRET_VAR = "LEDGER_TOKEN_SECRET"
+SECRET_FILE_NAME = "token-secret"
 _TOKEN_BYTES = 32
 
 
@@ -52,29 +60,68 @@ def read_token_file(path: Path) -> str | None:
 
 
 def ensure_token_file(data_dir: Path) -> TokenFile:
-    """The stored token, generating and storing one (mode 0600) when there is none yet.
+    """The stored token, generating and storing one (mode 0600) when there is none yet."""
+    return _ensure_secret_file(token_file(data_dir), lambda: secrets.token_urlsafe(_TOKEN_BYTES), "API token")
+
+
+def _ensure_secret_file(path: Path, generate: Callable[[], str], what: str) -> TokenFile:
+    """The value stored at `path`, generating and storing one (mode 0600) when there is none yet.
 
     Creation is exclusive (`O_EXCL`), so two services starting at once on one data dir agree on the
-    token: the loser reads the winner's file. A file readable by others is tightened to 0600.
+    value: the loser reads the winner's file. A file readable by others is tightened to 0600.
     """
-    path = token_file(data_dir)
     existing = read_token_file(path)
     if existing is not None:
         if stat.S_IMODE(path.stat().st_mode) & 0o077:
             path.chmod(0o600)
         return TokenFile(existing, path, created=False)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(_TOKEN_BYTES)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = generate()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raced = read_token_file(path)
         if raced is None:
-            raise ConfigError(f"the API token file {path} exists but is empty") from None
+            raise ConfigError(f"the {what} file {path} exists but is empty") from None
         return TokenFile(raced, path, created=False)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token + "\n")
-    return TokenFile(token, path, created=True)
+        fh.write(value + "\n")
+    return TokenFile(value, path, created=True)
+
+
+def secret_file(data_dir: Path) -> Path:
+    """Where the generated token-signing key lives for this data directory."""
+    return data_dir / SECRET_FILE_NAME
+
+
+@dataclass(frozen=True)
+class TokenKeys:
+    keyring: tokens.Keyring
+    source: str  # the variable or the file it came from, for messages
+    created: bool = False
+
+
+def token_keys(data_dir: Path, environ: Mapping[str, str] | None = None) -> TokenKeys:
+    """The keyring that signs and verifies scoped tokens: `LEDGER_TOKEN_SECRET`, else the secret
+    file in `data_dir` (generated as `kid:secret` when missing). `ConfigError` naming the source
+    when it is unusable."""
+    env = os.environ if environ is None else environ
+    configured = env.get(TOKEN_SECRET_VAR, "").strip()
+    if configured:
+        return TokenKeys(_keyring(configured, TOKEN_SECRET_VAR), TOKEN_SECRET_VAR)
+    stored = _ensure_secret_file(
+        secret_file(data_dir),
+        tokens.generate_key,
+        "token secret",
+    )
+    return TokenKeys(_keyring(stored.token, str(stored.path)), str(stored.path), stored.created)
+
+
+def _keyring(text: str, source: str) -> tokens.Keyring:
+    try:
+        return tokens.parse_keyring(text)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
 
 def client_token(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> str:

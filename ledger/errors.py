@@ -66,6 +66,15 @@ class RunTerminal(Conflict):
         self.terminal = terminal
 
 
+class InstanceMapped(Conflict):
+    """The instance already serves another live run (mapped, not expired, not ended): an instance
+    runs one run at a time, so a second mapping would hand one worker two runs."""
+
+    def __init__(self, instance_id: str) -> None:
+        super().__init__(f"instance {instance_id!r} is mapped to another live run")
+        self.instance_id = instance_id
+
+
 class CursorExpired(LedgerError):
     """The read cursor points before the oldest retained event; `first_seq` says where to resume."""
 
@@ -104,6 +113,7 @@ __all__ = [
     "Conflict",
     "CursorExpired",
     "DatabaseUnavailable",
+    "InstanceMapped",
     "InvalidInput",
     "LedgerError",
     "LedgerUnavailable",

@@ -29,13 +29,20 @@ def serve(host: str, port: int) -> None:
         verb = "generated and stored" if stored.created else "using the stored"
         click.echo(f"API token: {verb} token in {stored.path} (mode 0600)", err=True)
         tokens = [stored.token]
+    keys = auth.token_keys(settings.data_dir)
+    if keys.source != auth.TOKEN_SECRET_VAR:
+        # Fine for one replica; replicas verify each other's tokens only with a shared secret.
+        verb = "generated and stored" if keys.created else "using the stored"
+        click.echo(
+            f"token secret: {verb} key in {keys.source} (set {auth.TOKEN_SECRET_VAR} for replicas)", err=True
+        )
     url, server = resolve_url(settings)
     try:
         if server is not None:
             click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
         migrate.upgrade(url)
         configure_json_logging()
-        app = create_app(service_settings, url, tokens)
+        app = create_app(service_settings, url, tokens, keys.keyring)
         run_until_stopped(build_server(app, service_settings))
     finally:
         if server is not None:

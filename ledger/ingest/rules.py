@@ -8,7 +8,9 @@ Design notes:
 
 - **Attempt fence.** An upload from an attempt older than the run's raises `StaleAttempt`; a newer
   one is adopted and gets a fresh positional log channel and a fresh upload counter. An upload
-  without `producer_attempt` belongs to the run's current attempt (it is not fenced).
+  without `producer_attempt` belongs to the run's current attempt (it is not fenced). A newer
+  attempt more than `max_attempt_step` above the current one is refused (`InvalidInput`): one
+  upload claiming attempt 2^31-1 would otherwise fence every real producer out of the run for good.
 - **Upload order.** Per attempt, an upload whose `upload_seq` is not above the last applied one is a
   late duplicate: the plan is `duplicate=True` with no events and the state unchanged.
 - **Positional logs.** The live tail covers positions `total - len(tail) + 1 … total` of the
@@ -45,6 +47,9 @@ from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
 UPLOAD_STATUSES = ("running", "completed", "failed")
 TERMINAL_UPLOAD_STATUSES = ("completed", "failed")
 REPLAY_MODES = ("exact", "positional")
+# How far above the run's current producer attempt an upload may jump (retries that never
+# uploaded are skipped over; a forged or corrupted attempt number is not).
+DEFAULT_MAX_ATTEMPT_STEP = 10
 
 COUNT_FIELDS = validate.NODE_COUNT_FIELDS
 TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
@@ -222,12 +227,20 @@ class IngestPlan:
     log_gap: int = 0
 
 
-def fence_attempt(run_id: str, current: int, uploaded: int | None) -> tuple[int, bool]:
-    """The attempt the upload belongs to and whether it is newly adopted; older → `StaleAttempt`."""
+def fence_attempt(
+    run_id: str, current: int, uploaded: int | None, max_step: int = DEFAULT_MAX_ATTEMPT_STEP
+) -> tuple[int, bool]:
+    """The attempt the upload belongs to and whether it is newly adopted; older → `StaleAttempt`,
+    more than `max_step` newer → `InvalidInput`."""
     if uploaded is None or uploaded == current:
         return current, False
     if uploaded < current:
         raise StaleAttempt(run_id, uploaded, current)
+    if uploaded - current > max_step:
+        raise InvalidInput(
+            "producer_attempt",
+            f"{uploaded} is more than {max_step} above the run's current attempt {current}",
+        )
     return uploaded, True
 
 
@@ -354,9 +367,17 @@ def _log_events(placed: LogSlice, delivered: int, attempt: int) -> list[Event]:
     return events
 
 
-def plan_upload(run_id: str, state: IngestState, upload: StatusUpload) -> IngestPlan:
+def plan_upload(
+    run_id: str,
+    state: IngestState,
+    upload: StatusUpload,
+    *,
+    max_attempt_step: int = DEFAULT_MAX_ATTEMPT_STEP,
+) -> IngestPlan:
     """Decide what `upload` changes on a run in `state` (see the module docstring)."""
-    attempt, adopted = fence_attempt(run_id, state.producer_attempt, upload.producer_attempt)
+    attempt, adopted = fence_attempt(
+        run_id, state.producer_attempt, upload.producer_attempt, max_attempt_step
+    )
     if adopted:
         state = replace(state, producer_attempt=attempt, last_upload_seq=0, live_log_count=0)
     if is_late_duplicate(state.last_upload_seq, upload.upload_seq):

@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from ledger import shapes
 from ledger.db import Conn, Database
 from ledger.ingest.rules import (
+    DEFAULT_MAX_ATTEMPT_STEP,
     TERMINAL_UPLOAD_STATUSES,
     IngestPlan,
     IngestState,
@@ -96,12 +97,14 @@ async def apply_status_upload(
     upload: dict[str, Any],
     *,
     max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
+    max_attempt_step: int = DEFAULT_MAX_ATTEMPT_STEP,
 ) -> shapes.UploadResult:
     """Apply one reporter upload in one transaction and say what it applied.
 
     `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
     `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
-    upload and `Conflict` when a terminal run would get new events or a different terminal state;
+    upload (or one more than `max_attempt_step` attempts ahead of the run)
+    and `Conflict` when a terminal run would get new events or a different terminal state;
     in every error case nothing is written.
 
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
@@ -111,7 +114,7 @@ async def apply_status_upload(
     parsed = parse_upload(run_id, upload)
     async with db.transaction() as conn:
         run = await lock_run(conn, run_id, create=True)
-        plan = plan_upload(run_id, state_from_row(run), parsed)
+        plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
         await _record_heartbeat(conn, run_id, parsed)
         if plan.duplicate:
             return _answer(plan, run, terminal_set=False)

@@ -30,6 +30,7 @@ from typing import Any
 from ledger import shapes, validate
 from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
+from ledger.errors import InstanceMapped
 from ledger.pool import rules
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
 
@@ -118,6 +119,16 @@ ON CONFLICT (run_id) DO UPDATE SET
 
 DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
 
+# Another run the instance serves: its mapping is live and the run has not ended (a run not opened
+# yet has no row, and counts as live). Mappings are few (swept when they expire): no index needed.
+SELECT_OTHER_LIVE_RUN = """
+SELECT m.run_id FROM ledger.run_mappings m
+LEFT JOIN ledger.runs r ON r.run_id = m.run_id
+WHERE m.instance_id = %(instance_id)s AND m.run_id <> %(run_id)s AND m.expires_at > %(now)s
+  AND r.terminal_status IS NULL
+LIMIT 1
+"""
+
 # Expired mappings count as absent everywhere (rules.live); this only reclaims their rows. A mapping
 # another transaction holds is skipped: whoever holds it rewrites or deletes it itself.
 SWEEP_EXPIRED_MAPPINGS = """
@@ -149,6 +160,10 @@ def _pool_key(pool: str) -> str:
 
 def _run_key(run_id: str) -> str:
     return f"ledger.run_mappings:{run_id}"
+
+
+def _instance_key(instance_id: str) -> str:
+    return f"ledger.run_mappings.instance:{instance_id}"
 
 
 def _entry(row: Row) -> PoolEntry:
@@ -302,7 +317,8 @@ class WarmPool:
     async def map_run(
         self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
     ) -> shapes.MapResult:
-        """Map `run_id` to `instance_id`; `{mapped: False}` if the run is blocked for that instance."""
+        """Map `run_id` to `instance_id`; `{mapped: False}` if the run is blocked for that instance;
+        `InstanceMapped` (nothing written) when the instance serves another live run."""
         run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
         flag = bool(rules.check_flag("started", started))
@@ -313,6 +329,11 @@ class WarmPool:
             mapping = rules.live(await self._lock_mapping(conn, run_id), now)
             write = rules.mapped(mapping, run_id, instance_id, version, flag, pool_name, now, self.settings)
             if write is not None:
+                # Serialises maps of one instance to different runs (each holds only its run's lock).
+                await conn.execute(LOCK, {"key": _instance_key(instance_id)})
+                params = {"instance_id": instance_id, "run_id": run_id, "now": now}
+                if await (await conn.execute(SELECT_OTHER_LIVE_RUN, params)).fetchone() is not None:
+                    raise InstanceMapped(instance_id)
                 await conn.execute(UPSERT_MAPPING, write.__dict__)
         return {"mapped": write is not None}
 

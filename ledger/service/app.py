@@ -31,6 +31,7 @@ from ledger.service import (
     routes_pool,
     routes_runs,
     routes_streams,
+    routes_tokens,
 )
 from ledger.service.errors import install_error_handlers
 from ledger.service.idempotent import IdempotencyMiddleware
@@ -38,15 +39,20 @@ from ledger.service.jsontext import too_deep
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
 from ledger.service.run_gate import RunWriteGate
-from ledger.service.security import require_token
+from ledger.service.security import install_security, require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
+from ledger.tokens import Keyring, generate_key, parse_keyring
 
 log = logging.getLogger("ledger.service")
 
 
-def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[str]) -> FastAPI:
-    """The service for one database; `tokens` are the bearer tokens it accepts (at least one)."""
+def create_app(
+    settings: ServiceSettings, database_url: str, tokens: Sequence[str], keyring: Keyring | None = None
+) -> FastAPI:
+    """The service for one database; `tokens` are the admin tokens it accepts (at least one),
+    `keyring` signs and verifies scoped tokens (without one, a random key: the tokens this
+    process mints are good only here and only while it runs)."""
     if not tokens:
         raise ValueError("the service needs at least one API token")
     metrics = ServiceMetrics()
@@ -110,7 +116,7 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
         # A client that forgets Content-Type still gets its JSON read.
         strict_content_type=False,
     )
-    app.state.tokens = tuple(tokens)
+    install_security(app, tuple(tokens), keyring or parse_keyring(generate_key()))
     app.state.metrics = metrics
     install_error_handlers(app)
     for router in (
@@ -119,6 +125,7 @@ def create_app(settings: ServiceSettings, database_url: str, tokens: Sequence[st
         routes_events.router,
         routes_ingest.router,
         routes_pool.router,
+        routes_tokens.router,
         routes_streams.router,
     ):
         app.include_router(router)

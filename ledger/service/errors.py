@@ -15,8 +15,9 @@
 | anything else                            | 500    | a bug: logged with its traceback            |
 
 A 409 carries a machine-readable `code` where a client must act on it: `stale_attempt` (the
-producer attempt was superseded: stop) and `terminal` (the run already ended; the answer also holds
-the stored `terminal` state, so the client can say who ended it and how).
+producer attempt was superseded: stop), `terminal` (the run already ended; the answer also holds
+the stored `terminal` state, so the client can say who ended it and how) and `instance_mapped`
+(the instance serves another live run).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ledger.db import DB_FAULTS
 from ledger.errors import (
     Conflict,
     CursorExpired,
+    InstanceMapped,
     InvalidInput,
     LedgerError,
     NotFound,
@@ -115,6 +117,8 @@ def conflict_details(exc: Conflict) -> dict[str, Any]:
         return {"code": "stale_attempt", "producer_attempt": exc.current}
     if isinstance(exc, RunTerminal):
         return {"code": "terminal", "terminal": exc.terminal}
+    if isinstance(exc, InstanceMapped):
+        return {"code": "instance_mapped"}
     return {}
 
 

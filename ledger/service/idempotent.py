@@ -11,7 +11,8 @@ transaction (`Database.shared_transaction`; the SQL is `ledger.idempotency`):
 - otherwise the endpoint runs, its writes joining the transaction, and its answer is stored with
   them when it is a 2xx or a 4xx (a 4xx says the request itself is wrong: the same request gets
   it again). 5xx answers are never stored: the transaction rolls back, writes and all, and a retry
-  runs afresh. A 401 is not stored either (the token was not accepted, so the scope is not one).
+  runs afresh. A 401 or 403 is not stored either (the token was not accepted, or not for this
+  request: a caller outside its scope writes nothing, not even an answer).
 
 The answer is sent only after the commit: a client never holds an answer the ledger could lose.
 Everything else (other methods, no header, no bearer token, before the service has started)
@@ -87,7 +88,12 @@ class _Captured:
 
     @property
     def storable(self) -> bool:
-        return self.complete and self.status is not None and 200 <= self.status < 500 and self.status != 401
+        return (
+            self.complete
+            and self.status is not None
+            and 200 <= self.status < 500
+            and self.status not in (401, 403)
+        )
 
     @property
     def content_type(self) -> str:

@@ -50,6 +50,7 @@ async def status_upload(
         run_id,
         upload,
         max_events_per_run=svc.settings.max_events_per_run,
+        max_attempt_step=svc.settings.max_attempt_step,
     )
     svc.metrics.uploads.labels("duplicate" if applied["duplicate"] else "applied").inc()
     svc.metrics.events_appended.inc(sum(applied["events_appended"].values()))

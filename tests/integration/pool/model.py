@@ -21,6 +21,10 @@ class ModelInvalid(Exception):
     """The model's rejection of bad input (the implementation raises InvalidInput)."""
 
 
+class ModelConflict(Exception):
+    """The model's refusal of a map to a busy instance (the implementation raises InstanceMapped)."""
+
+
 @dataclass
 class Entry:
     version: str
@@ -233,6 +237,11 @@ class PoolModel:
             and old.started_at is not None
         )
         started_at = old.started_at if already and old is not None else (self.now if started else None)
+        if any(
+            other != run_id and m.expires_at > self.now and m.instance_id == instance_id
+            for other, m in self.mappings.items()
+        ):
+            raise ModelConflict("instance_mapped")
         self.mappings[run_id] = Mapping(
             pool=old.pool if old is not None else "default",
             instance_id=instance_id,

@@ -84,12 +84,13 @@ async def test_map_versus_block_has_exactly_one_winner(db: Database) -> None:
     racing = WarmPool(db, clock=BarrierClock(2))
     wins = {"map": 0, "block": 0}
     for n in range(200):
-        run = f"run{n}"
+        # An instance of its own per run: an instance serves one live run at a time.
+        run, inst = f"run{n}", f"inst{n}"
         if n % 3 == 1:
-            await setup.map_run(run, "inst", V)  # claimed on the raced instance
+            await setup.map_run(run, inst, V)  # claimed on the raced instance
         elif n % 3 == 2:
-            await setup.map_run(run, "other", V)
-        racers = [racing.map_run(run, "inst", V, started=True), racing.block_run(run, "inst", V)]
+            await setup.map_run(run, f"other{n}", V)
+        racers = [racing.map_run(run, inst, V, started=True), racing.block_run(run, inst, V)]
         if n % 2:
             block_result, map_result = await asyncio.gather(racers[1], racers[0])
         else:
@@ -102,14 +103,14 @@ async def test_map_versus_block_has_exactly_one_winner(db: Database) -> None:
         if map_result["mapped"]:
             wins["map"] += 1
             assert block_result == {"blocked": False, "started": True}, n
-            assert (stored["state"], stored["instance_id"]) == ("started", "inst"), n
+            assert (stored["state"], stored["instance_id"]) == ("started", inst), n
             assert stored["started_at"] is not None
         else:
             wins["block"] += 1
             assert block_result == {"blocked": True, "started": False}, n
             assert (stored["state"], stored["blocked_instance_id"], stored["instance_id"]) == (
                 "blocked",
-                "inst",
+                inst,
                 "",
             ), n
     assert wins["map"] + wins["block"] == 200

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import InvalidInput
+from ledger.errors import InstanceMapped, InvalidInput
 from ledger.pool.store import WarmPool
 from tests.conftest import delete_all_rows
-from tests.integration.pool.model import ModelInvalid, PoolModel
+from tests.integration.pool.model import ModelConflict, ModelInvalid, PoolModel
 
 # Skewed towards one pool and one version so that operations meet each other's entries.
 POOLS = st.sampled_from(["default"] * 6 + ["p2"])
@@ -155,10 +155,14 @@ async def _run(db: Database, url: str, ops: list[Op]) -> None:
             expected: Any = getattr(model, name)(*args)
         except ModelInvalid as exc:
             expected = ("invalid", str(exc))
+        except ModelConflict as exc:
+            expected = ("conflict", str(exc))
         try:
             actual: Any = await getattr(pool, name)(*args)
         except InvalidInput as exc:
             actual = ("invalid", exc.field)
+        except InstanceMapped:
+            actual = ("conflict", "instance_mapped")
         assert actual == expected, f"step {step}: {op}"
         assert await _snapshot(db) == model.snapshot(), f"state after step {step}: {op}"
 

@@ -10,8 +10,9 @@ import pytest
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import InvalidInput
+from ledger.errors import InstanceMapped, InvalidInput
 from ledger.pool.store import PoolSettings, WarmPool
+from ledger.runlog.store import RunLog
 
 MIN = 60_000
 V = "v1"
@@ -345,6 +346,32 @@ async def test_resolve(pool: WarmPool, db: Database, clock: ManualClock) -> None
     clock.advance(1)
     assert await pool.resolve_run("r2", V) == {"instance_id": None, "started_at": None}
     assert await mapping(db, "r2") is None
+
+
+async def test_an_instance_serves_one_live_run_at_a_time(
+    pool: WarmPool, db: Database, clock: ManualClock
+) -> None:
+    await pool.map_run("r1", "i1", V)
+    before = await rows(db, "run_mappings")
+    for attempt in (
+        lambda: pool.map_run("r2", "i1", V),
+        lambda: pool.map_run("r2", "i1", "v2", started=True),
+    ):
+        with pytest.raises(InstanceMapped, match="'i1'"):
+            await attempt()
+    assert await rows(db, "run_mappings") == before
+    # The same run again, and other instances, are fine; a blocked run holds no instance.
+    assert await pool.map_run("r1", "i1", V, started=True) == {"mapped": True}
+    assert await pool.map_run("r2", "i2", V) == {"mapped": True}
+    await pool.block_run("r3", "i3", V)
+    assert await pool.map_run("r4", "i3", V) == {"mapped": True}
+    # An ended run frees its instance at once; an expired mapping frees it too.
+    runlog = RunLog(db)
+    await runlog.open_run("r1")
+    await runlog.set_terminal("r1", "completed")
+    assert await pool.map_run("r5", "i1", V) == {"mapped": True}
+    clock.advance(60 * MIN)
+    assert await pool.map_run("r6", "i2", V) == {"mapped": True}
 
 
 async def test_expired_mappings_count_as_absent_for_map_and_block(

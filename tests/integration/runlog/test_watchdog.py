@@ -234,7 +234,7 @@ async def test_expired_mappings_are_swept_in_batches_skipping_locked_ones(
     clock = ManualClock(datetime.now(UTC))
     pool = WarmPool(db, clock=clock)
     for index in range(7):
-        await pool.map_run(f"old-{index}", "i1", "v1")
+        await pool.map_run(f"old-{index}", f"i1-{index}", "v1")
     clock.advance(pool.settings.mapping_ttl_ms + 1)
     await pool.map_run("fresh", "i2", "v1")
     watchdog = Watchdog(db, clock=clock, sweep_batch_size=3)

@@ -153,6 +153,20 @@ def test_fence_attempt() -> None:
     assert (exc.value.attempt, exc.value.current) == (1, 2)
 
 
+def test_an_attempt_may_jump_at_most_the_step_ahead() -> None:
+    assert fence_attempt("r", 0, 10) == (10, True)
+    assert fence_attempt("r", 2, 12, max_step=10) == (12, True)
+    assert fence_attempt("r", 2, 3, max_step=1) == (3, True)
+    for current, uploaded, step in ((0, 11, 10), (2, 13, 10), (2, 4, 1), (0, 2**31 - 1, 10)):
+        with pytest.raises(InvalidInput) as exc:
+            fence_attempt("r", current, uploaded, max_step=step)
+        assert exc.value.field == "producer_attempt"
+    with pytest.raises(InvalidInput):
+        plan_upload("r", IngestState(producer_attempt=1), _upload(producer_attempt=5), max_attempt_step=3)
+    plan = plan_upload("r", IngestState(producer_attempt=1), _upload(producer_attempt=4), max_attempt_step=3)
+    assert plan.state.producer_attempt == 4
+
+
 def test_late_duplicate() -> None:
     assert not is_late_duplicate(0, None)
     assert not is_late_duplicate(5, None)

@@ -204,7 +204,10 @@ async def test_api_docs_need_the_token_by_default_and_can_be_opened() -> None:
         assert with_token.status_code == 200
         assert "/v1/runs/{run_id}/events/stream" in with_token.json()["paths"]
         assert metrics.status_code == 401
-        assert metrics.json() == {"error": "missing bearer token (Authorization: Bearer <token>)"}
+        assert metrics.json() == {
+            "error": "missing bearer token (Authorization: Bearer <token>)",
+            "code": "unauthorized",
+        }
 
 
 def test_idempotency_keys_must_be_one_short_printable_value() -> None:
