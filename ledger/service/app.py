@@ -42,6 +42,7 @@ from ledger.service.run_gate import RunWriteGate
 from ledger.service.security import install_security, require_token
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
+from ledger.service.ui import router as ui_router
 from ledger.tokens import Keyring, generate_key, parse_keyring
 
 log = logging.getLogger("ledger.service")
@@ -127,6 +128,7 @@ def create_app(
         routes_pool.router,
         routes_tokens.router,
         routes_streams.router,
+        ui_router,
     ):
         app.include_router(router)
     _document_middleware_contract(app)

@@ -1,0 +1,263 @@
+// One run: its facts and step waterfall from GET /v1/runs/{id} (re-read while it is live), and its
+// events tailed over SSE. EventSource resumes by itself after a dropped connection (it sends
+// Last-Event-ID); events are also de-duplicated here by seq, so a resume never shows one twice.
+"use strict";
+
+(() => {
+  const { el, getJSON, serverNow, poll, duration, count, clockTime, apiRunPath, setLive } = Ledger;
+  const runId = document.body.dataset.runId;
+  const eventTypes = (document.body.dataset.eventTypes || "").split(" ").filter(Boolean);
+  const MAX_LINES = 10000;
+
+  const $ = (id) => document.getElementById(id);
+  const outcomes = new Map(); // node id -> outcome of its step.completed event
+  let run = null;
+  let stopPolling = null;
+
+  // -- facts and waterfall ---------------------------------------------------------------------
+
+  function runState(r) { return (r.terminal && r.terminal.status) || r.status || "pending"; }
+
+  function stepState(node, nodeId, terminal) {
+    if (node.completed_at != null) {
+      const outcome = outcomes.get(nodeId);
+      if (outcome === "failed") return "failed";
+      if (outcome === undefined && node.node_io && node.node_io.error) return "failed";
+      if (outcome === undefined && terminal && terminal.status === "failed") return "failed";
+      return "completed";
+    }
+    if (node.started_at != null) {
+      // Started, never completed, and the run is over: the step was cut short.
+      if (terminal && terminal.status !== "completed") return "failed";
+      return terminal ? "completed" : "running";
+    }
+    return "pending";
+  }
+
+  function steps(r) {
+    const progress = r.live_node_progress && typeof r.live_node_progress === "object" ? r.live_node_progress : {};
+    const list = Object.entries(progress).map(([nodeId, raw]) => {
+      const node = raw && typeof raw === "object" ? raw : {};
+      return { nodeId, node, state: stepState(node, nodeId, r.terminal) };
+    });
+    // JSON object order is not kept by the database: order by what happened.
+    list.sort((a, b) => {
+      const sa = a.node.started_at, sb = b.node.started_at;
+      if ((sa == null) !== (sb == null)) return sa == null ? 1 : -1;
+      return (sa || 0) - (sb || 0) || (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0);
+    });
+    return list;
+  }
+
+  function renderFacts(r) {
+    const now = serverNow();
+    const state = runState(r);
+    const status = $("run-status");
+    status.textContent = state;
+    status.className = "status status-" + state;
+    $("run-play").textContent = r.play_name || (r.terminal && r.terminal.play_name) || "-";
+    $("run-age").textContent = duration(now - r.created_at);
+    $("run-last-event").textContent = "#" + r.last_seq + ", " + duration(now - r.updated_at) + " ago";
+    const t = r.terminal;
+    let terminal = "not yet (the run is live)";
+    if (t) {
+      terminal = t.status;
+      if (t.total_rows != null) terminal += " · " + count(t.total_rows) + " rows";
+      if (t.duration_ms != null) terminal += " · " + duration(t.duration_ms);
+      if (t.completed_at != null) terminal += " · at " + new Date(t.completed_at).toISOString();
+    }
+    $("run-terminal").textContent = terminal;
+    const error = $("run-error");
+    error.hidden = !(t && t.error);
+    error.textContent = t && t.error ? "error: " + t.error : "";
+  }
+
+  function renderWaterfall(r) {
+    const list = steps(r);
+    $("steps-empty").hidden = list.length > 0;
+    $("waterfall").hidden = list.length === 0;
+    const live = !r.terminal;
+    const end = live ? Math.max(serverNow(), r.updated_at) : (r.terminal.completed_at || r.updated_at);
+    let t0 = r.created_at;
+    let t1 = end;
+    for (const { node } of list) {
+      if (node.started_at != null) t0 = Math.min(t0, node.started_at);
+      if (node.completed_at != null) t1 = Math.max(t1, node.completed_at);
+    }
+    const span = Math.max(1, t1 - t0);
+    const pct = (t) => ((Math.min(Math.max(t, t0), t1) - t0) / span) * 100;
+
+    $("axis").replaceChildren(
+      ...[0, 0.25, 0.5, 0.75, 1].map((f) => {
+        const tick = el("span", { text: "+" + duration(f * span) });
+        tick.style.left = f * 100 + "%";
+        return tick;
+      }),
+    );
+
+    $("steps").replaceChildren(
+      ...list.map(({ nodeId, node, state }) => {
+        const bar = el("div", { class: "bar" });
+        const started = node.started_at;
+        const finished = node.completed_at != null ? node.completed_at : end;
+        if (started != null) {
+          bar.style.left = pct(started) + "%";
+          bar.style.width = Math.max(0, pct(finished) - pct(started)) + "%";
+          bar.title = "started +" + duration(started - t0) + ", " +
+            (node.completed_at != null ? "took " + duration(node.completed_at - started) : "running for " + duration(end - started));
+        } else {
+          bar.style.left = "0%";
+          bar.style.width = "0%";
+        }
+        const processed = (node.completed || 0) + (node.failed || 0);
+        let fraction = node.total > 0 ? Math.min(1, processed / node.total) : null;
+        if (fraction === null) fraction = state === "completed" ? 1 : 0;
+        const fill = el("div");
+        fill.style.width = fraction * 100 + "%";
+        let counts = state;
+        if (node.total != null || node.completed != null) {
+          counts = count(node.completed) + " / " + count(node.total);
+          if (node.failed) counts += " · " + count(node.failed) + " failed";
+        }
+        return el(
+          "div",
+          { class: "step " + state, "data-node-id": nodeId, "data-state": state },
+          el("div", { class: "name", title: nodeId, text: nodeId }),
+          el("div", { class: "track" }, bar),
+          el(
+            "div",
+            { class: "info" },
+            el("div", { class: "counts", text: counts }),
+            el("div", { class: "progress", role: "progressbar", "aria-valuenow": Math.round(fraction * 100), "aria-valuemin": 0, "aria-valuemax": 100 }, fill),
+            node.message ? el("div", { class: "message", text: node.message }) : null,
+          ),
+        );
+      }),
+    );
+  }
+
+  function render() {
+    if (!run) return;
+    renderFacts(run);
+    renderWaterfall(run);
+  }
+
+  async function refresh() {
+    try {
+      run = await getJSON(apiRunPath(runId));
+      $("run-error").hidden = !(run.terminal && run.terminal.error);
+      render();
+      if (run.terminal && stopPolling) {
+        stopPolling();
+        stopPolling = null;
+      }
+    } catch (error) {
+      if (error.status === 404) {
+        const box = $("run-error");
+        box.hidden = false;
+        box.textContent = "The run is gone: " + error.message;
+      }
+      throw error;
+    }
+  }
+
+  stopPolling = poll(refresh, 1000);
+  // Running bars grow between reads.
+  window.setInterval(() => { if (run && !run.terminal) render(); }, 500);
+
+  // -- the event log -----------------------------------------------------------------------------
+
+  const log = $("log");
+  const search = $("log-search");
+  const onlyLog = $("log-only");
+  let lastSeq = -1;
+  let total = 0;
+  let ended = false;
+  let refreshSoon = null;
+
+  function summary(event) {
+    if (event.type === "log") return typeof event.line === "string" ? event.line : "";
+    const rest = {};
+    for (const [k, v] of Object.entries(event)) if (!["seq", "type", "ts", "run_id"].includes(k)) rest[k] = v;
+    return JSON.stringify(rest);
+  }
+
+  function visible(line) {
+    const q = search.value.trim().toLowerCase();
+    if (onlyLog.checked && line.dataset.type !== "log") return false;
+    return !q || line.dataset.search.includes(q);
+  }
+
+  function updateCount() {
+    const shown = [...log.children].filter((c) => !c.hidden).length;
+    $("log-count").textContent = shown === total ? total + " events" : shown + " of " + total + " events";
+  }
+
+  function applySearch() {
+    for (const line of log.children) line.hidden = !visible(line);
+    updateCount();
+  }
+  search.addEventListener("input", applySearch);
+  onlyLog.addEventListener("change", applySearch);
+
+  function append(event) {
+    if (typeof event.seq !== "number" || event.seq <= lastSeq) return; // already shown
+    lastSeq = event.seq;
+    total += 1;
+    const text = summary(event);
+    const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 30;
+    const line = el(
+      "div",
+      { class: "ev ev-" + event.type, "data-seq": event.seq, "data-type": event.type },
+      el("span", { class: "seq", text: "#" + event.seq }),
+      el("span", { class: "ts", text: clockTime(event.ts) }),
+      el("span", { class: "type", text: event.type }),
+      el("span", { class: "text", text }),
+    );
+    line.dataset.search = (event.type + " " + text).toLowerCase();
+    line.hidden = !visible(line);
+    log.append(line);
+    while (log.children.length > MAX_LINES) log.firstElementChild.remove();
+    if (atBottom) log.scrollTop = log.scrollHeight;
+    if (event.type === "step.completed" && event.outcome) outcomes.set(event.node_id, event.outcome);
+    if (event.type.startsWith("step.") || event.type === "terminal" || event.type === "status") {
+      // A step or the run changed: read the run now rather than at the next poll.
+      window.clearTimeout(refreshSoon);
+      refreshSoon = window.setTimeout(() => refresh().catch(() => {}), 150);
+    }
+    if (event.type === "terminal") ended = true;
+  }
+
+  function logState(text) { $("log-state").textContent = text; }
+
+  function connect() {
+    // Where to start: Last-Event-ID takes over on the browser's own reconnects; after a reconnect
+    // of ours, the cursor is the last event shown.
+    const source = new EventSource(apiRunPath(runId) + "/events/stream?after=" + lastSeq);
+    const onEvent = (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch (_) { return; }
+      append(event);
+      updateCount();
+    };
+    for (const type of eventTypes) source.addEventListener(type, onEvent);
+    source.addEventListener("message", onEvent);
+    source.addEventListener("open", () => logState("live"));
+    source.addEventListener("error", () => {
+      if (source.readyState === EventSource.CONNECTING) {
+        logState("reconnecting…");
+        return;
+      }
+      source.close();
+      if (ended) {
+        logState("ended");
+        setLive(true, "run ended");
+        return;
+      }
+      // Closed for good by an error answer (the browser gives up on those): try again ourselves.
+      logState("disconnected, retrying…");
+      window.setTimeout(connect, 2000);
+    });
+  }
+  connect();
+})();
