@@ -44,6 +44,21 @@ async def send_json_error(
     await send({"type": "http.response.body", "body": body})
 
 
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the app the body a middleware already read, then the rest of the
+    connection's messages (a disconnect) from `receive`."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 def path_run_id_problem(scope: Scope) -> str | None:
     """Why the run id in a `/v1/runs/{run_id}...` path is not one (None if it is, or if there is
     none). Read from the raw path: a `%2F` there decodes to a `/` that would route the request to
@@ -132,16 +147,7 @@ class BodyLimitMiddleware:
         if problem is not None:
             await send_json_error(send, 422, problem)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
 
 def _route_template(scope: Scope) -> str:
