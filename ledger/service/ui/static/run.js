@@ -89,7 +89,9 @@
 
     $("axis").replaceChildren(
       ...[0, 0.25, 0.5, 0.75, 1].map((f) => {
-        const tick = el("span", { text: "+" + duration(f * span) });
+        // Short runs get tenths: whole seconds would repeat a label.
+        const label = span < 10000 ? (f * span / 1000).toFixed(1) + "s" : duration(f * span);
+        const tick = el("span", { text: "+" + label });
         tick.style.left = f * 100 + "%";
         return tick;
       }),
