@@ -31,12 +31,15 @@ Design notes:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -91,6 +94,40 @@ def resolve_url(settings: Settings | None = None) -> tuple[str, EmbeddedPostgres
         return settings.database_url, None
     server = EmbeddedPostgres(settings.data_dir)
     return server.url(), server
+
+
+T = TypeVar("T")
+
+
+def sever(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Shut the connection's socket down under it: whatever waits on it fails at once."""
+    with contextlib.suppress(OSError, psycopg.Error):
+        sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()
+
+
+async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], timeout_s: float) -> T:
+    """`operation` on `conn`, given at most `timeout_s`; past that the connection is severed and
+    `psycopg.OperationalError` raised. Cancelling the operation instead would have psycopg ask the
+    server to cancel the query and wait up to 5 s more for an answer that a frozen backend or a
+    dead network never gives."""
+    task = asyncio.ensure_future(operation)
+    timed_out = False
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        timed_out = not done
+    finally:
+        if not task.done():
+            sever(conn)
+            await asyncio.wait({task})
+    if timed_out:
+        if not task.cancelled():
+            task.exception()  # retrieved: the severed connection's error is replaced by this one
+        raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")
+    return task.result()
 
 
 def _milliseconds(seconds: float | None) -> int:
@@ -169,8 +206,7 @@ class Database:
                 raise PoolTimeout(f"no database connection within {limit:g} s")
             conn = await self.pool.getconn(timeout=remaining)
             try:
-                async with asyncio.timeout(CHECK_TIMEOUT_S):
-                    await AsyncConnectionPool.check_connection(conn)
+                await bounded(conn, AsyncConnectionPool.check_connection(conn), CHECK_TIMEOUT_S)
             except Exception:
                 # Dead (the server restarted or went away): the pool closes and replaces it.
                 self._mark(available=False)

@@ -33,6 +33,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from ledger.db import bounded
 from ledger.runlog.events import parse_notify_payload
 
 log = logging.getLogger(__name__)
@@ -271,4 +272,4 @@ class Listener:
                 if parsed is not None:
                     self._wake_run(parsed[0])
             # No error while reading proves little on a silent network; a bounded query does.
-            await asyncio.wait_for(conn.execute(KEEPALIVE_SQL), timeout=self.probe_timeout_s)
+            await bounded(conn, conn.execute(KEEPALIVE_SQL), self.probe_timeout_s)
