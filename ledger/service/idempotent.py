@@ -32,7 +32,7 @@ from ledger import idempotency
 from ledger.db import DB_FAULTS, Database
 from ledger.service.errors import RETRY_AFTER_S, unavailable_message
 from ledger.service.metrics import ServiceMetrics
-from ledger.service.middleware import send_json_error
+from ledger.service.middleware import replaying, send_json_error
 
 log = logging.getLogger("ledger.service.idempotency")
 
@@ -197,21 +197,12 @@ class IdempotencyMiddleware:
         request_fingerprint = idempotency.fingerprint_body(body)
         captured = _Captured()
         stored: idempotency.StoredAnswer | None = None
-        replayed = False
-
-        async def replay_body() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         try:
             async with db.shared_transaction() as conn:
                 await idempotency.lock_scope(conn, key_scope)
                 stored = await idempotency.find_answer(conn, key_scope)
                 if stored is None:
-                    await self.app(scope, replay_body, captured.send)
+                    await self.app(scope, replaying(body, receive), captured.send)
                     if not captured.storable:
                         raise _Discard
                     await idempotency.store_answer(
