@@ -15,7 +15,7 @@ import json
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Annotated, Any, Final
 
 import psycopg
@@ -117,9 +117,6 @@ class StreamHeadersMiddleware:
 def refused(exc: StreamRefused) -> Response:
     body = json.dumps({"error": exc.message}).encode()
     return Response(body, exc.status, headers={**exc.headers, "content-type": "application/json"})
-
-
-Handler = Callable[..., Coroutine[Any, Any, Response]]
 
 
 async def answer(work: Coroutine[Any, Any, Response]) -> Response:
@@ -401,27 +398,31 @@ async def _sse(reader: _Reader, svc: Services, offset: int | str, cursor: str | 
 async def _sse_events(
     reader: _Reader, svc: Services, chunk: Chunk, textual: bool, cursor: str | None
 ) -> AsyncIterator[str]:
-    loop_deadline = time.monotonic() + sse_max_s()
+    """Data events, each with its control event in the same write (a reader that stops at the
+    end of an event must never see one without the other); a control event also when the reader
+    reaches the tail, a comment while idle, and the end after the closed stream's last control."""
+    deadline = time.monotonic() + sse_max_s()
     keepalive_s = svc.settings.sse_keepalive_s
+    announced = False  # the current tail was already announced with upToDate
     try:
         while True:
-            if chunk.payloads:
-                yield rules.sse_data(_body(chunk) if chunk.stream.json else b"".join(chunk.payloads), textual)
-            control: dict[str, object] = {"streamNextOffset": format_offset(chunk.next)}
-            if chunk.at_closed_end:
-                control["streamClosed"] = True
-                yield rules.sse_control(control)
-                return
-            cursor = rules.cursor_for(time.time(), cursor)
-            control["streamCursor"] = cursor
-            if chunk.up_to_date:
-                control["upToDate"] = True
-            if chunk.payloads or chunk.up_to_date:
-                yield rules.sse_control(control)
+            if chunk.payloads or not announced or chunk.at_closed_end:
+                data = rules.sse_data(_body(chunk), textual) if chunk.payloads else ""
+                control: dict[str, object] = {"streamNextOffset": format_offset(chunk.next)}
+                if chunk.at_closed_end:
+                    control["streamClosed"] = True
+                    yield data + rules.sse_control(control)
+                    return
+                cursor = rules.cursor_for(time.time(), cursor)
+                control["streamCursor"] = cursor
+                if chunk.up_to_date:
+                    control["upToDate"] = True
+                yield data + rules.sse_control(control)
+                announced = chunk.up_to_date
             if not chunk.up_to_date:
                 chunk = await reader.read(chunk.next)
                 continue
-            remaining = loop_deadline - time.monotonic()
+            remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
             finished, waited = await svc.drain.race(reader.wait(chunk.next, min(keepalive_s, remaining)))
@@ -429,22 +430,7 @@ async def _sse_events(
                 return
             if not waited.payloads and not waited.stream.closed:
                 yield ": keep-alive\n\n"
-                chunk = waited
-                # Nothing new: the next round waits again without repeating the control event.
-                while not chunk.payloads and not chunk.stream.closed:
-                    remaining = loop_deadline - time.monotonic()
-                    if remaining <= 0:
-                        return
-                    finished, waited = await svc.drain.race(
-                        reader.wait(chunk.next, min(keepalive_s, remaining))
-                    )
-                    if not finished or waited is None:
-                        return
-                    chunk = waited
-                    if not chunk.payloads and not chunk.stream.closed:
-                        yield ": keep-alive\n\n"
-            else:
-                chunk = waited
+            chunk = waited
     except (StreamRefused, LedgerError, psycopg.Error):
         # The status line is gone; end the stream: the reconnect gets the proper answer.
         return
