@@ -501,7 +501,7 @@ class RunLog:
         assert row is not None
         return run_from_row(row)
 
-    async def recent_log_lines(self, run_id: str, limit: int = 1000) -> list[str]:
+    async def recent_log_lines(self, run_id: str, limit: int = validate.LIVE_LOG_TAIL_LIMIT) -> list[str]:
         """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
         was never opened. (A reporter continuing an attempt rebuilds its live tail from them.)"""
         validate_run_id(run_id)
