@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from ledger import shapes
+from ledger import shapes, validate
 from ledger.runlog import overview
 from ledger.runlog.events import MAX_LIST_LIMIT
 from ledger.runlog.overview import MAX_RUNS_LIMIT
@@ -65,7 +65,7 @@ async def get_logs(
     tail: Annotated[
         int,
         Query(description="how many lines", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT}),
-    ] = 1000,
+    ] = validate.LIVE_LOG_TAIL_LIMIT,
 ) -> shapes.LogTail:
     return {"lines": await svc.runlog.recent_log_lines(run_id, tail)}
 
