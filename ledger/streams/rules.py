@@ -140,6 +140,8 @@ def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
         value = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad_request(f"body: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise bad_request("body: JSON nested too deep") from None
     items = value if isinstance(value, list) else [value]
     if not items and not allow_empty:
         raise bad_request("body: an empty JSON array appends nothing")
