@@ -443,6 +443,17 @@ class _Operations:
         """The Prometheus metrics, as text."""
         return Call("GET", "/metrics", _text)
 
+    # -- tokens ------------------------------------------------------------------------------------
+
+    @operation
+    def mint_token(
+        scope: str, *, run_id: str | None = None, max_attempt: int | None = None, ttl_s: int | None = None
+    ) -> Call[dict[str, Any]]:
+        """A read or run token (admin only): `{token, scope, run_id, max_attempt, expires_at, kid}`.
+        Sent without an Idempotency-Key: minting writes nothing, a retry mints another token."""
+        body = _without_none(scope=scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl_s)
+        return Call("POST", "/v1/tokens", _whole, body=body)
+
 
 # -- answers and errors ---------------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ def _register() -> None:
     from ledger.cli import report
 
     cli.add_command(report.report_command)
+    from ledger.cli import token
+
+    cli.add_command(token.token)
 
 
 _register()

@@ -12,7 +12,8 @@ transaction (`Database.shared_transaction`; the SQL is `ledger.idempotency`):
   them when it is a 2xx or a 4xx (a 4xx says the request itself is wrong: the same request gets
   it again). 5xx answers are never stored: the transaction rolls back, writes and all, and a retry
   runs afresh. A 401 or 403 is not stored either (the token was not accepted, or not for this
-  request: a caller outside its scope writes nothing, not even an answer).
+  request: a caller outside its scope writes nothing, not even an answer), nor an answer marked
+  `Cache-Control: no-store` (it holds a secret, e.g. a minted token).
 
 The answer is sent only after the commit: a client never holds an answer the ledger could lose.
 Everything else (other methods, no header, no bearer token, before the service has started)
@@ -93,6 +94,13 @@ class _Captured:
             and self.status is not None
             and 200 <= self.status < 500
             and self.status not in (401, 403)
+            and not self.no_store
+        )
+
+    @property
+    def no_store(self) -> bool:
+        return any(
+            name.lower() == b"cache-control" and b"no-store" in value.lower() for name, value in self.headers
         )
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ledger import tokens
@@ -43,7 +43,7 @@ class MintedToken(BaseModel):
     summary="Mint a read or run token (admin only)",
     responses={403: {"description": "only an admin token may mint"}},
 )
-async def mint_token(body: MintToken, request: Request) -> MintedToken:
+async def mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
     scope, run_id, max_attempt, ttl_s = tokens.check_request(
         body.scope, body.run_id, body.max_attempt, body.ttl_s
     )
@@ -51,6 +51,8 @@ async def mint_token(body: MintToken, request: Request) -> MintedToken:
         keyring_of(request), scope, now_s=time.time(), ttl_s=ttl_s, run_id=run_id, max_attempt=max_attempt
     )
     assert grant.expires_at_s is not None and grant.kid is not None
+    # The answer is a credential: no cache keeps it, nor the Idempotency-Key store.
+    response.headers["Cache-Control"] = "no-store"
     return MintedToken(
         token=token,
         scope=grant.scope.value,

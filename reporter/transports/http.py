@@ -8,6 +8,9 @@ before the next wait would pass the time cap). Every other answer is final: a 40
 (the reporter stops at once either way) — and other 4xx/5xx raise `UploadRejected`. Tests build a
 policy with their own ``sleep`` so they never wait.
 
+The token may be a run token (minted per run by the coordinator, ``POST /v1/tokens``): it covers
+everything the reporter does for its own run and attempt. Without one given, ``LEDGER_TOKEN`` is used.
+
 Uploads go to ``POST {base}/v1/runs/{run_id}/status`` with ``Authorization: Bearer <token>`` and
 ``Idempotency-Key: <run_id>:<producer_attempt>:<upload_seq>`` — the same key on every retry of one
 upload, so a retry that the ledger already applied is recognised.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -104,6 +108,9 @@ class RetryPolicy:
 DEFAULT_RETRY_POLICY = RetryPolicy()
 _T = TypeVar("_T")
 
+# The bearer token a worker is given (a run token for its run, or an admin token).
+TOKEN_VAR = "LEDGER_TOKEN"
+
 
 def _error_body(response: httpx.Response) -> dict[str, Any]:
     try:
@@ -143,7 +150,7 @@ class HttpTransport:
     def __init__(
         self,
         base_url: str,
-        token: str | None,
+        token: str | None = None,
         *,
         client: httpx.AsyncClient | None = None,
         retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
@@ -151,6 +158,8 @@ class HttpTransport:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retry_policy = retry_policy
+        if token is None:
+            token = os.environ.get(TOKEN_VAR, "").strip() or None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_client = client is None
         self.client = client or httpx.AsyncClient(timeout=timeout_s)

@@ -59,7 +59,7 @@ def test_every_other_endpoint_refuses_a_missing_or_wrong_token(server: Server) -
             assert missing.headers["www-authenticate"] == "Bearer"
             wrong = anonymous.request(method, path, json={}, headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == 401, (method, path)
-            assert wrong.json() == {"error": "invalid bearer token"}
+            assert wrong.json() == {"error": "invalid bearer token", "code": "unauthorized"}
             basic = anonymous.request(method, path, headers={"Authorization": f"Basic {TOKENS[0]}"})
             assert basic.status_code == 401, (method, path)
 
