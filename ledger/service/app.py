@@ -143,7 +143,13 @@ def create_app(
     app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
     # Outside Idempotency-Key handling, which takes a pooled connection for the whole request.
     app.add_middleware(RunWriteGate, wait_s=settings.db_lock_timeout_s)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, check=too_deep)
+    # Stream payloads are bytes: the JSON depth check is not theirs (JSON mode parses its own).
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        check=too_deep,
+        unchecked_paths=(routes_streams.PREFIX,),
+    )
     app.add_middleware(RunPathMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     # Outermost: the protocol's security headers on every stream answer, errors included.

@@ -102,15 +102,21 @@ class BodyLimitMiddleware:
     A declared `Content-Length` over the limit is refused without reading; otherwise the body is
     read (and counted, for chunked uploads that declare nothing) up to the limit, then replayed to
     the app. Later `receive()` calls go to the server, so disconnects are still seen. `check` may
-    refuse a complete body (422 with its message) before the app sees it.
+    refuse a complete body (422 with its message) before the app sees it, except under
+    `unchecked_paths` (path prefixes whose bodies are opaque bytes, not JSON the service parses).
     """
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int, check: Callable[[bytes], str | None] | None = None
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        check: Callable[[bytes], str | None] | None = None,
+        unchecked_paths: tuple[str, ...] = (),
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.check = check
+        self.unchecked_paths = unchecked_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -143,7 +149,8 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        problem = self.check(body) if self.check is not None else None
+        checked = self.check is not None and not scope["path"].startswith(self.unchecked_paths)
+        problem = self.check(body) if checked and self.check is not None else None
         if problem is not None:
             await send_json_error(send, 422, problem)
             return

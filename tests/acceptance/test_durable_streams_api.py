@@ -350,3 +350,12 @@ def test_a_run_stream_is_read_only(http: httpx.Client) -> None:
     assert http.put(stream, headers={"Content-Type": "application/json"}).status_code == 405
     assert http.delete(stream).status_code == 405
     assert http.get(url(f"runs/{new_id('nope')}")).status_code == 404
+
+
+def test_stream_payloads_are_bytes_not_checked_as_json(http: httpx.Client) -> None:
+    # Brackets nested far past the API's JSON depth limit: for a byte stream they are just bytes.
+    name = new_id("deep")
+    deep = b"[" * 200 + b"]" * 200
+    assert http.put(url(name), headers={"Content-Type": "text/plain"}, content=deep).status_code == 201
+    assert http.post(url(name), headers={"Content-Type": "text/plain"}, content=deep).status_code == 204
+    assert http.get(url(name)).content == deep * 2
