@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from ledger.service.http_limits import HttpLimits, protocol_with
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
 
@@ -34,18 +35,38 @@ class LedgerServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def http_limits(settings: ServiceSettings) -> HttpLimits:
+    return HttpLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        keepalive_timeout_s=settings.keepalive_timeout_s,
+        request_timeout_s=settings.request_timeout_s,
+        max_connections=settings.max_connections,
+    )
+
+
+def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+    """uvicorn's options for the service."""
+    return {
+        "lifespan": "on",
+        "log_config": None,
+        # One JSON access line per request comes from our middleware instead.
+        "access_log": False,
+        "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace_s)),
+        "server_header": False,
+        "http": protocol_with(http_limits(settings)),
+        "timeout_keep_alive": settings.keepalive_timeout_s,
+        # Beyond this many connections or requests in flight, uvicorn answers 503.
+        "limit_concurrency": settings.max_connections,
+    }
+
+
 def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        lifespan="on",
-        log_config=None,
-        # One JSON access line per request comes from our middleware instead.
-        access_log=False,
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
-        server_header=False,
-        **overrides,
+        **{**uvicorn_options(settings), **overrides},
     )
     return LedgerServer(config, app)
 

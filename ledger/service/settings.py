@@ -23,6 +23,11 @@ POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
 POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
 LOCK_TIMEOUT_VAR = "LEDGER_DB_LOCK_TIMEOUT_S"
 STATEMENT_TIMEOUT_VAR = "LEDGER_DB_STATEMENT_TIMEOUT_S"
+MAX_HEADER_BYTES_VAR = "LEDGER_MAX_HEADER_BYTES"
+MAX_HEADERS_VAR = "LEDGER_MAX_HEADERS"
+KEEPALIVE_TIMEOUT_VAR = "LEDGER_KEEPALIVE_TIMEOUT_S"
+REQUEST_TIMEOUT_VAR = "LEDGER_REQUEST_TIMEOUT_S"
+MAX_CONNECTIONS_VAR = "LEDGER_MAX_CONNECTIONS"
 SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
 MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
 MAX_ATTEMPT_STEP_VAR = "LEDGER_MAX_ATTEMPT_STEP"
@@ -53,6 +58,14 @@ class ServiceSettings:
     # the request answered 503: a run whose row someone holds slows only requests for that run.
     db_lock_timeout_s: float = 2.0
     db_statement_timeout_s: float = 5.0
+    # What one connection may cost (see `ledger.service.http_limits`): the header block's bytes
+    # and fields (431 beyond), idle seconds before it is closed, seconds from a request's first
+    # byte to its last (408 beyond), and open connections at once.
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    keepalive_timeout_s: float = 5.0
+    request_timeout_s: float = 30.0
+    max_connections: int = 1000
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
     # Run the stalled-run watchdog in this process: a run with no event (nor checkpoint heartbeat)
@@ -109,6 +122,11 @@ def load_service_settings(
         db_statement_timeout_s=_number(
             env, STATEMENT_TIMEOUT_VAR, defaults.db_statement_timeout_s, minimum=0.001
         ),
+        max_header_bytes=int(_number(env, MAX_HEADER_BYTES_VAR, defaults.max_header_bytes, minimum=1024)),
+        max_headers=int(_number(env, MAX_HEADERS_VAR, defaults.max_headers, minimum=8)),
+        keepalive_timeout_s=_number(env, KEEPALIVE_TIMEOUT_VAR, defaults.keepalive_timeout_s, minimum=0.1),
+        request_timeout_s=_number(env, REQUEST_TIMEOUT_VAR, defaults.request_timeout_s, minimum=0.1),
+        max_connections=int(_number(env, MAX_CONNECTIONS_VAR, defaults.max_connections, minimum=1)),
         shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, defaults.shutdown_grace_s, minimum=0),
         max_events_per_run=int(_number(env, MAX_EVENTS_VAR, defaults.max_events_per_run, minimum=0)),
         max_attempt_step=int(_number(env, MAX_ATTEMPT_STEP_VAR, defaults.max_attempt_step, minimum=1)),
