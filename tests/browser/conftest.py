@@ -55,7 +55,10 @@ def chromium_path() -> str:
     raise AssertionError("unreachable")
 
 
-@pytest.fixture(scope="session")
+# Module scope, never wider: while Playwright's sync API lives, its event loop counts as running
+# in this thread, so an asyncio test after it in the same worker could not start its own. pytest
+# tears a module's fixtures down before it runs a test of another module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
