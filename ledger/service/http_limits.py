@@ -25,8 +25,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+LIMITS_ATTRIBUTE = "ledger_http_limits"
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 400: b"Bad Request"}
 
 
@@ -36,7 +38,7 @@ class HttpLimits:
     max_headers: int = 100
     keepalive_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
-    max_connections: int = 1000
+    max_connections: int = 4000
 
 
 class _Refused(Exception):
@@ -44,12 +46,15 @@ class _Refused(Exception):
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with `limits` (set on a subclass by `protocol_with`)."""
+    """uvicorn's httptools protocol with the limits `apply_limits` put on its config.
 
-    limits = HttpLimits()
+    Given to uvicorn by name (`http=`), so a worker process started by `--workers` finds it too;
+    the limits travel with the config, which uvicorn hands to every worker.
+    """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.limits: HttpLimits = getattr(config, LIMITS_ATTRIBUTE, None) or HttpLimits()
         self._head_open = False
         self._head_bytes = 0
         self._head_size = 0
@@ -159,6 +164,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def protocol_with(limits: HttpLimits) -> type[LimitedHttpProtocol]:
-    """The protocol class for uvicorn's `http=` option, enforcing `limits`."""
-    return type("LedgerHttpProtocol", (LimitedHttpProtocol,), {"limits": limits})
+def apply_limits(config: uvicorn.Config, limits: HttpLimits) -> uvicorn.Config:
+    """Serve `config`'s connections with `LimitedHttpProtocol` enforcing `limits`."""
+    config.http = LimitedHttpProtocol
+    setattr(config, LIMITS_ATTRIBUTE, limits)
+    return config

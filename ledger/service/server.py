@@ -8,6 +8,8 @@ resume with their cursor), ordinary requests finish, then the lifespan stops the
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import signal
 import socket
 from types import FrameType
@@ -16,7 +18,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from ledger.service.http_limits import HttpLimits, protocol_with
+from ledger.service.http_limits import HttpLimits, apply_limits
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
 
@@ -54,21 +56,32 @@ def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
         "access_log": False,
         "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace_s)),
         "server_header": False,
-        "http": protocol_with(http_limits(settings)),
         "timeout_keep_alive": settings.keepalive_timeout_s,
         # Beyond this many connections or requests in flight, uvicorn answers 503.
         "limit_concurrency": settings.max_connections,
     }
 
 
+def raise_open_files_limit(wanted: int) -> None:
+    """Raise this process's soft limit on open files toward `wanted` (at most the hard limit):
+    the common default of 1024 would fail requests long before the connection cap does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
+    # Connections, plus the pool, the listener, logs and a margin.
+    raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         **{**uvicorn_options(settings), **overrides},
     )
-    return LedgerServer(config, app)
+    return LedgerServer(apply_limits(config, http_limits(settings)), app)
 
 
 class _Stopped(Exception):

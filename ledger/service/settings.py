@@ -65,7 +65,7 @@ class ServiceSettings:
     max_headers: int = 100
     keepalive_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
-    max_connections: int = 1000
+    max_connections: int = 4000
     # How long in-flight requests get to finish after SIGTERM before they are cancelled.
     shutdown_grace_s: float = 10.0
     # Run the stalled-run watchdog in this process: a run with no event (nor checkpoint heartbeat)
