@@ -30,9 +30,11 @@ NODES = 1000
 Builder = Callable[[int], dict[str, Any]]
 
 
-def progress(changed: int) -> Builder:
+def progress(changed: int, nodes: int = NODES) -> Builder:
+    """Uploads of a `nodes`-node progress map whose first `changed` nodes advance every upload."""
+
     def build(seq: int) -> dict[str, Any]:
-        nodes = {
+        progress_map = {
             f"node-{n:04d}": {
                 "started_at": 1,
                 "total": 10_000,
@@ -40,9 +42,9 @@ def progress(changed: int) -> Builder:
                 "message": f"{seq if n < changed else 0:,} / 10,000 rows processed",
                 "updated_at": seq,
             }
-            for n in range(NODES)
+            for n in range(nodes)
         }
-        return {"status": "running", "upload_seq": seq, "live_node_progress": nodes}
+        return {"status": "running", "upload_seq": seq, "live_node_progress": progress_map}
 
     return build
 

@@ -1,0 +1,66 @@
+"""`python -m bench`: every hot path beside its minimal raw baseline, in one run, one table.
+
+    python -m bench [--quick] [--json]
+
+Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
+synchronous_commit on), migrated; the baselines run on the same server in the same run, with the
+wheel's pgbench, so a loaded machine slows both sides and the ratio still holds. `--quick` is a
+CI-sized profile (seconds per measure, fewer waiters); `--json` prints the rows as JSON instead
+of the table (progress goes to stderr either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# The bench scripts import each other as top-level modules (they run as files from bench/).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+import suite
+
+from ledger.embedded import client_bin_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-sized: about a second per measure")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--no-http", action="store_true", help="leave out the rows that start `ledger serve`")
+    args = parser.parse_args()
+    profile = suite.QUICK if args.quick else suite.FULL
+    if args.no_http:
+        profile = suite.Profile(**{**profile.__dict__, "http": False})
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with common.bench_database("bench-all-") as database:
+        started = time.perf_counter()
+        rows = asyncio.run(suite.Suite(database.url, client_bin_dir(), profile, log).run())
+        if args.json:
+            document = {
+                "profile": profile.name,
+                "where": database.where,
+                "cores": os.cpu_count(),
+                "seconds": round(time.perf_counter() - started, 1),
+                "measures": [row.as_json() for row in rows],
+            }
+            print(json.dumps(document, indent=2))
+            return
+        common.print_table(("measure", "ours", "baseline", "ratio"), suite.table_rows(rows), align="right")
+        print()
+        for what in dict.fromkeys(row.baseline_is for row in rows):
+            print(f"  baseline: {what}")
+        print("  ratio: ours / baseline for rates, baseline / ours for latencies (1.00 = as fast as raw)")
+        common.print_footer(started, database.where)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The raw baselines `python -m bench` sets our measures beside: the least Postgres can do for each.
+
+Throughput baselines are pgbench (the embedded wheel's client program; it works against any
+server) running one-statement scripts, each transaction one statement in autocommit:
+
+- append with NOTIFY: advance `runs.last_seq` (the row lock that keeps seq gapless), insert the
+  events after it, and `pg_notify` the run and its last seq;
+- claim: the `FOR UPDATE SKIP LOCKED` pick of the newest ready entry and its delete, one CTE.
+
+pgbench cannot LISTEN, and a duplicate upload is a read, so those two baselines are psycopg loops:
+one bare LISTEN connection (COMMIT to notification arrival plus one re-read, `bench_runlog`'s
+`raw_wake_latency`) and one indexed read of a run's upload position per round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from ledger.runlog.listener import CHANNEL
+
+# `@PREFIX@`, `@N@` and `@CHANNEL@` are filled in by `append_script` (the SQL is full of braces).
+APPEND_WITH_NOTIFY = """
+WITH advanced AS (
+  UPDATE ledger.runs SET last_seq = last_seq + @N@, updated_at = clock_timestamp()
+  WHERE run_id = '@PREFIX@' || :client_id
+  RETURNING last_seq
+), inserted AS (
+  INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
+  SELECT '@PREFIX@' || :client_id, advanced.last_seq - @N@ + s, 'log', clock_timestamp(),
+         '{"line": "x"}'::jsonb
+  FROM advanced, generate_series(1, @N@) AS s
+)
+SELECT pg_notify('@CHANNEL@', '{"run_id":"@PREFIX@' || :client_id || '","seq":' || last_seq || '}')
+FROM advanced;
+"""
+
+CLAIM_SKIP_LOCKED = """
+WITH picked AS (
+  SELECT pool, id FROM ledger.pool_entries
+  WHERE pool = '@POOL@' AND version = 'v1' AND state = 'ready' AND expires_at > now()
+  ORDER BY ready_at DESC, id
+  LIMIT 1
+  FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ledger.pool_entries e USING picked
+WHERE e.pool = picked.pool AND e.id = picked.id
+RETURNING e.id;
+"""
+
+FILL_POOL_SQL = """
+INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
+SELECT %(pool)s, 'i' || n, 'v1', 'ready', now(), now(), now() + interval '5 minutes'
+FROM generate_series(1, %(entries)s) AS n
+"""
+
+UPLOAD_POSITION_SQL = "SELECT producer_attempt, last_upload_seq FROM ledger.runs WHERE run_id = %(run_id)s"
+
+
+def _pgbench(bin_dir: Path, url: str, script: str, clients: int, limit: list[str]) -> float:
+    """Transactions per second of `script` run by `clients` pgbench clients (`limit`: -T or -t)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as file:
+        file.write(script)
+    os.chmod(file.name, 0o644)
+    try:
+        out = subprocess.run(
+            [
+                str(bin_dir / "pgbench"),
+                "-n",
+                "-f",
+                file.name,
+                "-c",
+                str(clients),
+                "-j",
+                str(clients),
+                *limit,
+                url,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    finally:
+        os.unlink(file.name)
+    match = re.search(r"tps = ([0-9.]+)", out)
+    if match is None:
+        raise RuntimeError(f"pgbench printed no tps:\n{out}")
+    return float(match.group(1))
+
+
+def append_rate(bin_dir: Path, url: str, runs: int, batch: int, seconds: float) -> float:
+    """Events/s of the one-statement append with NOTIFY, `runs` clients on a run each."""
+    prefix = f"raw-{runs}-{batch}-{time.time_ns()}-"
+    with psycopg.connect(url, autocommit=True) as conn:
+        for client in range(runs):
+            conn.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (f"{prefix}{client}",))
+    script = (
+        APPEND_WITH_NOTIFY.replace("@PREFIX@", prefix)
+        .replace("@N@", str(batch))
+        .replace("@CHANNEL@", CHANNEL)
+    )
+    return _pgbench(bin_dir, url, script, runs, ["-T", str(max(1, round(seconds)))]) * batch
+
+
+def claim_rate(bin_dir: Path, url: str, claimers: int, entries: int) -> float:
+    """Claims/s of the one-statement SKIP LOCKED claim, `claimers` clients draining `entries`."""
+    pool = f"raw-claim-{claimers}-{time.time_ns()}"
+    per_client = max(1, entries // claimers)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(FILL_POOL_SQL, {"pool": pool, "entries": per_client * claimers})
+    try:
+        return _pgbench(
+            bin_dir, url, CLAIM_SKIP_LOCKED.replace("@POOL@", pool), claimers, ["-t", str(per_client)]
+        )
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM ledger.pool_entries WHERE pool = %s", (pool,))
+
+
+async def upload_position_reads(url: str, run_id: str, seconds: float) -> float:
+    """Reads/s of one run's upload position, one indexed read per round trip on one connection."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        done, deadline = 0, time.perf_counter() + seconds
+        started = time.perf_counter()
+        while time.perf_counter() < deadline:
+            await conn.execute(UPLOAD_POSITION_SQL, {"run_id": run_id})
+            done += 1
+        return done / (time.perf_counter() - started)

@@ -1,0 +1,208 @@
+"""Every measure of `python -m bench` next to its raw baseline, measured in one run on one database.
+
+Each measure reuses the bench script that owns it (`bench_runlog`, `bench_pool`, `bench_ingest`,
+`bench_service`) and its baseline from `baselines`. `ratio` is always "how close to raw": ours /
+baseline for a rate, baseline / ours for a latency, so 1.0 is as fast as the baseline and every
+ratio reads the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import baselines
+import bench_ingest
+import bench_pool
+import bench_runlog
+import bench_service
+
+from ledger.db import Database
+from ledger.ingest.store import apply_status_upload
+
+Kind = Literal["rate", "latency"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How long and how wide each measure runs."""
+
+    name: str
+    seconds: float  # per throughput measure
+    pool_entries: int  # drained per claim measure
+    wake_rounds: int  # appends timed with one waiter
+    many_waiters: int  # waiters on one run for the fan-out rows
+    many_rounds: int  # appends timed with `many_waiters`
+    http: bool = True
+
+
+FULL = Profile("full", seconds=5.0, pool_entries=2000, wake_rounds=200, many_waiters=1000, many_rounds=15)
+QUICK = Profile("quick", seconds=1.0, pool_entries=200, wake_rounds=20, many_waiters=100, many_rounds=3)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One row: our figure, the raw baseline's, and what each is."""
+
+    measure: str
+    unit: str
+    kind: Kind
+    ours: float
+    baseline: float
+    baseline_is: str
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.baseline if self.kind == "rate" else self.baseline / self.ours
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": round(self.ratio, 4)}
+
+
+def _p(samples: list[float], q: float) -> float:
+    return bench_runlog.percentile(samples, q) * 1000
+
+
+class Suite:
+    """Runs the measures in order, keeping what later rows compare against."""
+
+    def __init__(self, url: str, bin_dir: Path, profile: Profile, log: Callable[[str], None]) -> None:
+        self.url = url
+        self.bin_dir = bin_dir
+        self.profile = profile
+        self.log = log
+        self.rows: list[Measure] = []
+
+    def add(self, measure: Measure) -> Measure:
+        self.rows.append(measure)
+        self.log(f"{measure.measure}: {measure.ours:,.2f} vs {measure.baseline:,.2f} {measure.unit}")
+        return measure
+
+    async def appends(self) -> Measure:
+        seconds = self.profile.seconds
+        eight: Measure | None = None
+        for runs, batch, unit in ((1, 1, "appends/s"), (8, 1, "appends/s"), (1, 1000, "events/s")):
+            ours = await bench_runlog.throughput(self.url, runs, batch, seconds)
+            raw = await asyncio.to_thread(baselines.append_rate, self.bin_dir, self.url, runs, batch, seconds)
+            label = f"append, {runs} run{'s' if runs > 1 else ''}" + (
+                f", {batch:,} events/call" if batch > 1 else ""
+            )
+            row = self.add(
+                Measure(label, unit, "rate", ours, raw, "pgbench: one-statement append with NOTIFY")
+            )
+            if runs == 8:
+                eight = row
+        assert eight is not None
+        return eight
+
+    async def claims(self) -> None:
+        entries = self.profile.pool_entries
+        for claimers in (1, 8):
+            tag = f"c{claimers}-{time.time_ns()}"
+            ours, _ = await bench_pool.scenario(self.url, claimers, entries, tag)
+            raw = await asyncio.to_thread(baselines.claim_rate, self.bin_dir, self.url, claimers, entries)
+            self.add(
+                Measure(
+                    f"pool claim, {claimers} claimer{'s' if claimers > 1 else ''}",
+                    "claims/s",
+                    "rate",
+                    ours,
+                    raw,
+                    "pgbench: one-statement SKIP LOCKED claim CTE",
+                )
+            )
+
+    async def wakes(self) -> list[float]:
+        raw = await bench_runlog.raw_wake_latency(self.url, self.profile.wake_rounds)
+        what = "one bare LISTEN connection + one re-read"
+        for waiters, rounds in (
+            (1, self.profile.wake_rounds),
+            (self.profile.many_waiters, self.profile.many_rounds),
+        ):
+            ours = await bench_runlog.wake_latency(self.url, waiters, rounds)
+            label = f"commit → wake, {waiters:,} waiter{'s' if waiters > 1 else ''} on one run"
+            self.add(Measure(f"{label}, p50", "ms", "latency", _p(ours, 0.5), _p(raw, 0.5), what))
+            self.add(Measure(f"{label}, p99", "ms", "latency", _p(ours, 0.99), _p(raw, 0.99), what))
+        return raw
+
+    async def ingestion(self) -> None:
+        seconds = self.profile.seconds
+        async with Database(self.url, min_size=1, max_size=2) as db:
+            ours, _ = await bench_ingest.scenario(db, "dup", bench_ingest.duplicate, 1, seconds)
+            run_id = f"dup-baseline-{time.time_ns()}"
+            await apply_status_upload(db, run_id, bench_ingest.duplicate(1))
+            raw = await baselines.upload_position_reads(self.url, run_id, seconds)
+            self.add(
+                Measure(
+                    "ingestion: late duplicate of a 1,000-node upload",
+                    "uploads/s",
+                    "rate",
+                    ours,
+                    raw,
+                    "psycopg: one indexed read of the run's upload position",
+                )
+            )
+            ours, _ = await bench_ingest.scenario(db, "n50", bench_ingest.progress(50, nodes=50), 1, seconds)
+        raw = await asyncio.to_thread(baselines.append_rate, self.bin_dir, self.url, 1, 50, seconds)
+        self.add(
+            Measure(
+                "ingestion: 50-node upload, every node changed",
+                "uploads/s",
+                "rate",
+                ours,
+                raw / 50,
+                "pgbench: one-statement append of its 50 events with NOTIFY",
+            )
+        )
+
+    async def http(self, in_process_8: Measure, raw_wake: list[float]) -> None:
+        with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
+            proc, base = await asyncio.to_thread(bench_service.start, self.url, Path(tmp))
+            try:
+                appends, _ = await bench_service.throughput(base, 8, self.profile.seconds)
+                self.add(
+                    Measure(
+                        "HTTP append, 8 clients (one event per request)",
+                        "appends/s",
+                        "rate",
+                        appends,
+                        in_process_8.ours,
+                        "ours in-process, 8 runs (row above)",
+                    )
+                )
+                readers = self.profile.many_waiters
+                fan = await bench_service.fanout(base, self.url, readers, sse=False)
+                label = f"HTTP: {readers:,} long-polls woken by one append"
+                what = "one bare LISTEN connection + one re-read"
+                self.add(Measure(f"{label}, p50", "ms", "latency", fan["p50"], _p(raw_wake, 0.5), what))
+                self.add(Measure(f"{label}, p99", "ms", "latency", fan["p99"], _p(raw_wake, 0.99), what))
+            finally:
+                proc.terminate()
+                await asyncio.to_thread(proc.wait, 30)
+
+    async def run(self) -> list[Measure]:
+        eight = await self.appends()
+        await self.claims()
+        raw_wake = await self.wakes()
+        await self.ingestion()
+        if self.profile.http:
+            await self.http(eight, raw_wake)
+        return self.rows
+
+
+def _figure(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    return f"{value:,.0f} {unit}"
+
+
+def table_rows(rows: list[Measure]) -> list[tuple[str, str, str, str]]:
+    return [
+        (row.measure, _figure(row.ours, row.unit), _figure(row.baseline, row.unit), f"{row.ratio:.2f}")
+        for row in rows
+    ]
