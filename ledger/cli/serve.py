@@ -1,24 +1,45 @@
-"""`ledger serve`: migrate, then serve the HTTP API with the listener and the watchdog."""
+"""`ledger serve`: migrate, then serve the HTTP API with the listener and the watchdog.
+
+With `--workers N` (N > 1), N processes serve one socket (`serve_workers`), each building its app with
+`worker_app` from what `serve` put in the environment (the resolved database URL, the tokens), so
+each has its own pool, listener and watchdog, as N replicas would.
+"""
 
 from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
 
 import click
 
 from ledger import auth, migrate
-from ledger.config import load_settings
+from ledger.config import DATABASE_URL_VAR, load_settings
 from ledger.db import resolve_url
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+WORKER_APP = "ledger.cli.serve:worker_app"
 
 
 @click.command()
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
-def serve(host: str, port: int) -> None:
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    envvar="LEDGER_WORKERS",
+    type=click.IntRange(1, 256),
+    help="Processes serving the port, each with its own pool and listener (env LEDGER_WORKERS).",
+)
+def serve(host: str, port: int, workers: int) -> None:
     """Serve the ledger over HTTP/JSON (schema at /openapi.json); on the embedded Postgres by default."""
     # The web stack is imported here, not at module level, so other `ledger` commands start fast.
     from ledger.service.app import create_app
     from ledger.service.logs import configure_json_logging
-    from ledger.service.server import build_server, run_until_stopped
+    from ledger.service.server import build_server, run_until_stopped, serve_workers
     from ledger.service.settings import load_service_settings
 
     settings = load_settings()
@@ -42,8 +63,28 @@ def serve(host: str, port: int) -> None:
             click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
         migrate.upgrade(url)
         configure_json_logging()
+        if workers > 1:
+            # What each worker process reads back in `worker_app`.
+            os.environ[DATABASE_URL_VAR] = url
+            os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
+            serve_workers(WORKER_APP, service_settings, workers)
+            return
         app = create_app(service_settings, url, tokens, keys.keyring)
         run_until_stopped(build_server(app, service_settings))
     finally:
         if server is not None:
             server.stop()
+
+
+def worker_app() -> FastAPI:
+    """The app of one `--workers` process, from the environment `serve` prepared."""
+    from ledger.service.app import create_app
+    from ledger.service.logs import configure_json_logging
+    from ledger.service.settings import load_service_settings
+
+    configure_json_logging()
+    settings = load_settings()
+    if settings.database_url is None:
+        raise click.ClickException(f"{DATABASE_URL_VAR} is not set: worker_app runs under `ledger serve`")
+    keys = auth.token_keys(settings.data_dir)
+    return create_app(load_service_settings(), settings.database_url, auth.configured_tokens(), keys.keyring)

@@ -9,9 +9,13 @@ resume with their cursor), ordinary requests finish, then the lifespan stops the
 from __future__ import annotations
 
 import contextlib
+import logging
+import multiprocessing
+import os
 import resource
 import signal
 import socket
+import threading
 from types import FrameType
 from typing import Any
 
@@ -22,16 +26,30 @@ from ledger.service.http_limits import HttpLimits, apply_limits
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
 
+log = logging.getLogger("ledger.service")
+
 
 class LedgerServer(uvicorn.Server):
-    """uvicorn's server, draining the app's waiters at the start of shutdown."""
+    """uvicorn's server, draining the app's waiters at the start of shutdown.
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
+    Without `app` (a worker process of `serve_workers`), the app is the one uvicorn loaded.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI | None = None) -> None:
         super().__init__(config)
         self.ledger_app = app
 
+    def _app(self) -> FastAPI | None:
+        app: Any = self.ledger_app or getattr(self.config, "loaded_app", None)
+        for _ in range(8):  # uvicorn wraps the app in its own middleware, each holding `.app`
+            if isinstance(app, FastAPI):
+                return app
+            app = getattr(app, "app", None)
+        return None
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        svc = getattr(self.ledger_app.state, "services", None)
+        app = self._app()
+        svc = getattr(app.state, "services", None) if app is not None else None
         if isinstance(svc, Services):
             svc.drain.start()
         await super().shutdown(sockets)
@@ -82,6 +100,54 @@ def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> L
         **{**uvicorn_options(settings), **overrides},
     )
     return LedgerServer(apply_limits(config, http_limits(settings)), app)
+
+
+def _worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:
+    """One worker process: serve the shared socket until SIGTERM."""
+    LedgerServer(config).run(sockets=sockets)
+
+
+def serve_workers(factory: str, settings: ServiceSettings, workers: int) -> None:
+    """Serve with `workers` processes on one socket, each calling `factory` ("module:function")
+    for its app (its own pool, listener and watchdog). Returns when SIGTERM/SIGINT to this process
+    has stopped them all, each with its graceful shutdown; a worker that dies is replaced."""
+    config = uvicorn.Config(
+        factory, factory=True, host=settings.host, port=settings.port, **uvicorn_options(settings)
+    )
+    apply_limits(config, http_limits(settings))
+    # Inherited by the workers.
+    raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
+    sock = config.bind_socket()
+    spawn = multiprocessing.get_context("spawn")
+    stop = threading.Event()
+    handled = (signal.SIGTERM, signal.SIGINT)
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in handled}
+
+    def started() -> multiprocessing.process.BaseProcess:
+        process = spawn.Process(target=_worker, args=(config, [sock]), daemon=False)
+        process.start()
+        return process
+
+    processes = []
+    try:
+        processes = [started() for _ in range(workers)]
+        while not stop.wait(1.0):
+            for index, process in enumerate(processes):
+                if not process.is_alive():
+                    log.warning("worker %s exited with %s; starting another", process.pid, process.exitcode)
+                    processes[index] = started()
+    finally:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        for process in processes:
+            process.join(settings.shutdown_grace_s + 10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Stopped(Exception):

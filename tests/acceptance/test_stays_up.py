@@ -157,3 +157,60 @@ def test_while_postgres_is_down_requests_fail_fast_and_serving_resumes_when_it_r
     finally:
         stop_server(running)
         assert "unhandled error" not in running.log()
+
+
+def listeners(database_url: str) -> int:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'run-ledger-listener'"
+            " AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.own_postgres
+def test_workers_wake_each_others_waiters(own_pg: OwnPostgres, tmp_path: Path) -> None:
+    """`--workers 2`: each process has its own listener; a long-poll served by either is woken by
+    an append that the other served. The kernel spreads connections over the processes, so with
+    many long-polls, some wait in the process that does not take the append."""
+    running = start_server(own_pg.url, tmp_path / "serve", LEDGER_WORKERS="2", LEDGER_WATCHDOG="0")
+    try:
+        assert listeners(own_pg.url) == 2
+        with running.client() as client, ThreadPoolExecutor(20) as pool:
+            run_id = new_id("workers")
+            assert client.post("/v1/runs", json={"run_id": run_id}).status_code == 200
+
+            def long_poll() -> httpx.Response:
+                # A connection of its own each, so they spread over both processes.
+                with running.client() as own:
+                    return own.get(f"/v1/runs/{run_id}/events", params={"after": 0, "timeout_ms": 60_000})
+
+            polls = [pool.submit(long_poll) for _ in range(16)]
+            # Until long-polls wait (a late one finds the event on its first read: no harm done).
+            deadline = time.monotonic() + 30
+            while waiting(running) < 4:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            appended = client.post(
+                f"/v1/runs/{run_id}/events", json={"events": [{"type": "log", "line": "hi"}]}
+            )
+            assert appended.status_code == 200
+            started = time.monotonic()
+            for future in polls:
+                answer = future.result()
+                assert answer.status_code == 200 and [e["line"] for e in answer.json()["events"]] == ["hi"]
+            # Woken, not timed out (nor by a fallback poll: the listeners were up all along).
+            assert time.monotonic() - started < 30
+    finally:
+        stop_server(running)
+        assert "unhandled error" not in running.log()
+
+
+def waiting(server: Server) -> int:
+    """Long-polls waiting in whichever process answered this /metrics request."""
+    with server.client() as client:
+        text = client.get("/metrics").text
+    for line in text.splitlines():
+        if line.startswith("ledger_waiters"):
+            return int(float(line.split()[-1]))
+    return 0
