@@ -11,7 +11,9 @@ LEDGER_DATABASE_URL), with `ledger serve` (default settings) as a subprocess. It
 - a frozen listener: its backend SIGSTOPped (as a dead network looks), a long-poll waiting; the
   time from an append to the waiter's answer, and until the listener has a new connection;
 - a locked run: one run's row held FOR UPDATE by another session, `--locked` concurrent appends
-  to it; the latency of unrelated GETs meanwhile, and how long the blocked appends took to get 503.
+  to it; the latency of unrelated GETs meanwhile, and how long the blocked appends took to get 503;
+- hostile connections: 8 connections each sending a 13 MB header block that never ends; how much
+  the server process grew (resident memory) and what they were answered.
 """
 
 from __future__ import annotations
@@ -203,6 +205,48 @@ def locked_run(url: str, http: httpx.Client, blocked: int) -> list[tuple[str, st
     ]
 
 
+def resident_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def oversized_headers(base: str, pid: int) -> list[tuple[str, str]]:
+    host, port = base.removeprefix("http://").split(":")
+    before = resident_mib(pid)
+    peak = before
+    answers: Counter[str] = Counter()
+
+    def flood() -> None:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            line = b"X-Pad: " + b"y" * 1000 + b"\r\n"
+            sent = 0
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: bench\r\n")
+                while sent < 13 * 1024 * 1024:
+                    sock.sendall(line * 64)
+                    sent += len(line) * 64
+            except OSError:
+                pass
+            try:
+                head = sock.recv(64)
+            except OSError:
+                head = b""
+            answers[head.split(b"\r\n", 1)[0].decode() or "closed without an answer"] += 1
+
+    threads = [threading.Thread(target=flood) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        peak = max(peak, resident_mib(pid))
+        time.sleep(0.01)
+    return [
+        ("8 never-finished 13 MB header blocks", ", ".join(f"{k}: {n}" for k, n in answers.items())),
+        ("  server resident memory", f"{before:.0f} MiB -> peak {peak:.0f} MiB (+{peak - before:.1f} MiB)"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -219,7 +263,8 @@ def main() -> None:
         try:
             limits = httpx.Limits(max_connections=args.locked + 10)
             with httpx.Client(base_url=base, headers=HEADERS, timeout=60, limits=limits) as http:
-                rows = locked_run(url, http, args.locked)
+                rows = oversized_headers(base, proc.pid)
+                rows += locked_run(url, http, args.locked)
                 rows += frozen_listener(url, http)
                 rows += outage(server, http, args.outage)
         finally:
