@@ -128,7 +128,10 @@ def _parse_replay(value: object) -> LogReplay | None:
         return None
     raw = _object("terminal_log_replay", value)
     lines = _lines("terminal_log_replay.lines", raw.get("lines"))
-    mode = raw.get("dedupe_mode", "positional") or "positional"
+    mode = raw.get("dedupe_mode")
+    # Absent, null or empty means the default; any other value must name a mode.
+    if mode is None or mode == "":
+        mode = "positional"
     if mode not in REPLAY_MODES:
         raise InvalidInput("terminal_log_replay.dedupe_mode", f"must be one of {', '.join(REPLAY_MODES)}")
     total = _optional_int("terminal_log_replay.total_count", raw.get("total_count"))

@@ -8,7 +8,8 @@ that would collide with them when flattened).
 The four coordinator types (`status`, `log`, `progress`, `terminal`) have fixed fields and reject
 unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.observed`, `log.gap`)
 carry free-form JSON produced by the status ingestion; only their shape as a JSON object is checked
-(and `log.gap` must say how many lines are `missing`).
+(and `log.gap` must say how many lines are `missing`). Counts and times may come as integral floats
+(3.0, as JavaScript sends them): JSON does not tell them apart.
 
 Free text (a `log` line, the `logs` of `status`/`progress`, a terminal `error`) is repaired: a NUL
 or a lone surrogate becomes U+FFFD, so one bad byte a tool printed never costs the run its log.
@@ -148,7 +149,7 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
                 payload[key] = validate.text(f"{field}.{key}", event[key], optional=True)
         if "updated_at" in event:
             payload["updated_at"] = validate.integer(
-                f"{field}.updated_at", event["updated_at"], optional=True, maximum=None
+                f"{field}.updated_at", event["updated_at"], optional=True, maximum=None, integral_float=True
             )
     return payload
 
@@ -159,7 +160,9 @@ def _ingestion_payload(kind: str, event: Mapping[str, Any], field: str) -> dict[
         if not isinstance(key, str):
             raise InvalidInput(field, "field names must be strings")
     if kind == "log.gap":
-        validate.integer(f"{field}.missing", payload.get("missing"), minimum=1, maximum=None)
+        validate.integer(
+            f"{field}.missing", payload.get("missing"), minimum=1, maximum=None, integral_float=True
+        )
     validate.json_value(field, payload)
     return payload
 
@@ -209,8 +212,12 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
         result=validate.json_value(f"{prefix}result", body.get("result")),
         error=validate.free_text(f"{prefix}error", body.get("error"), optional=True),
         # Both are bigint columns of ledger.runs.
-        total_rows=validate.integer(f"{prefix}total_rows", body.get("total_rows"), optional=True),
-        duration_ms=validate.integer(f"{prefix}duration_ms", body.get("duration_ms"), optional=True),
+        total_rows=validate.integer(
+            f"{prefix}total_rows", body.get("total_rows"), optional=True, integral_float=True
+        ),
+        duration_ms=validate.integer(
+            f"{prefix}duration_ms", body.get("duration_ms"), optional=True, integral_float=True
+        ),
         play_name=validate.text(f"{prefix}play_name", body.get("play_name"), optional=True),
     )
 

@@ -161,7 +161,12 @@ IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "maxLength": 1024},
+    # Bytes a header can carry (latin-1), no control characters, not blank.
+    "schema": {
+        "type": "string",
+        "maxLength": 1024,
+        "pattern": "^[\\x20-\\x7e\\x80-\\xff]*[\\x21-\\x7e\\x80-\\xff][\\x20-\\x7e\\x80-\\xff]*$",
+    },
     "description": "Send the same key on every retry of one request: its answer is kept 24 hours (per "
     "token and path) and given again, nothing written twice. Another body with the same key is 422.",
 }
@@ -185,7 +190,7 @@ def _document_middleware_contract(app: FastAPI) -> None:
                     if method in ("post", "put"):
                         operation.setdefault("parameters", []).append(dict(IDEMPOTENCY_KEY_PARAMETER))
                     if path.startswith("/v1/"):
-                        operation.setdefault("responses", {})["503"] = dict(UNAVAILABLE_RESPONSE)
+                        operation.setdefault("responses", {}).setdefault("503", dict(UNAVAILABLE_RESPONSE))
         return app.openapi_schema or generate()
 
     app.openapi = openapi  # type: ignore[method-assign]

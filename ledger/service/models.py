@@ -12,9 +12,20 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ledger.validate import INT64_MAX, MAX_RUN_ID_LENGTH
+from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP
+from ledger.runlog.events import INGESTION_TYPES, RESERVED_KEYS, TERMINAL_STATUSES
+from ledger.validate import (
+    INT32_MAX,
+    INT64_MAX,
+    LIVE_LOG_TAIL_LIMIT,
+    MAX_EPOCH_MS,
+    MAX_RUN_ID_LENGTH,
+    MAX_VALUE_DEPTH,
+    NODE_COUNT_FIELDS,
+    NODE_TIME_FIELDS,
+)
 
 # -- what the library accepts, as JSON Schema patterns (read by Python and ECMA engines alike) ---
 
@@ -64,80 +75,236 @@ Version = Annotated[
 ]
 
 
+# -- request values as JSON Schema (what the library's checks accept) ------------------------------
+
+TEXT: Final[dict[str, Any]] = {"type": "string", "pattern": "^[^\\x00]*$"}
+NON_BLANK: Final[dict[str, Any]] = {"type": "string", "pattern": NON_BLANK_PATTERN}
+RUN_ID: Final[dict[str, Any]] = {"type": "string", **RUN_ID_SCHEMA}
+# The OpenAPI document holds bounds as floats: 2**63 is exact as one, INT64_MAX is not.
+BIGINT_BOUND: Final[dict[str, Any]] = {"minimum": 0, "exclusiveMaximum": INT64_MAX + 1}
+BIGINT: Final[dict[str, Any]] = {"type": "integer", **BIGINT_BOUND}
+INT4: Final[dict[str, Any]] = {"type": "integer", "minimum": 0, "maximum": INT32_MAX}
+EPOCH_MS: Final[dict[str, Any]] = {"type": "number", "minimum": 0, "maximum": MAX_EPOCH_MS}
+JSON_VALUE: Final[dict[str, Any]] = {
+    "description": f"any JSON value nesting at most {MAX_VALUE_DEPTH} levels, without NUL characters"
+}
+RUN_STATUS: Final[dict[str, Any]] = {**NON_BLANK, "not": {"enum": list(TERMINAL_STATUSES)}}
+LINES: Final[dict[str, Any]] = {"type": ["array", "null"], "items": {"type": "string"}}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _event(kind: str, required: list[str], fields: dict[str, Any], *, closed: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"type": {"const": kind}, **fields},
+        "required": ["type", *required],
+    }
+    if closed:
+        schema["additionalProperties"] = False
+    else:
+        schema["propertyNames"] = {"not": {"enum": sorted(RESERVED_KEYS)}}
+    return schema
+
+
+# One schema per event type; an event's `seq` and `ts` are assigned by the ledger.
+EVENT_SCHEMAS: Final[list[dict[str, Any]]] = [
+    _event("status", ["status"], {"status": RUN_STATUS, "logs": LINES}),
+    _event("log", ["line"], {"line": {"type": "string"}}),
+    _event(
+        "progress",
+        ["status"],
+        {
+            "status": RUN_STATUS,
+            "logs": LINES,
+            "active_node_id": _nullable(TEXT),
+            "active_artifact_table_namespace": _nullable(TEXT),
+            "updated_at": _nullable({"type": "integer", "minimum": 0}),
+        },
+    ),
+    _event(
+        "terminal",
+        ["status"],
+        {
+            "status": {"enum": list(TERMINAL_STATUSES)},
+            "result": JSON_VALUE,
+            "error": {"type": ["string", "null"]},
+            "total_rows": _nullable(BIGINT),
+            "duration_ms": _nullable(BIGINT),
+            "play_name": _nullable(TEXT),
+        },
+    ),
+    _event("log.gap", ["missing"], {"missing": {"type": "integer", "minimum": 1}}, closed=False),
+    *(_event(kind, [], {}, closed=False) for kind in INGESTION_TYPES if kind != "log.gap"),
+]
+
+EVENTS_SCHEMA: Final[dict[str, Any]] = {"minItems": 1, "items": {"oneOf": EVENT_SCHEMAS}}
+
+_NODE_PROGRESS: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "unknown fields are ignored, nulls dropped",
+    "properties": {
+        **{name: _nullable(BIGINT) for name in NODE_COUNT_FIELDS},
+        **{
+            name: _nullable({"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS})
+            for name in NODE_TIME_FIELDS
+        },
+        "message": {"type": ["string", "null"]},
+        "artifact_table_namespace": _nullable(TEXT),
+        "node_io": _nullable({"type": "object"}),
+    },
+}
+
+STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "A reporter's upload. `run_id`, when sent, is the path's; `live_log_total_count` "
+    "and `terminal_log_replay.total_count` are at least their number of lines. Unknown fields are "
+    "ignored (newer reporters).",
+    "required": ["status"],
+    "properties": {
+        "run_id": _nullable(RUN_ID),
+        "status": {"enum": ["running", "completed", "failed"]},
+        "upload_seq": _nullable({**BIGINT, "minimum": 1}),
+        "producer_attempt": _nullable(
+            {**INT4, "description": f"at most {DEFAULT_MAX_ATTEMPT_STEP} above the run's current attempt"}
+        ),
+        "live_node_progress": _nullable(
+            {"type": "object", "propertyNames": NON_BLANK, "additionalProperties": _NODE_PROGRESS}
+        ),
+        "live_logs": {**LINES, "maxItems": LIVE_LOG_TAIL_LIMIT},
+        "live_log_total_count": _nullable(BIGINT),
+        "dataset_lifecycle_events": {"type": ["array", "null"], "items": {"type": "object"}},
+        "activity_observations": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["activityId", "observedAt"],
+                "properties": {"activityId": NON_BLANK, "observedAt": {"type": "number"}},
+            },
+        },
+        "terminal_log_replay": _nullable(
+            {
+                "type": "object",
+                "properties": {
+                    "lines": LINES,
+                    "dedupe_mode": {"enum": ["exact", "positional", "", None]},
+                    "total_count": _nullable(BIGINT),
+                },
+            }
+        ),
+        "last_checkpoint_at": _nullable({"type": "integer", "minimum": 0}),
+        "dropped_one_shot_events": _nullable({"type": "integer", "minimum": 0}),
+    },
+}
+
+
+def _documented(schema: dict[str, Any], description: str | None = None) -> Any:
+    """A field whose JSON Schema shows the library's rule (the model checks only the type)."""
+    return Field(json_schema_extra=schema, description=description)
+
+
+def _integral(value: object) -> object:
+    # JSON does not tell 3.0 from 3 (JavaScript sends either); the library takes both as an int.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+IntegralInt = Annotated[int, BeforeValidator(_integral)]
+
+
 class Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
+
+Ids = Annotated[list[str], _documented({"minItems": 1, "items": NON_BLANK}, "distinct after de-duplication")]
+VersionField = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN}, "the code version, trimmed")]
+NonBlank = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN})]
+Text = Annotated[str | None, _documented({"pattern": TEXT["pattern"]})]
+Ms = Annotated[float | None, _documented({"minimum": 0})]
 
 # -- warm pool ------------------------------------------------------------------------------------
 
 
 class AddEntries(Body):
-    version: str
-    ids: list[str]
-    ttl_ms: float | None = None
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["ready", "ready_at"],
+                "properties": {"ready": {"const": False}, "ready_at": {"type": "number"}},
+            }
+        }
+    )
+
+    version: VersionField
+    ids: Ids
+    ttl_ms: Ms = Field(None, description="0 or absent: the default; clamped to the maximum")
     ready: bool | None = None
-    ready_at: float | None = Field(None, description="epoch ms; implies ready")
+    ready_at: float | None = Field(
+        None, description="epoch ms; implies ready", json_schema_extra={"minimum": 0, "maximum": MAX_EPOCH_MS}
+    )
 
 
 class Claim(Body):
-    version: str
-    run_id: str
-    min_ready_age_ms: float | None = None
+    version: VersionField
+    run_id: Annotated[str, _documented(RUN_ID_SCHEMA)]
+    min_ready_age_ms: Ms = None
 
 
 class VersionIds(Body):
-    version: str
-    ids: list[str]
+    version: VersionField
+    ids: Ids
 
 
 class ReadyEntry(Body):
-    version: str
-    id: str
+    version: VersionField
+    id: NonBlank
 
 
 # -- run mappings ---------------------------------------------------------------------------------
 
 
 class MapRun(Body):
-    instance_id: str
-    version: str
+    instance_id: NonBlank
+    version: VersionField
     started: bool = False
 
 
 class BlockRun(Body):
-    instance_id: str
-    version: str
+    instance_id: NonBlank
+    version: VersionField
 
 
 # -- runs and events ------------------------------------------------------------------------------
 
 
 class OpenRun(Body):
-    run_id: str
-    play_name: str | None = None
+    run_id: Annotated[str, _documented(RUN_ID_SCHEMA)]
+    play_name: Text = None
 
 
 class AppendEvents(Body):
     events: list[dict[str, Any]] = Field(
-        description="flat events `{type, ...fields}`; seq and ts are assigned"
+        description="flat events `{type, ...fields}`; seq and ts are assigned; a `terminal` event only last",
+        json_schema_extra=EVENTS_SCHEMA,
     )
 
 
 class SetTerminal(Body):
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = None
+    result: Any = Field(None, json_schema_extra=JSON_VALUE)
     error: str | None = None
-    total_rows: int | None = None
-    duration_ms: int | None = None
-    play_name: str | None = None
+    total_rows: Annotated[IntegralInt | None, _documented(BIGINT_BOUND)] = None
+    duration_ms: Annotated[IntegralInt | None, _documented(BIGINT_BOUND)] = None
+    play_name: Text = None
 
 
 # -- ingestion ------------------------------------------------------------------------------------
 
 
 class SheetRow(Body):
-    table_namespace: str
-    row_key: str
+    table_namespace: NonBlank
+    row_key: Annotated[str, _documented({"pattern": TEXT["pattern"]})]
     status: Literal["pending", "completed", "failed"]
 
 
@@ -145,8 +312,28 @@ class SheetRows(Body):
     rows: list[SheetRow]
 
 
+OBSERVATION_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "required": ["node_id", "attempt", "status"],
+    "properties": {
+        "node_id": NON_BLANK,
+        "attempt": INT4,
+        "invocation_seq": _nullable(INT4),
+        "invocation_id": _nullable(
+            {**TEXT, "description": "its number after the last ':' is the default invocation_seq"}
+        ),
+        "status": {"enum": ["started", "completed", "failed"]},
+        "inputs": JSON_VALUE,
+        "outputs": JSON_VALUE,
+        "error": {"type": ["string", "null"]},
+        "started_at": _nullable(EPOCH_MS),
+        "settled_at": _nullable(EPOCH_MS),
+    },
+}
+
+
 class Observations(Body):
     observations: list[dict[str, Any]] = Field(
-        description="`{node_id, attempt, invocation_seq?, invocation_id?, status, inputs?, outputs?, "
-        "error?, started_at?, settled_at?}` (times in epoch ms)"
+        description="times in epoch ms; the newest per node, attempt and invocation wins",
+        json_schema_extra={"items": OBSERVATION_SCHEMA},
     )

@@ -52,6 +52,16 @@ TimeoutMs = Annotated[
 Limit = Annotated[
     int, Query(description="page size", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT})
 ]
+# One event of the stream (comments are not events): `data` is the event (`Event`) as JSON.
+SSE_EVENT_SCHEMA = {
+    "type": "object",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "description": "the event's seq"},
+        "event": {"type": "string", "description": "the event's type"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+    },
+}
 # Surrounding whitespace is not part of a header value; an empty one leaves the cursor to `after`.
 LAST_EVENT_ID_PATTERN = f"^[ \\t]*({CURSOR_PATTERN[1:-1]})?[ \\t]*$"
 PAGE = DEFAULT_LIST_LIMIT
@@ -78,12 +88,12 @@ def sse_event(event: Mapping[str, Any]) -> str:
     return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
 
 
-def _cursor(after: str | None, last_event_id: str | None) -> tuple[str, str]:
+def _cursor(after: str, last_event_id: str) -> tuple[str, str]:
     """The cursor to start from and the name of where it came from (for error messages)."""
-    if last_event_id is not None and last_event_id.strip():
+    if last_event_id.strip():
         # Surrounding whitespace is not part of an HTTP header value.
         return last_event_id.strip(), "Last-Event-ID"
-    return (after if after is not None else "-1"), "after"
+    return after, "after"
 
 
 @router.get(
@@ -92,7 +102,7 @@ def _cursor(after: str | None, last_event_id: str | None) -> tuple[str, str]:
     response_class=StreamingResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
             "description": "`id: <seq>`, `event: <type>`, `data: <the event as JSON>` per event; "
             "comments while idle; ends after the terminal event",
         },
@@ -103,19 +113,19 @@ async def stream_events(
     run_id: RunId,
     svc: Svc,
     after: Annotated[
-        str | None,
+        str,
         Query(
             description="a seq, -1 or now; Last-Event-ID wins", json_schema_extra={"pattern": CURSOR_PATTERN}
         ),
-    ] = None,
+    ] = "-1",
     last_event_id: Annotated[
-        str | None,
+        str,
         Header(
             alias="Last-Event-ID",
             description="the last seq this client has (what an EventSource sends on reconnect)",
             json_schema_extra={"pattern": LAST_EVENT_ID_PATTERN},
         ),
-    ] = None,
+    ] = "",
 ) -> Response:
     raw, source = _cursor(after, last_event_id)
     cursor = validate.cursor(source, raw)

@@ -12,7 +12,7 @@ from ledger.ingest.observations import list_observations, record_observations
 from ledger.ingest.sheets import record_sheet_rows, sheet_outcomes
 from ledger.ingest.store import apply_status_upload
 from ledger.service.errors import error_responses
-from ledger.service.models import Observations, RunId, SheetRows
+from ledger.service.models import STATUS_UPLOAD_SCHEMA, Observations, RunId, SheetRows
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
@@ -42,7 +42,9 @@ UPLOAD_DESCRIPTION = (
 )
 async def status_upload(
     run_id: RunId,
-    upload: Annotated[dict[str, Any], Body(description=UPLOAD_DESCRIPTION)],
+    upload: Annotated[
+        dict[str, Any], Body(description=UPLOAD_DESCRIPTION, json_schema_extra=STATUS_UPLOAD_SCHEMA)
+    ],
     svc: Svc,
 ) -> shapes.UploadResult:
     applied = await apply_status_upload(

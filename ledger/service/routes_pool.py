@@ -23,7 +23,7 @@ Svc = Annotated[Services, Depends(services)]
 # Writes with a body can also be unreadable (400) or too large (413).
 WITH_BODY = error_responses(400, 413)
 MinReadyAge = Annotated[
-    float | None,
+    float,
     Query(
         description="ms an entry must have been ready to count (clamped to the maximum TTL)",
         json_schema_extra={"minimum": 0},
@@ -57,9 +57,7 @@ async def claim(pool: Pool, body: Claim, svc: Svc) -> shapes.ClaimResult:
 
 
 @router.get("/counts", summary="Available and warming entries of a version")
-async def counts(
-    pool: Pool, version: Version, svc: Svc, min_ready_age_ms: MinReadyAge = None
-) -> shapes.Counts:
+async def counts(pool: Pool, version: Version, svc: Svc, min_ready_age_ms: MinReadyAge = 0) -> shapes.Counts:
     return await svc.pool.count(pool, version, min_ready_age_ms)
 
 

@@ -109,8 +109,8 @@ async def get_terminal(run_id: RunId, svc: Svc) -> shapes.TerminalAnswer:
 
 @router.put(
     "/{run_id}/mapping",
-    summary="Map the run to an instance (refused if blocked for it)",
-    responses=error_responses(400, 413),
+    summary="Map the run to an instance (refused if blocked for it; 409 if it serves another live run)",
+    responses=error_responses(400, 409, 413),
 )
 async def map_run(run_id: RunId, body: MapRun, svc: Svc) -> shapes.MapResult:
     return await svc.pool.map_run(run_id, body.instance_id, body.version, body.started)

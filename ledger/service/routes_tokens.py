@@ -13,20 +13,50 @@ from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ledger import tokens
+from ledger.service.errors import error_responses
+from ledger.service.models import INT4, RUN_ID, IntegralInt
 from ledger.service.security import keyring_of, require_token
 
-router = APIRouter(prefix="/v1/tokens", tags=["tokens"], dependencies=[Depends(require_token)])
+router = APIRouter(
+    prefix="/v1/tokens",
+    tags=["tokens"],
+    dependencies=[Depends(require_token)],
+    responses=error_responses(401, 403, 422, 503),
+)
 
 
 class MintToken(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        # A read token names no run; a run token names its run and the highest attempt it may use.
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "properties": {
+                        "scope": {"const": "read"},
+                        "run_id": {"type": "null"},
+                        "max_attempt": {"type": "null"},
+                    },
+                },
+                {
+                    "properties": {"scope": {"const": "run"}, "run_id": RUN_ID, "max_attempt": INT4},
+                    "required": ["run_id", "max_attempt"],
+                },
+            ]
+        },
+    )
 
     scope: Literal["read", "run"] = Field(description="read: every GET; run: one run's own endpoints")
     run_id: str | None = Field(None, description="the run a run token is for (run tokens only)")
-    max_attempt: int | None = Field(
+    max_attempt: IntegralInt | None = Field(
         None, description="the highest producer attempt a run token may upload as (run tokens only)"
     )
-    ttl_s: int = Field(tokens.DEFAULT_TTL_S, description=f"lifetime in seconds, 1 to {tokens.MAX_TTL_S}")
+    ttl_s: IntegralInt = Field(
+        tokens.DEFAULT_TTL_S,
+        description="lifetime in seconds",
+        json_schema_extra={"minimum": 1, "maximum": tokens.MAX_TTL_S},
+    )
 
 
 class MintedToken(BaseModel):
@@ -41,7 +71,7 @@ class MintedToken(BaseModel):
 @router.post(
     "",
     summary="Mint a read or run token (admin only)",
-    responses={403: {"description": "only an admin token may mint"}},
+    responses=error_responses(400, 403, 413, notes={403: "Only an admin token may mint."}),
 )
 async def mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
     scope, run_id, max_attempt, ttl_s = tokens.check_request(
