@@ -7,7 +7,12 @@ positional logs, step diff, activity watermarks, replay); this module only reads
 the planned events through the run log's one append path, stores the new ingestion state and, for
 a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
 
-A late duplicate returns before anything is written, except the heartbeat. A stale attempt raises
+A late duplicate returns before anything is written, except the heartbeat. It is recognized by one
+narrow read of the run's upload position before the row is locked (`UPLOAD_POSITION_SQL`): the
+attempt only grows and, within it, so does `last_upload_seq`, so an upload that is a duplicate in
+that snapshot stays one (or becomes stale), and answering from the snapshot is answering as of it.
+That spares a retried upload the lock, which it would wait for behind a long upload, and the read
+and decoding of the stored progress snapshot. A stale attempt raises
 before anything is written (`StaleAttempt`, HTTP 409). Bad input raises `InvalidInput` before the
 transaction starts.
 
@@ -35,6 +40,7 @@ from ledger.ingest.rules import (
     IngestPlan,
     IngestState,
     StatusUpload,
+    is_late_duplicate,
     parse_upload,
     plan_upload,
 )
@@ -60,6 +66,17 @@ WHERE run_id = %(run_id)s
 """
 
 RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
+
+UPLOAD_POSITION_SQL: Final = """
+SELECT producer_attempt, last_upload_seq, live_log_count, last_seq FROM ledger.runs WHERE run_id = %(run_id)s
+"""
+
+# A duplicate's heartbeat, written only while its attempt is still the run's (else: the slow path,
+# which fences it).
+RECORD_DUPLICATE_HEARTBEAT_SQL: Final = """
+UPDATE ledger.runs SET last_heartbeat_at = now()
+WHERE run_id = %(run_id)s AND producer_attempt = %(producer_attempt)s
+"""
 
 
 def state_from_row(row: dict[str, Any]) -> IngestState:
@@ -113,6 +130,9 @@ async def apply_status_upload(
     validate_run_id(run_id)
     parsed = parse_upload(run_id, upload)
     async with db.transaction() as conn:
+        early = await _late_duplicate(conn, run_id, parsed)
+        if early is not None:
+            return early
         run = await lock_run(conn, run_id, create=True)
         plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
         await _record_heartbeat(conn, run_id, parsed)
@@ -133,6 +153,40 @@ async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> No
     # After the fence: a stale attempt's producer is not the one the run waits for.
     if upload.last_checkpoint_at is not None:
         await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
+
+
+async def _late_duplicate(conn: Conn, run_id: str, upload: StatusUpload) -> shapes.UploadResult | None:
+    """The answer to a late duplicate of the run's current attempt, from one read without a lock;
+    None when the upload is anything else (or the run does not exist yet)."""
+    if upload.upload_seq is None:
+        return None
+    cur = await conn.execute(UPLOAD_POSITION_SQL, {"run_id": run_id})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    attempt = int(row["producer_attempt"])
+    if upload.producer_attempt not in (None, attempt):
+        return None
+    if not is_late_duplicate(int(row["last_upload_seq"]), upload.upload_seq):
+        return None
+    if upload.last_checkpoint_at is not None:
+        cur = await conn.execute(
+            RECORD_DUPLICATE_HEARTBEAT_SQL, {"run_id": run_id, "producer_attempt": attempt}
+        )
+        if cur.rowcount != 1:
+            return None  # a newer attempt took the run meanwhile
+    return {
+        "duplicate": True,
+        "events_appended": {},
+        "steps_changed": [],
+        "logs_appended": 0,
+        "log_gap": 0,
+        "terminal_set": False,
+        "last_seq": int(row["last_seq"]),
+        "producer_attempt": attempt,
+        "last_upload_seq": int(row["last_upload_seq"]),
+        "live_log_count": int(row["live_log_count"]),
+    }
 
 
 def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> shapes.UploadResult:
