@@ -40,8 +40,35 @@ def test_environment_and_options_override_the_defaults() -> None:
         ("LEDGER_SSE_KEEPALIVE_S", "nan"),
         ("LEDGER_PUBLIC_DOCS", "maybe"),
         ("LEDGER_DB_POOL_SIZE", "1"),
+        ("LEDGER_DB_LOCK_TIMEOUT_S", "0"),
+        ("LEDGER_DB_STATEMENT_TIMEOUT_S", "never"),
+        ("LEDGER_MAX_HEADER_BYTES", "100"),
+        ("LEDGER_MAX_HEADERS", "2"),
+        ("LEDGER_KEEPALIVE_TIMEOUT_S", "0"),
+        ("LEDGER_REQUEST_TIMEOUT_S", "-5"),
+        ("LEDGER_MAX_CONNECTIONS", "0"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_variable(var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
         load_service_settings({var: value})
+
+
+def test_bounded_waits_and_connection_limits_come_from_the_environment() -> None:
+    env = {
+        "LEDGER_DB_LOCK_TIMEOUT_S": "0.25",
+        "LEDGER_DB_STATEMENT_TIMEOUT_S": "7",
+        "LEDGER_MAX_HEADER_BYTES": "4096",
+        "LEDGER_MAX_HEADERS": "20",
+        "LEDGER_KEEPALIVE_TIMEOUT_S": "1.5",
+        "LEDGER_REQUEST_TIMEOUT_S": "9",
+        "LEDGER_MAX_CONNECTIONS": "50",
+    }
+    settings = load_service_settings(env)
+    assert (settings.db_lock_timeout_s, settings.db_statement_timeout_s) == (0.25, 7.0)
+    assert (settings.max_header_bytes, settings.max_headers) == (4096, 20)
+    assert (settings.keepalive_timeout_s, settings.request_timeout_s, settings.max_connections) == (
+        1.5,
+        9.0,
+        50,
+    )
