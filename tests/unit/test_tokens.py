@@ -4,6 +4,7 @@ the mint request's checks, what each scope may do; and the keyring's configurati
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 import stat
 from pathlib import Path
@@ -89,6 +90,21 @@ def test_a_run_id_with_any_characters_survives_the_round_trip() -> None:
     token = run_token(run=run)
     assert tokens.verify(OLD, token, now_s=NOW).run_id == run
     assert token.isascii() and " " not in token
+
+
+def test_the_signature_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(tokens.hmac, "compare_digest", spy)
+    token = run_token()
+    tokens.verify(OLD, token, now_s=NOW)
+    signature = base64.urlsafe_b64decode(token.split(".")[2] + "=")
+    assert any(signature in pair for pair in compared)
 
 
 # -- expiry -------------------------------------------------------------------------------------
