@@ -34,7 +34,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
@@ -328,7 +328,6 @@ class Server:
     url: str
     token: str
     log_path: Path
-    env: dict[str, str] = field(repr=False, default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -380,7 +379,7 @@ def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Ser
             stderr=subprocess.STDOUT,
         )
     tokens = configured_tokens(env)
-    server = Server(process, f"http://127.0.0.1:{port}", tokens[0] if tokens else "", log_path, env)
+    server = Server(process, f"http://127.0.0.1:{port}", tokens[0] if tokens else "", log_path)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while True:
         if process.poll() is not None:
