@@ -31,7 +31,8 @@ from ledger.service.models import SEGMENT_PATTERN
 from ledger.validate import MAX_RUN_ID_LENGTH
 from tests.acceptance.conftest import Server, new_id
 
-pytestmark = pytest.mark.slow
+# Above the project's per-test default: about a minute, more on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 15
 MAX_WAIT_MS = 50
