@@ -59,6 +59,35 @@ CLIENT_EXPORTS = [
     "service_url",
 ]
 
+TESTING_EXPORTS = [
+    "BACKEND_VAR",
+    "DOCKER_IMAGE",
+    "OWN_POSTGRES_MARKER",
+    "URL_VAR",
+    "Backend",
+    "BackendUnavailable",
+    "Container",
+    "ContainerFactory",
+    "Server",
+    "check_url",
+    "choose_backend",
+    "clone_database",
+    "create_empty_database",
+    "delete_all_rows",
+    "docker_server",
+    "drop_database",
+    "embedded_server",
+    "ensure_template",
+    "free_port",
+    "ping_docker",
+    "postgres_container",
+    "psycopg_url",
+    "redact",
+    "start_server",
+    "stop_server",
+    "with_database",
+]
+
 TESTING_FIXTURES = {
     "pg_admin_url",
     "database_url",
@@ -113,7 +142,7 @@ def test_both_clients_have_every_operation() -> None:
 
 
 def test_ledger_testing_exports_and_fixtures() -> None:
-    assert set(ledger.testing.__all__) >= {"Server", "start_server", "stop_server", "free_port"}
+    assert ledger.testing.__all__ == TESTING_EXPORTS
     assert all(hasattr(ledger.testing, name) for name in ledger.testing.__all__)
     # A fixture is whatever pytest's decorator left: its marker attribute (named so since 8.4).
     markers = ("_fixture_function_marker", "_pytestfixturefunction")
