@@ -235,7 +235,8 @@ def test_foreign_notify_payloads_are_ignored(junk: str) -> None:
     assert parse_notify_payload(junk) is None
 
 
-NO_NUL_TEXT = st.text(alphabet=st.characters(min_codepoint=1))
+# No NUL and no lone surrogate: text the ledger stores as it is (it repairs both to U+FFFD).
+NO_NUL_TEXT = st.text(alphabet=st.characters(min_codepoint=1, exclude_categories=("Cs",)))
 
 
 @settings(max_examples=40, deadline=None)
