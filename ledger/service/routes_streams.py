@@ -11,8 +11,9 @@ to the app's handlers (503 with Retry-After) like everywhere else.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import os
 import time
 import zlib
 from collections.abc import AsyncIterator, Coroutine
@@ -32,8 +33,6 @@ from ledger.streams.runs import RUNS_PREFIX, RunStreams
 from ledger.streams.store import AppendRequest, Chunk, CreateRequest, Stream, StreamStore
 
 PREFIX: Final = "/v1/stream/"
-LONG_POLL_VAR: Final = "LEDGER_STREAM_LONG_POLL_S"
-SSE_MAX_VAR: Final = "LEDGER_STREAM_SSE_MAX_S"
 
 router = APIRouter(prefix="/v1/stream", tags=["streams"], dependencies=[Depends(require_token)])
 Svc = Annotated[Services, Depends(services)]
@@ -56,24 +55,9 @@ SECURITY_HEADERS: Final = (
     (b"access-control-expose-headers", EXPOSED.encode()),
 )
 CACHEABLE: Final = "private, max-age=60, stale-while-revalidate=300"
-
-
-def _seconds(var: str, default: float) -> float:
-    raw = os.environ.get(var, "").strip()
-    try:
-        return max(0.01, float(raw)) if raw else default
-    except ValueError:
-        return default
-
-
-def long_poll_s() -> float:
-    """How long a long-poll waits before 204 (the protocol leaves it to the server)."""
-    return _seconds(LONG_POLL_VAR, 20.0)
-
-
-def sse_max_s() -> float:
-    """How long one SSE answer lasts; the client reconnects from its last offset (lets CDNs collapse)."""
-    return _seconds(SSE_MAX_VAR, 60.0)
+# How much of a refused upload is read before answering; past it the connection is just closed.
+MAX_DRAIN_BYTES: Final = 64 * 1024 * 1024
+DRAIN_TIMEOUT_S: Final = 30.0
 
 
 class StreamHeadersMiddleware:
@@ -103,12 +87,43 @@ class StreamHeadersMiddleware:
             await send({"type": "http.response.body", "body": b""})
             return
 
+        has_body = any(
+            name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+            for name, value in scope["headers"]
+        )
+        body_read = not has_body
+
+        async def receive_noting_the_end() -> Message:
+            nonlocal body_read
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read = True
+            return message
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
+                if not body_read:
+                    await drain(receive_noting_the_end)
                 message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, receive_noting_the_end, send_with_headers)
+
+
+async def drain(receive: Receive) -> None:
+    """Read (and drop) what is left of a request body before answering it, up to a bound.
+
+    An answer given early (413 for a declared length over the limit) would otherwise reach a client
+    still uploading as a reset connection: fetch sends the whole body before it reads the answer.
+    """
+    left = MAX_DRAIN_BYTES
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            while left > 0:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body", False):
+                    return
+                left -= len(message.get("body", b""))
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -358,7 +373,7 @@ async def _read(name: str, request: Request, svc: Svc) -> Response:
         chunk = await reader.read(offset)
         if not chunk.payloads and not chunk.stream.closed:
             start = chunk.next if offset == NOW else offset
-            finished, waited = await svc.drain.race(reader.wait(start, long_poll_s()))
+            finished, waited = await svc.drain.race(reader.wait(start, svc.settings.stream_long_poll_s))
             chunk = waited if finished and waited is not None else await reader.read(start)
         headers = {**_chunk_headers(chunk), "Stream-Cursor": rules.cursor_for(time.time(), cursor)}
         if not chunk.payloads:
@@ -401,7 +416,7 @@ async def _sse_events(
     """Data events, each with its control event in the same write (a reader that stops at the
     end of an event must never see one without the other); a control event also when the reader
     reaches the tail, a comment while idle, and the end after the closed stream's last control."""
-    deadline = time.monotonic() + sse_max_s()
+    deadline = time.monotonic() + svc.settings.stream_sse_max_s
     keepalive_s = svc.settings.sse_keepalive_s
     announced = False  # the current tail was already announced with upToDate
     try:

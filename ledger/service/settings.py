@@ -34,6 +34,8 @@ MAX_ATTEMPT_STEP_VAR = "LEDGER_MAX_ATTEMPT_STEP"
 WATCHDOG_VAR = "LEDGER_WATCHDOG"
 WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
 WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
+STREAM_LONG_POLL_VAR = "LEDGER_STREAM_LONG_POLL_S"
+STREAM_SSE_MAX_VAR = "LEDGER_STREAM_SSE_MAX_S"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ class ServiceSettings:
     max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN
     # A status upload may claim a producer attempt at most this far above the run's current one.
     max_attempt_step: int = 10
+    # Durable Streams: how long a long-poll waits before 204, and how long one SSE answer lasts
+    # before the client reconnects from its last offset (so CDNs can collapse readers).
+    stream_long_poll_s: float = 20.0
+    stream_sse_max_s: float = 60.0
 
 
 def _number(env: Mapping[str, str], var: str, default: float, *, minimum: float) -> float:
@@ -133,4 +139,6 @@ def load_service_settings(
         watchdog=_flag(env, WATCHDOG_VAR, defaults.watchdog),
         watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, defaults.watchdog_stall_s, minimum=0.1),
         watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, defaults.watchdog_interval_s, minimum=0.01),
+        stream_long_poll_s=_number(env, STREAM_LONG_POLL_VAR, defaults.stream_long_poll_s, minimum=0.01),
+        stream_sse_max_s=_number(env, STREAM_SSE_MAX_VAR, defaults.stream_sse_max_s, minimum=0.01),
     )

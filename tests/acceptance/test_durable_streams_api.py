@@ -26,6 +26,9 @@ def streams_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) 
         LEDGER_STREAM_LONG_POLL_S=str(LONG_POLL_S),
         LEDGER_STREAM_SSE_MAX_S="30",
         LEDGER_WATCHDOG="0",
+        # Longer than the clients' own keep-alive (undici 4 s, httpx 5 s), so a loaded machine never
+        # has the server close an idle connection just as the client reuses it.
+        LEDGER_KEEPALIVE_TIMEOUT_S="30",
     )
     yield running
     stop_server(running)
