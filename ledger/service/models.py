@@ -89,7 +89,10 @@ JSON_VALUE: Final[dict[str, Any]] = {
     "description": f"any JSON value nesting at most {MAX_VALUE_DEPTH} levels, without NUL characters"
 }
 RUN_STATUS: Final[dict[str, Any]] = {**NON_BLANK, "not": {"enum": list(TERMINAL_STATUSES)}}
-LINES: Final[dict[str, Any]] = {"type": ["array", "null"], "items": {"type": "string"}}
+STRINGS: Final[dict[str, Any]] = {"type": "array", "items": {"type": "string"}}
+# Nullable as anyOf, not a list of types: the OpenAPI model of older FastAPI takes one type only.
+LINES: Final[dict[str, Any]] = {"anyOf": [STRINGS, {"type": "null"}]}
+NULLABLE_TEXT: Final[dict[str, Any]] = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +133,7 @@ EVENT_SCHEMAS: Final[list[dict[str, Any]]] = [
         {
             "status": {"enum": list(TERMINAL_STATUSES)},
             "result": JSON_VALUE,
-            "error": {"type": ["string", "null"]},
+            "error": NULLABLE_TEXT,
             "total_rows": _nullable(BIGINT),
             "duration_ms": _nullable(BIGINT),
             "play_name": _nullable(TEXT),
@@ -151,7 +154,7 @@ _NODE_PROGRESS: Final[dict[str, Any]] = {
             name: _nullable({"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS})
             for name in NODE_TIME_FIELDS
         },
-        "message": {"type": ["string", "null"]},
+        "message": NULLABLE_TEXT,
         "artifact_table_namespace": _nullable(TEXT),
         "node_io": _nullable({"type": "object"}),
     },
@@ -173,17 +176,19 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
         "live_node_progress": _nullable(
             {"type": "object", "propertyNames": NON_BLANK, "additionalProperties": _NODE_PROGRESS}
         ),
-        "live_logs": {**LINES, "maxItems": LIVE_LOG_TAIL_LIMIT},
+        "live_logs": _nullable({**STRINGS, "maxItems": LIVE_LOG_TAIL_LIMIT}),
         "live_log_total_count": _nullable(BIGINT),
-        "dataset_lifecycle_events": {"type": ["array", "null"], "items": {"type": "object"}},
-        "activity_observations": {
-            "type": ["array", "null"],
-            "items": {
-                "type": "object",
-                "required": ["activityId", "observedAt"],
-                "properties": {"activityId": NON_BLANK, "observedAt": {"type": "number"}},
-            },
-        },
+        "dataset_lifecycle_events": _nullable({"type": "array", "items": {"type": "object"}}),
+        "activity_observations": _nullable(
+            {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["activityId", "observedAt"],
+                    "properties": {"activityId": NON_BLANK, "observedAt": {"type": "number"}},
+                },
+            }
+        ),
         "terminal_log_replay": _nullable(
             {
                 "type": "object",
@@ -325,7 +330,7 @@ OBSERVATION_SCHEMA: Final[dict[str, Any]] = {
         "status": {"enum": ["started", "completed", "failed"]},
         "inputs": JSON_VALUE,
         "outputs": JSON_VALUE,
-        "error": {"type": ["string", "null"]},
+        "error": NULLABLE_TEXT,
         "started_at": _nullable(EPOCH_MS),
         "settled_at": _nullable(EPOCH_MS),
     },
