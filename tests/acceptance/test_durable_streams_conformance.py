@@ -4,6 +4,9 @@ token (a setup file adds it to every request), then the counts from vitest's JSO
 
 The gate: every test passes but the known failures listed below, each with its reason; a known
 failure that starts passing fails this test too, so the list stays true.
+
+The folder's package.json overrides vite to 8.3.8: vite 8.4.0 (which vitest 4 would take) names an
+optional dependency the registry does not have, and `npm ci` refuses such a lock file.
 """
 
 from __future__ import annotations
