@@ -197,7 +197,7 @@ class Suite:
 
 def _figure(value: float, unit: str) -> str:
     if unit == "ms":
-        return f"{value:.2f} ms"
+        return f"{value:,.2f} ms"
     return f"{value:,.0f} {unit}"
 
 
