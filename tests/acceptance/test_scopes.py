@@ -427,7 +427,8 @@ def test_an_instance_mapped_to_a_live_run_is_refused_to_another(server: Server, 
 
 
 def server_keyring(server: Server) -> tokens.Keyring:
-    secret = Path(server.env["LEDGER_DATA_DIR"]) / "token-secret"
+    # start_server puts the data dir (and the generated token secret in it) beside the log.
+    secret = server.log_path.parent / "data" / "token-secret"
     return tokens.parse_keyring(secret.read_text())
 
 
