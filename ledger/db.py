@@ -60,7 +60,7 @@ Conn = psycopg.AsyncConnection[Row]
 # timeout. Retrying later may succeed.
 DB_FAULTS: Final = (psycopg.OperationalError, DatabaseUnavailable)
 
-DEFAULT_POOL_TIMEOUT_S: Final = 3.0
+DEFAULT_POOL_TIMEOUT_S: Final = 5.0
 # While the database is down, a checkout waits this long: enough for a reconnect already under way
 # to land, short enough that a request fails well within a second.
 DOWN_CHECKOUT_S: Final = 0.5
@@ -109,12 +109,19 @@ def sever(conn: psycopg.AsyncConnection[Any]) -> None:
             sock.close()
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], timeout_s: float) -> T:
     """`operation` on `conn`, given at most `timeout_s`; past that the connection is severed and
     `psycopg.OperationalError` raised. Cancelling the operation instead would have psycopg ask the
     server to cancel the query and wait up to 5 s more for an answer that a frozen backend or a
     dead network never gives."""
     task = asyncio.ensure_future(operation)
+    # Whichever way this ends (cancelled included), the operation's own error is not left unread.
+    task.add_done_callback(_retrieve)
     timed_out = False
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
@@ -124,8 +131,6 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], t
             sever(conn)
             await asyncio.wait({task})
     if timed_out:
-        if not task.cancelled():
-            task.exception()  # retrieved: the severed connection's error is replaced by this one
         raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")
     return task.result()
 

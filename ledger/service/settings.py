@@ -55,7 +55,7 @@ class ServiceSettings:
     db_pool_size: int = 10
     # How long a request waits for a pooled connection before it is answered 503 (Retry-After) on a
     # busy pool. While Postgres is known to be down, a request fails within half a second instead.
-    db_pool_timeout_s: float = 3.0
+    db_pool_timeout_s: float = 5.0
     # How long one statement may wait for a row lock, and run at all, before it is cancelled and
     # the request answered 503: a run whose row someone holds slows only requests for that run.
     db_lock_timeout_s: float = 2.0

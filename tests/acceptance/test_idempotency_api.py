@@ -157,12 +157,13 @@ def test_concurrent_requests_with_one_key_append_once(
             answers.append(post_events(own, run_id, "together", "exactly once"))
 
     # Hold the run's row: the first request stops at it holding the key; the second must then wait
-    # for the key (it would otherwise queue on the row too and append a second time).
+    # for the first (in one process, for its turn at the run; across replicas, for the key) and not
+    # append a second time.
     run_lock.execute("SELECT 1 FROM ledger.runs WHERE run_id = %s FOR UPDATE", (run_id,))
     senders = [threading.Thread(target=send) for _ in range(2)]
     for sender in senders:
         sender.start()
-    wait_for_lock_waiters(database_url, 2)
+    wait_for_lock_waiters(database_url, 1)
     run_lock.commit()
     for sender in senders:
         sender.join(WAIT_S)

@@ -17,6 +17,7 @@ import httpx
 import psycopg
 import pytest
 
+from ledger.service.settings import ServiceSettings
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
 from tests.own_postgres import OwnPostgres, own_postgres
 
@@ -120,9 +121,9 @@ def own_pg(tmp_path: Path) -> Iterator[OwnPostgres]:
 def test_while_postgres_is_down_requests_fail_fast_and_serving_resumes_when_it_returns(
     own_pg: OwnPostgres, tmp_path: Path
 ) -> None:
-    # The default pool timeout (3 s): failing fast must not come from a short one.
+    # The default pool timeout: failing fast must not come from a short one.
     running = start_server(own_pg.url, tmp_path / "serve", LEDGER_WATCHDOG="0")
-    pool_timeout_s = 3.0
+    pool_timeout_s = ServiceSettings().db_pool_timeout_s
     try:
         with running.client() as client:
             run_id = new_id("down")
@@ -175,6 +176,11 @@ def test_workers_wake_each_others_waiters(own_pg: OwnPostgres, tmp_path: Path) -
     many long-polls, some wait in the process that does not take the append."""
     running = start_server(own_pg.url, tmp_path / "serve", LEDGER_WORKERS="2", LEDGER_WATCHDOG="0")
     try:
+        # Ready once one worker answers; the other may still be starting.
+        deadline = time.monotonic() + 60
+        while listeners(own_pg.url) < 2:
+            assert time.monotonic() < deadline, "the second worker never listened"
+            time.sleep(0.1)
         assert listeners(own_pg.url) == 2
         with running.client() as client, ThreadPoolExecutor(20) as pool:
             run_id = new_id("workers")
