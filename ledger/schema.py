@@ -266,7 +266,7 @@ stream_data = Table(
     Column("payload", BYTEA, nullable=False),
     PrimaryKeyConstraint("name", "offset"),
     ForeignKeyConstraint(["name"], ["ledger.streams.name"], ondelete="CASCADE"),
-    CheckConstraint("\"offset\" >= 0 AND end_offset > \"offset\"", name="range_not_empty"),
+    CheckConstraint('"offset" >= 0 AND end_offset > "offset"', name="range_not_empty"),
 )
 
 # Children before parents: the order a committed test deletes rows in.
