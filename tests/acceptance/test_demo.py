@@ -1,22 +1,43 @@
-"""`ledger demo` as a person runs it (a subprocess, stdout not a terminal), checked through SQL."""
+"""`ledger demo` as a person runs it (a subprocess), checked through SQL and the page it names.
+
+Piped, it runs and exits; under a pseudo-terminal (as at a person's terminal) it keeps serving the
+dashboard after the run until Ctrl-C, unless `--exit`.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from ledger.cli.demo.scenario import DEMO_PLAY, DemoPlan
 from ledger.embedded import EmbeddedPostgres
+from ledger.service.security import SESSION_COOKIE
 from tests.acceptance.conftest import ROOT
 
 ANSI = re.compile(r"\x1b\[")
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+PAGE_LINE = re.compile(
+    r"^watch it in a browser: (http://127\.0\.0\.1:\d+/ui/runs/(demo-[0-9a-z-]+))\s*$", re.M
+)
+TOKEN_LINE = re.compile(r"^  sign in with this demo's token \(valid [^)]*\): (\S+)\s*$", re.M)
+# Generous bounds on how long a small demo takes on a loaded machine, not performance thresholds.
+DEMO_TIMEOUT_S = 100.0
 
 
 def run_demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -115,6 +136,10 @@ def test_demo_on_the_configured_database(database_url: str, tmp_path: Path) -> N
     plan = DemoPlan()
     assert f"the ledger now holds                  {plan.expected()['completed']:,} / 6,000" in out
     check_demo_run(ledger_state(database_url, demo_run_id(out)), plan)
+    # It names the run's page (valid while it runs) and does not linger: stdout is not a terminal.
+    page = PAGE_LINE.search(out)
+    assert page and page.group(2) == demo_run_id(out), out
+    assert "until Ctrl-C" not in out
 
 
 def test_demo_with_nothing_configured_starts_the_embedded_postgres(tmp_path: Path) -> None:
@@ -129,3 +154,137 @@ def test_demo_with_nothing_configured_starts_the_embedded_postgres(tmp_path: Pat
         check_demo_run(ledger_state(server.url(), run_id), DemoPlan(rows=1000))
     finally:
         server.stop()
+
+
+class TerminalDemo:
+    """`ledger demo` with a pseudo-terminal as its stdin, stdout and stderr, as a person runs it."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+        master, slave = os.openpty()
+        # Wide, so that nothing is wrapped; a fresh pty has no size at all.
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 240, 0, 0))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ledger.cli", "demo", *args],
+            cwd=ROOT,
+            env={**base, "TERM": "xterm-256color", **env},
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.master = master
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 65536)
+            except OSError:  # EIO once the child has closed the terminal
+                return
+            if not chunk:
+                return
+            self.chunks.append(chunk)
+
+    def text(self) -> str:
+        raw = b"".join(self.chunks).decode("utf-8", "replace")
+        return ANSI_SEQUENCE.sub("", raw).replace("\r\n", "\n").replace("\r", "\n")
+
+    def wait_for(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        deadline = time.monotonic() + DEMO_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if found := pattern.search(self.text()):
+                return found
+            if self.process.poll() is not None:
+                self.reader.join(5)
+                if found := pattern.search(self.text()):
+                    return found
+                raise AssertionError(
+                    f"the demo exited ({self.process.returncode}) without it:\n{self.text()}"
+                )
+            time.sleep(0.1)
+        raise AssertionError(f"not in the demo's output within {DEMO_TIMEOUT_S:g}s:\n{self.text()}")
+
+    def wait(self) -> int:
+        code = self.process.wait(DEMO_TIMEOUT_S)
+        self.reader.join(5)
+        return code
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(5)
+        os.close(self.master)
+
+
+@pytest.fixture
+def terminal_demo(database_url: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[TerminalDemo] = []
+
+    def start(*args: str) -> TerminalDemo:
+        env = {"LEDGER_DATABASE_URL": database_url, "LEDGER_DATA_DIR": str(tmp_path)}
+        started.append(TerminalDemo(env, "--rows", "100", "--rate", "20000", *args))
+        return started[-1]
+
+    yield start
+    for demo in started:
+        demo.close()
+
+
+SERVING = re.compile(r"^serving (http://\S+) until Ctrl-C\s*$", re.M)
+
+
+def test_on_a_terminal_the_demo_serves_its_run_page_until_ctrl_c(terminal_demo: Any) -> None:
+    demo = terminal_demo()
+    page = demo.wait_for(PAGE_LINE)
+    url, run_id = page.group(1), page.group(2)
+    token = demo.wait_for(TOKEN_LINE).group(1)
+    assert token not in url
+    # The run ends, the summary is printed, and the service stays up at the page it named.
+    serving = demo.wait_for(SERVING)
+    assert serving.group(1) == url
+    out = demo.text()
+    assert re.search(rf"^run {run_id}: completed", out, re.M), out
+    assert out.index("the ledger now holds") < serving.start()
+    assert demo.process.poll() is None
+
+    origin = url.split("/ui/")[0]
+    with httpx.Client(timeout=10) as http:
+        # Without signing in, the page sends the browser to sign in; the printed token lets it in.
+        bare = http.get(url)
+        assert bare.status_code == 303 and bare.headers["location"] == "/ui/sign-in"
+        signed = http.post(f"{origin}/ui/sign-in", data={"token": token}, headers={"Origin": origin})
+        assert signed.status_code == 303, signed.text
+        assert http.cookies.get(SESSION_COOKIE) == token
+        shown = http.get(url)
+        assert shown.status_code == 200 and run_id in shown.text
+        run = http.get(f"{origin}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {token}"})
+        assert run.status_code == 200 and run.json()["status"] == "completed"
+
+    demo.process.send_signal(signal.SIGINT)
+    assert demo.wait() == 0, demo.text()
+    assert "Traceback" not in demo.text() and "Aborted" not in demo.text()
+    with pytest.raises(httpx.TransportError), httpx.Client(timeout=5) as http:
+        http.get(url)
+
+
+def test_on_a_terminal_the_demo_stops_on_sigterm_and_with_exit_at_once(terminal_demo: Any) -> None:
+    # SIGTERM (a service manager, `kill`) stops the lingering service as Ctrl-C does.
+    lingering = terminal_demo()
+    url = lingering.wait_for(SERVING).group(1)
+    lingering.process.send_signal(signal.SIGTERM)
+    assert lingering.wait() == 0, lingering.text()
+    assert "Traceback" not in lingering.text()
+
+    # `--exit`: the same run, then the process ends by itself.
+    at_once = terminal_demo("--exit")
+    assert at_once.wait() == 0, at_once.text()
+    out = at_once.text()
+    assert PAGE_LINE.search(out) and re.search(r"^run demo-[0-9a-z-]+: completed", out, re.M), out
+    assert "until Ctrl-C" not in out and "Traceback" not in out
+    with pytest.raises(httpx.TransportError), httpx.Client(timeout=5) as http:
+        http.get(url)

@@ -6,6 +6,8 @@ The work lives in `ledger.cli.demo.run`, imported only when the command runs, so
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 DEFAULT_ROWS = 6_000
@@ -21,9 +23,21 @@ DEFAULT_RATE = 900.0
     type=click.FloatRange(min=10),
     help="Rows per second the simulated worker processes.",
 )
-def demo(rows: int, rate: float) -> None:
-    """Start Postgres and the service, run a simulated worker through the reporter, show it live."""
+@click.option(
+    "--exit",
+    "exit_at_once",
+    is_flag=True,
+    help="Stop the service when the run ends (it always does when stdout is not a terminal).",
+)
+def demo(rows: int, rate: float, exit_at_once: bool) -> None:
+    """Start Postgres and the service, run a simulated worker through the reporter, show it live.
+
+    It prints the run's page on the dashboard and the token to sign in with; on a terminal it keeps
+    serving after the run, so the page can be opened, until Ctrl-C.
+    """
     from ledger.cli.demo import run as demo_run
     from ledger.cli.demo.scenario import DemoPlan
 
-    demo_run.main(DemoPlan(rows=rows, rows_per_second=rate))
+    # Only a person at a terminal can open the page; a pipe (a test, CI) wants the demo to end.
+    keep_serving = sys.stdout.isatty() and not exit_at_once
+    demo_run.main(DemoPlan(rows=rows, rows_per_second=rate), keep_serving=keep_serving)

@@ -6,6 +6,10 @@ drives a simulated worker run (`ledger.cli.demo.scenario`) through the reporter'
 tails the run's events from the service (SSE) and shows them: rich progress bars on a terminal,
 plain lines otherwise. At the end it prints the reconciliation and the SQL to inspect the run. The
 data stays in the database for `ledger runs`.
+
+When the run starts it prints the run's page on the dashboard and the token to sign in with (never
+in the URL). On a terminal the service then stays up after the run, so the page can be opened,
+until Ctrl-C or SIGTERM; elsewhere (tests, CI), or with `--exit`, it stops at once.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import contextlib
 import dataclasses
 import json
 import secrets
+import signal
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import click
@@ -38,9 +43,46 @@ STARTUP_TIMEOUT_S = 30.0
 WATCH_TIMEOUT_S = 60.0
 
 
+@dataclasses.dataclass(frozen=True)
+class DemoService:
+    """The demo's running service: where it listens, the one-off token it accepts, and the event
+    set by Ctrl-C or SIGTERM."""
+
+    base_url: str
+    token: str
+    stop: asyncio.Event
+
+    def run_page(self, run_id: str) -> str:
+        return f"{self.base_url}/ui/runs/{run_id}"
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs.
+
+    uvicorn installs handlers of its own while it serves, which would stop the service on the
+    first Ctrl-C and then re-raise the signal (ending the process before the embedded Postgres is
+    released). Entered once the service has started, these replace them, so the demo decides when
+    the service stops; leaving the block restores the default handlers.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        # Not available off the main thread or on Windows: then the signals act as they would.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    try:
+        yield stop
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
 @contextlib.asynccontextmanager
-async def running_service(database_url: str) -> AsyncIterator[tuple[str, str]]:
-    """The ledger service in this process on a free local port: yields (base URL, token)."""
+async def running_service(database_url: str) -> AsyncIterator[DemoService]:
+    """The ledger service in this process on a free local port, with a one-off token."""
     # The web stack loads only for the commands that serve.
     from ledger.service.app import create_app
     from ledger.service.server import build_server
@@ -65,11 +107,19 @@ async def running_service(database_url: str) -> AsyncIterator[tuple[str, str]]:
                     f"the demo's ledger service did not start in {STARTUP_TIMEOUT_S:g}s"
                 )
             await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}", token
+        # The handlers stay until the service has shut down: a second Ctrl-C meanwhile is absorbed.
+        with stop_on_signals() as stop:
+            try:
+                yield DemoService(f"http://127.0.0.1:{port}", token, stop)
+            finally:
+                server.should_exit = True
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, timeout=15)
     finally:
         server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, timeout=15)
+        if not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(task, timeout=15)
         sock.close()
 
 
@@ -101,8 +151,22 @@ async def watch(base_url: str, token: str, run_id: str, on_event: Callable[[dict
     raise click.ClickException(f"lost the event stream of run {run_id}")
 
 
-async def run_demo(database_url: str, plan: DemoPlan, console: Console, *, live: bool) -> dict[str, Any]:
-    """Serve, drive and show one demo run; returns the run and its sheet outcomes as the ledger has them."""
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM before the run finished."""
+
+
+async def run_demo(
+    database_url: str,
+    plan: DemoPlan,
+    console: Console,
+    *,
+    live: bool,
+    keep_serving: bool = False,
+    on_outcome: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Serve, drive and show one demo run; returns the run and its sheet outcomes as the ledger has
+    them, after handing them to `on_outcome`. With `keep_serving`, the service then stays up until
+    Ctrl-C or SIGTERM. Raises `Interrupted` when either comes before the run has finished."""
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     view = DemoView(run_id, plan.step_order())
     screen = Live(view.renderable(), console=console, refresh_per_second=8) if live else None
@@ -114,16 +178,58 @@ async def run_demo(database_url: str, plan: DemoPlan, console: Console, *, live:
         elif line is not None:
             print(line, flush=True)
 
-    async with running_service(database_url) as (base_url, token):
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as http:
+    async with running_service(database_url) as service:
+        headers = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=30) as http:
             await open_run(http, run_id)
-            console.print(f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
+            say(console, f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
+            for line in page_lines(service, run_id, keep_serving=keep_serving):
+                say(console, line)
             with screen or contextlib.nullcontext():
-                report = await _drive_and_watch(plan, base_url, token, run_id, on_event)
+                report = await _until_stopped(
+                    _drive_and_watch(plan, service.base_url, service.token, run_id, on_event), service.stop
+                )
             run = (await http.get(f"/v1/runs/{run_id}")).json()
             sheets = (await http.get(f"/v1/runs/{run_id}/sheets")).json()
-    return {"run": run, "sheets": sheets.get("outcomes", []), "report": report}
+        outcome = {"run": run, "sheets": sheets.get("outcomes", []), "report": report}
+        if on_outcome is not None:
+            on_outcome(outcome)
+        if keep_serving and not service.stop.is_set():
+            say(console, f"\nserving {service.run_page(run_id)} until Ctrl-C")
+            await service.stop.wait()
+            say(console, "stopping the service")
+    return outcome
+
+
+def say(console: Console, line: str) -> None:
+    # As written: no markup, and no wrapping inside a URL or a token.
+    console.print(line, markup=False, soft_wrap=True)
+
+
+def page_lines(service: DemoService, run_id: str, *, keep_serving: bool) -> list[str]:
+    """Where to watch the run in a browser and how to sign in; the token is never part of a URL."""
+    until = "until Ctrl-C after the run" if keep_serving else "while the demo runs"
+    return [
+        f"watch it in a browser: {service.run_page(run_id)}",
+        f"  sign in with this demo's token (valid {until}): {service.token}",
+    ]
+
+
+async def _until_stopped(work: Any, stop: asyncio.Event) -> DriveReport:
+    """`work`'s result, unless `stop` is set first: then `work` is cancelled and `Interrupted` raised."""
+    task: asyncio.Task[DriveReport] = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise Interrupted
+    finally:
+        for pending in (task, stopped):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pending
 
 
 async def _drive_and_watch(
@@ -186,8 +292,20 @@ def inspection_sql(run_id: str) -> list[str]:
     ]
 
 
-def main(plan: DemoPlan) -> None:
-    """Run the demo with `plan` on the configured (or embedded) Postgres and print how to inspect it."""
+def print_outcome(outcome: dict[str, Any], plan: DemoPlan) -> None:
+    """The reconciliation and how to inspect the run afterwards."""
+    for line in summary_lines(outcome, plan):
+        click.echo(line)
+    run_id = outcome["run"]["run_id"]
+    click.echo("\nInspect it with SQL: `ledger psql` opens psql on this database, then")
+    for statement in inspection_sql(run_id):
+        click.echo(f"    {statement}")
+    click.echo(f"\nOr with `ledger serve` running: ledger runs; ledger run {run_id}")
+
+
+def main(plan: DemoPlan, *, keep_serving: bool) -> None:
+    """Run the demo with `plan` on the configured (or embedded) Postgres and print how to inspect
+    it; with `keep_serving`, serve the dashboard afterwards until Ctrl-C or SIGTERM."""
     console = Console(highlight=False)
     settings = load_settings()
     url, server = resolve_url(settings)
@@ -195,14 +313,20 @@ def main(plan: DemoPlan) -> None:
         if server is not None:
             click.echo(f"embedded Postgres: data in {server.pgdata}")
         migrate.upgrade(url)
-        outcome = asyncio.run(run_demo(url, plan, console, live=console.is_terminal))
-        for line in summary_lines(outcome, plan):
-            click.echo(line)
-        run_id = outcome["run"]["run_id"]
-        click.echo("\nInspect it with SQL: `ledger psql` opens psql on this database, then")
-        for statement in inspection_sql(run_id):
-            click.echo(f"    {statement}")
-        click.echo(f"\nOr with `ledger serve` running: ledger runs; ledger run {run_id}")
+        demo = run_demo(
+            url,
+            plan,
+            console,
+            live=console.is_terminal,
+            keep_serving=keep_serving,
+            on_outcome=lambda outcome: print_outcome(outcome, plan),
+        )
+        try:
+            asyncio.run(demo)
+        except Interrupted:
+            click.echo("stopped before the run finished: it stays open in the ledger", err=True)
+            # The shell's convention for a command ended by Ctrl-C.
+            raise click.exceptions.Exit(130) from None
     finally:
         if server is not None:
             server.stop()
