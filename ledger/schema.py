@@ -144,6 +144,10 @@ runs = Table(
     # The watchdog scans non-terminal runs by idleness.
     Index("ix_runs_active_updated_at", "updated_at", postgresql_where=text("terminal_status IS NULL")),
     Index("ix_runs_created_at", "created_at"),
+    # Retention deletes finished runs oldest first.
+    Index(
+        "ix_runs_finished_completed_at", "completed_at", postgresql_where=text("terminal_status IS NOT NULL")
+    ),
 )
 
 run_events = Table(

@@ -33,7 +33,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, psql, serve, watchdog
+    from ledger.cli import client, db, gc, psql, serve, watchdog
     from ledger.cli.demo import command as demo
 
     cli.add_command(db.db)
@@ -41,6 +41,7 @@ def _register() -> None:
     for command in client.COMMANDS:
         cli.add_command(command)
     cli.add_command(watchdog.watchdog)
+    cli.add_command(gc.gc)
     cli.add_command(demo.demo)
     cli.add_command(psql.psql)
     from ledger.cli import report

@@ -8,18 +8,25 @@ fails (`ledger.runlog.watchdog`), so nothing is failed twice.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import click
 import psycopg
 
 from ledger.config import load_settings
 from ledger.db import Database, resolve_url
+from ledger.runlog import retention
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
 
 
 async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: float) -> None:
     async with Database(url, min_size=1, max_size=2) as db:
-        dog = Watchdog(db, stall_after_s=stall_after_s, interval_s=interval_s)
+        dog = Watchdog(
+            db,
+            stall_after_s=stall_after_s,
+            interval_s=interval_s,
+            retention=retention.parse_retention(os.environ.get(retention.RETENTION_VAR)),
+        )
         while True:
             try:
                 failed = await dog.run_once()
@@ -35,7 +42,8 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
                 swept = await dog.sweep()
                 click.echo(
                     f"swept {swept.mappings} expired run mapping(s), "
-                    f"{swept.idempotency_keys} expired Idempotency-Key answer(s)"
+                    f"{swept.idempotency_keys} expired Idempotency-Key answer(s), "
+                    f"{swept.runs} finished run(s) past retention"
                 )
                 return
             await asyncio.sleep(interval_s)
@@ -60,8 +68,9 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
     help="Seconds between passes.",
 )
 def watchdog(once: bool, stall_after_s: float, interval_s: float) -> None:
-    """Fail runs with no event for --stall-after seconds and sweep expired run mappings and
-    Idempotency-Key answers (on the configured database)."""
+    """Fail runs with no event for --stall-after seconds and sweep expired run mappings,
+    Idempotency-Key answers and finished runs past LEDGER_RUN_RETENTION (on the configured
+    database)."""
     url, server = resolve_url(load_settings())
     try:
         asyncio.run(_watch(url, once=once, stall_after_s=stall_after_s, interval_s=interval_s))

@@ -8,8 +8,9 @@ same run at once, and a run that got an event, a heartbeat or a terminal state m
 matches (Postgres re-checks the condition on the newest row version when it locks it).
 
 Its loop also reclaims rows nothing reads any more: expired run mappings (they already count as
-absent) and Idempotency-Key answers past their lifetime. Both are deleted in batches of
-`sweep_batch_size`, one transaction each, skipping rows another transaction holds.
+absent), Idempotency-Key answers past their lifetime, and finished runs older than the run
+retention (`ledger.runlog.retention`). Each is deleted in batches, one transaction each, skipping
+rows another transaction holds; runs in smaller batches and at most `retention_pass_cap` a pass.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ledger import idempotency
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
 from ledger.pool.store import sweep_expired_mappings
+from ledger.runlog import retention as run_retention
 from ledger.runlog.events import WATCHDOG_ERROR, TerminalState
 from ledger.runlog.store import (
     DEFAULT_MAX_EVENTS_PER_RUN,
@@ -52,6 +54,7 @@ class Swept:
 
     mappings: int = 0
     idempotency_keys: int = 0
+    runs: int = 0
 
 
 class Watchdog:
@@ -67,6 +70,9 @@ class Watchdog:
         clock: Clock | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         sweep_batch_size: int = DEFAULT_SWEEP_BATCH_SIZE,
+        retention: timedelta | None = run_retention.DEFAULT_RETENTION,
+        retention_batch_size: int = run_retention.DEFAULT_RETENTION_BATCH_SIZE,
+        retention_pass_cap: int | None = run_retention.DEFAULT_RETENTION_PASS_CAP,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self.db = db
@@ -76,6 +82,10 @@ class Watchdog:
         self.max_events_per_run = runlog.max_events_per_run if runlog else DEFAULT_MAX_EVENTS_PER_RUN
         self.batch_size = batch_size
         self.sweep_batch_size = sweep_batch_size
+        # None keeps every run; the cap (None: none) bounds the runs one sweep deletes.
+        self.retention = retention
+        self.retention_batch_size = retention_batch_size
+        self.retention_pass_cap = retention_pass_cap
         self._sleep = sleep
         self.key_lifetime = idempotency.KEY_LIFETIME
         self._task: asyncio.Task[None] | None = None
@@ -109,7 +119,8 @@ class Watchdog:
         return failed
 
     async def sweep(self) -> Swept:
-        """Delete expired run mappings and expired Idempotency-Key answers, in batches."""
+        """Delete expired run mappings, expired Idempotency-Key answers and expired runs, in
+        batches."""
         swept = Swept(
             mappings=await self._sweep_batches(
                 lambda conn, now, limit: sweep_expired_mappings(conn, now, limit=limit)
@@ -119,27 +130,61 @@ class Watchdog:
                     conn, now, lifetime=self.key_lifetime, limit=limit
                 )
             ),
+            runs=await self.sweep_runs(),
         )
         self.swept_total = Swept(
             mappings=self.swept_total.mappings + swept.mappings,
             idempotency_keys=self.swept_total.idempotency_keys + swept.idempotency_keys,
+            runs=self.swept_total.runs + swept.runs,
         )
-        if swept.mappings or swept.idempotency_keys:
+        if swept.mappings or swept.idempotency_keys or swept.runs:
             log.info(
-                "watchdog swept %d expired run mapping(s) and %d expired idempotency key(s)",
+                "watchdog swept %d expired run mapping(s), %d expired idempotency key(s)"
+                " and %d finished run(s) past retention",
                 swept.mappings,
                 swept.idempotency_keys,
+                swept.runs,
             )
         return swept
 
-    async def _sweep_batches(self, sweep: Sweep) -> int:
+    async def sweep_runs(self) -> int:
+        """Delete finished runs older than the retention (with all they own), in batches of
+        `retention_batch_size`, at most `retention_pass_cap`; how many. None retention: none."""
+        retention = self.retention
+        if retention is None:
+            return 0
+        return await self._sweep_batches(
+            lambda conn, now, limit: run_retention.delete_expired_runs(
+                conn, run_retention.cutoff(now, retention), limit=limit
+            ),
+            batch_size=self.retention_batch_size,
+            cap=self.retention_pass_cap,
+        )
+
+    async def count_expired_runs(self) -> int:
+        """How many finished runs are older than the retention now (what `sweep_runs` would
+        delete, uncapped)."""
+        if self.retention is None:
+            return 0
+        async with self.db.connection() as conn:
+            now = await self.clock.now(conn)
+            return await run_retention.count_expired_runs(conn, run_retention.cutoff(now, self.retention))
+
+    async def _sweep_batches(
+        self, sweep: Sweep, *, batch_size: int | None = None, cap: int | None = None
+    ) -> int:
         total = 0
         while True:
+            limit = batch_size or self.sweep_batch_size
+            if cap is not None:
+                limit = min(limit, cap - total)
+                if limit <= 0:
+                    return total
             async with self.db.transaction() as conn:
-                deleted = await sweep(conn, await self.clock.now(conn), self.sweep_batch_size)
+                deleted = await sweep(conn, await self.clock.now(conn), limit)
             total += deleted
             # A short batch means the rest is gone or held by others (skipped): done for this pass.
-            if deleted < self.sweep_batch_size:
+            if deleted < limit:
                 return total
 
     async def run_forever(self) -> None:

@@ -84,6 +84,7 @@ def create_app(
                     runlog,
                     stall_after_s=settings.watchdog_stall_s,
                     interval_s=settings.watchdog_interval_s,
+                    retention=settings.run_retention,
                 )
                 if settings.watchdog
                 else None

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from ledger.config import ConfigError
+from ledger.runlog import retention
 from ledger.runlog.store import DEFAULT_MAX_EVENTS_PER_RUN
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S
 
@@ -36,6 +38,7 @@ WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
 WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
 STREAM_LONG_POLL_VAR = "LEDGER_STREAM_LONG_POLL_S"
 STREAM_SSE_MAX_VAR = "LEDGER_STREAM_SSE_MAX_S"
+RUN_RETENTION_VAR = retention.RETENTION_VAR
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class ServiceSettings:
     watchdog: bool = True
     watchdog_stall_s: float = DEFAULT_STALL_AFTER_S
     watchdog_interval_s: float = DEFAULT_INTERVAL_S
+    # The watchdog's loop deletes finished runs older than this, with all they own; None keeps them.
+    run_retention: timedelta | None = retention.DEFAULT_RETENTION
     # Retention per run: the oldest events beyond this are trimmed (never the terminal event);
     # 0 = unlimited.
     max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN
@@ -139,6 +144,7 @@ def load_service_settings(
         watchdog=_flag(env, WATCHDOG_VAR, defaults.watchdog),
         watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, defaults.watchdog_stall_s, minimum=0.1),
         watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, defaults.watchdog_interval_s, minimum=0.01),
+        run_retention=retention.parse_retention(env.get(RUN_RETENTION_VAR)),
         stream_long_poll_s=_number(env, STREAM_LONG_POLL_VAR, defaults.stream_long_poll_s, minimum=0.01),
         stream_sse_max_s=_number(env, STREAM_SSE_MAX_VAR, defaults.stream_sse_max_s, minimum=0.01),
     )

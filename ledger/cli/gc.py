@@ -1,0 +1,77 @@
+"""`ledger gc [--retention 30d] [--batch N] [--dry-run]`: delete finished runs past retention.
+
+The service's watchdog loop already does this every pass (a capped number of runs each); this
+command works off a whole backlog at once, straight on the database, e.g. from cron or right after
+lowering the retention. It deletes in batches, each its own transaction, skipping runs another
+transaction holds (`ledger.runlog.retention`), so it never waits on an append and may run beside
+the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import click
+import psycopg
+
+from ledger.config import load_settings
+from ledger.db import Database, resolve_url
+from ledger.errors import ConfigError
+from ledger.runlog import retention as run_retention
+from ledger.runlog.watchdog import Watchdog
+
+
+async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool) -> int:
+    async with Database(url, min_size=1, max_size=2) as db:
+        dog = Watchdog(db, retention=retention, retention_batch_size=batch, retention_pass_cap=None)
+        try:
+            return await (dog.count_expired_runs() if dry_run else dog.sweep_runs())
+        except psycopg.errors.UndefinedTable:
+            raise click.ClickException(
+                "the database has no ledger schema yet; run `ledger db upgrade` first"
+            ) from None
+
+
+@click.command()
+@click.option(
+    "--retention",
+    "retention_text",
+    default=None,
+    metavar="DURATION",
+    help=f"Delete finished runs that completed longer ago than this (30d, 720h, 90m; off = none). "
+    f"Default: {run_retention.RETENTION_VAR}, else 30d.",
+)
+@click.option(
+    "--batch",
+    default=run_retention.DEFAULT_RETENTION_BATCH_SIZE,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Runs deleted per transaction.",
+)
+@click.option("--dry-run", is_flag=True, help="Only count the runs that would be deleted.")
+def gc(retention_text: str | None, batch: int, dry_run: bool) -> None:
+    """Delete finished runs older than the retention, with their events, sheet rows, node
+    observations and run mappings (on the configured database)."""
+    try:
+        if retention_text is None:
+            retention = run_retention.parse_retention(os.environ.get(run_retention.RETENTION_VAR))
+        else:
+            retention = run_retention.parse_retention(retention_text, source="--retention")
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if retention is None:
+        click.echo("retention is off: no run deleted")
+        return
+    url, server = resolve_url(load_settings())
+    try:
+        count = asyncio.run(_collect(url, retention=retention, batch=batch, dry_run=dry_run))
+    finally:
+        if server is not None:
+            server.stop()
+    age = run_retention.describe(retention)
+    if dry_run:
+        click.echo(f"would delete {count} finished run(s) older than {age}")
+    else:
+        click.echo(f"deleted {count} finished run(s) older than {age}")

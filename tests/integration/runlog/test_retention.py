@@ -1,0 +1,149 @@
+"""Run retention: finished runs past it go with everything they own, in batches, skipping runs
+another transaction holds; running and recent runs stay; `ledger gc` deletes them too, or only
+counts them with --dry-run."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+from click.testing import CliRunner
+
+from ledger.cli.app import cli
+from ledger.db import Database
+from ledger.runlog.retention import RETENTION_VAR
+from ledger.runlog.store import RunLog
+from ledger.runlog.watchdog import Watchdog
+
+# A sweep that waited on a held row instead of skipping it would hang; fail well before that.
+NO_HANG_S = 60
+
+OWNED = ("run_events", "sheet_rows", "node_observations", "run_mappings")
+
+
+async def make_run(runlog: RunLog, run_id: str, *, finished: bool, days_ago: int) -> None:
+    """A run with events, a sheet row, an observation and a mapping, made `days_ago` old."""
+    await runlog.open_run(run_id)
+    await runlog.append(run_id, [{"type": "log", "line": f"line {i}"} for i in range(3)])
+    if finished:
+        await runlog.set_terminal(run_id, "completed", total_rows=1)
+    async with runlog.db.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO ledger.sheet_rows (run_id, table_namespace, row_key, status)"
+            " VALUES (%s, 'sheet', 'r1', 'completed')",
+            (run_id,),
+        )
+        await conn.execute(
+            "INSERT INTO ledger.node_observations (run_id, node_id, attempt, invocation_seq, status)"
+            " VALUES (%s, 'n1', 0, 0, 'completed')",
+            (run_id,),
+        )
+        await conn.execute(
+            "INSERT INTO ledger.run_mappings"
+            " (run_id, pool, instance_id, state, version, created_at, expires_at)"
+            " VALUES (%s, 'p', 'i1', 'claimed', 'v1', now(), now() + interval '1 hour')",
+            (run_id,),
+        )
+        await conn.execute(
+            "UPDATE ledger.runs SET created_at = created_at - make_interval(days => %(d)s),"
+            " updated_at = updated_at - make_interval(days => %(d)s),"
+            " completed_at = completed_at - make_interval(days => %(d)s) WHERE run_id = %(id)s",
+            {"d": days_ago, "id": run_id},
+        )
+
+
+async def owned_rows(db: Database) -> dict[str, list[str]]:
+    """The run ids each table still holds rows for (runs included)."""
+    found: dict[str, list[str]] = {}
+    async with db.connection() as conn:
+        for table in ("runs", *OWNED):
+            cur = await conn.execute(f"SELECT DISTINCT run_id FROM ledger.{table} ORDER BY run_id")
+            found[table] = [row["run_id"] for row in await cur.fetchall()]
+    return found
+
+
+async def test_old_finished_runs_go_with_all_they_own_and_the_rest_stays(db: Database) -> None:
+    runlog = RunLog(db)
+    await make_run(runlog, "old-done", finished=True, days_ago=31)
+    await make_run(runlog, "old-running", finished=False, days_ago=400)
+    await make_run(runlog, "recent-done", finished=True, days_ago=29)
+    watchdog = Watchdog(db, retention=timedelta(days=30))
+    assert await watchdog.count_expired_runs() == 1
+    swept = await watchdog.sweep()
+    assert swept.runs == 1 and watchdog.swept_total.runs == 1
+    keep = ["old-running", "recent-done"]
+    assert await owned_rows(db) == {table: keep for table in ("runs", *OWNED)}
+    assert (await watchdog.sweep()).runs == 0
+    # Off keeps everything, however old.
+    assert (await Watchdog(db, retention=None).sweep()).runs == 0
+    assert (await Watchdog(db, retention=timedelta(days=1)).sweep()).runs == 1
+    assert (await owned_rows(db))["runs"] == ["old-running"]
+
+
+async def test_batches_delete_everything_over_several_transactions_within_the_pass_cap(
+    db: Database,
+) -> None:
+    runlog = RunLog(db)
+    for i in range(7):
+        await make_run(runlog, f"old-{i}", finished=True, days_ago=40 + i)
+    capped = Watchdog(db, retention=timedelta(days=30), retention_batch_size=2, retention_pass_cap=5)
+    assert await capped.sweep_runs() == 5
+    # Oldest first: the two most recent of the seven are what the cap left.
+    assert (await owned_rows(db))["runs"] == ["old-0", "old-1"]
+    assert await capped.sweep_runs() == 2
+    assert await owned_rows(db) == {table: [] for table in ("runs", *OWNED)}
+
+
+async def test_a_run_held_by_another_transaction_is_skipped_not_waited_on(
+    db: Database, clean_database_url: str
+) -> None:
+    runlog = RunLog(db)
+    for run_id in ("held", "free"):
+        await make_run(runlog, run_id, finished=True, days_ago=60)
+    watchdog = Watchdog(db, retention=timedelta(days=30), retention_batch_size=1)
+    holder = await psycopg.AsyncConnection.connect(clean_database_url)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM ledger.runs WHERE run_id = 'held' FOR UPDATE")
+            assert await asyncio.wait_for(watchdog.sweep_runs(), NO_HANG_S) == 1
+            assert (await owned_rows(db))["runs"] == ["held"]
+    finally:
+        await holder.close()
+    assert await watchdog.sweep_runs() == 1
+    assert (await owned_rows(db))["runs"] == []
+
+
+def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> None:
+    with psycopg.connect(clean_database_url) as conn:
+        for run_id, days in (("ancient", 90), ("recent", 5)):
+            conn.execute(
+                "INSERT INTO ledger.runs (run_id, status, terminal_status, completed_at)"
+                " VALUES (%s, 'completed', 'completed', now() - make_interval(days => %s))",
+                (run_id, days),
+            )
+            conn.execute(
+                "INSERT INTO ledger.run_events (run_id, seq, type) VALUES (%s, 1, 'terminal')", (run_id,)
+            )
+    env = {"LEDGER_DATABASE_URL": clean_database_url, RETENTION_VAR: "60d"}
+    runner = CliRunner()
+
+    def runs() -> list[str]:
+        with psycopg.connect(clean_database_url) as conn:
+            return [r[0] for r in conn.execute("SELECT run_id FROM ledger.runs ORDER BY run_id")]
+
+    dry = runner.invoke(cli, ["gc", "--dry-run"], env=env)
+    assert dry.exit_code == 0, dry.output
+    assert "would delete 1 finished run(s) older than 60d" in dry.output
+    assert runs() == ["ancient", "recent"]
+    wider = runner.invoke(cli, ["gc", "--dry-run", "--retention", "1d"], env=env)
+    assert "would delete 2 finished run(s) older than 1d" in wider.output
+    bad = runner.invoke(cli, ["gc", "--retention", "soon"], env=env)
+    assert bad.exit_code == 2 and "--retention" in bad.output
+    off = runner.invoke(cli, ["gc", "--retention", "off"], env=env)
+    assert off.exit_code == 0 and "retention is off" in off.output
+    assert runs() == ["ancient", "recent"]
+    done = runner.invoke(cli, ["gc", "--batch", "1"], env=env)
+    assert done.exit_code == 0, done.output
+    assert "deleted 1 finished run(s) older than 60d" in done.output
+    assert runs() == ["recent"]
