@@ -1,0 +1,164 @@
+"""What must hold in every table after any fault, checked over the whole database.
+
+One check for every fault test: each query names the rows that break one rule, so a failure says
+which run, entry or key is wrong and how. Rules the schema's own constraints already enforce are
+not restated; these are the ones that span rows or tables.
+
+Seqs are checked as 1..last_seq: the fault tests stay far below the per-run event retention that
+would trim a run's oldest events.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ledger.idempotency import Scope
+
+# (what the rule says, a query returning the rows that break it)
+RULES: tuple[tuple[str, str], ...] = (
+    (
+        "a run's events are seq 1..last_seq without a gap (last_seq = max(seq))",
+        """
+        SELECT r.run_id, r.last_seq, count(e.seq) AS events, min(e.seq) AS first, max(e.seq) AS last
+        FROM ledger.runs r LEFT JOIN ledger.run_events e USING (run_id)
+        GROUP BY r.run_id, r.last_seq
+        HAVING count(e.seq) <> r.last_seq OR coalesce(max(e.seq), 0) <> r.last_seq
+            OR coalesce(min(e.seq), 1) <> 1
+        """,
+    ),
+    (
+        "a run has at most one terminal event, and it is the run's last event",
+        """
+        SELECT run_id, count(*) FILTER (WHERE type = 'terminal') AS terminals,
+               max(seq) FILTER (WHERE type = 'terminal') AS terminal_seq, max(seq) AS last
+        FROM ledger.run_events GROUP BY run_id
+        HAVING count(*) FILTER (WHERE type = 'terminal') > 1
+            OR max(seq) FILTER (WHERE type = 'terminal') <> max(seq)
+        """,
+    ),
+    (
+        "a run has a terminal event exactly when its terminal state is set, and they agree",
+        """
+        SELECT r.run_id, r.status, r.terminal_status, r.terminal_error, r.completed_at, e.seq, e.ts, e.payload
+        FROM ledger.runs r
+        LEFT JOIN ledger.run_events e ON e.run_id = r.run_id AND e.type = 'terminal'
+        WHERE (r.terminal_status IS NULL) <> (e.seq IS NULL)
+           OR (e.seq IS NOT NULL AND (
+                e.payload ->> 'status' IS DISTINCT FROM r.terminal_status
+             OR e.payload ->> 'error' IS DISTINCT FROM r.terminal_error
+             OR r.status IS DISTINCT FROM r.terminal_status
+             OR r.completed_at IS DISTINCT FROM e.ts))
+        """,
+    ),
+    (
+        "a pool entry is ready exactly when it has a ready_at, and expires after it was created",
+        """
+        SELECT pool, id, state, created_at, ready_at, expires_at FROM ledger.pool_entries
+        WHERE state NOT IN ('warming', 'ready') OR (state = 'ready') <> (ready_at IS NOT NULL)
+           OR expires_at <= created_at
+        """,
+    ),
+    (
+        "a mapping's timestamps fit its state (claimed/started: claimed_at; started: started_at"
+        " not before it; blocked: the blocked instance)",
+        """
+        SELECT run_id, state, instance_id, blocked_instance_id, claimed_at, started_at, expires_at
+        FROM ledger.run_mappings
+        WHERE state NOT IN ('claimed', 'started', 'blocked')
+           OR (state IN ('claimed', 'started') AND claimed_at IS NULL)
+           OR (state = 'started' AND (started_at IS NULL OR started_at < claimed_at))
+           OR (state = 'blocked' AND blocked_instance_id IS NULL)
+           OR expires_at <= created_at
+        """,
+    ),
+    (
+        "an instance serves at most one live run",
+        """
+        SELECT instance_id, array_agg(run_id ORDER BY run_id) AS runs FROM ledger.run_mappings
+        WHERE state IN ('claimed', 'started') AND expires_at > now()
+        GROUP BY instance_id HAVING count(*) > 1
+        """,
+    ),
+    (
+        "an instance claimed for a run is no longer offered by its pool",
+        """
+        SELECT m.run_id, m.pool, m.instance_id FROM ledger.run_mappings m
+        JOIN ledger.pool_entries p ON p.pool = m.pool AND p.id = m.instance_id
+        WHERE m.state = 'claimed' AND m.started_at IS NULL AND m.expires_at > now()
+          AND p.created_at < m.claimed_at
+        """,
+    ),
+)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_BODY_FINGERPRINT = re.compile(r"(json|bytes):[0-9a-f]{64}")
+
+
+def violations(database_url: str) -> list[str]:
+    """Every broken rule with the rows that break it (empty when the database is consistent)."""
+    problems: list[str] = []
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        for rule, query in RULES:
+            rows = conn.execute(query).fetchall()
+            problems.extend(f"{rule}: {_show(row)}" for row in rows[:20])
+        problems.extend(_idempotency_problems(conn))
+    return problems
+
+
+def assert_consistent(database_url: str) -> None:
+    problems = violations(database_url)
+    assert not problems, "\n".join(problems)
+
+
+def _idempotency_problems(conn: psycopg.Connection[dict[str, Any]]) -> list[str]:
+    """Stored Idempotency-Key answers are well-formed, and an append they acknowledged is stored
+    (its events, at the seqs it answered, are the run's)."""
+    problems: list[str] = []
+    rows = conn.execute(
+        "SELECT token_fingerprint, scope_digest, method, path, idempotency_key, request_fingerprint,"
+        " status_code, content_type, response_body FROM ledger.idempotency_keys"
+    ).fetchall()
+    for row in rows:
+        where = f"{row['method']} {row['path']} key {row['idempotency_key']!r}"
+        scope = Scope(row["token_fingerprint"], row["method"], row["path"], row["idempotency_key"].encode())
+        if not _HEX64.fullmatch(row["token_fingerprint"]):
+            problems.append(f"{where}: token fingerprint {row['token_fingerprint']!r} is not a SHA-256")
+        if row["scope_digest"] != scope.digest:
+            problems.append(f"{where}: scope digest does not match its method, path and key")
+        if not _BODY_FINGERPRINT.fullmatch(row["request_fingerprint"]):
+            problems.append(f"{where}: request fingerprint {row['request_fingerprint']!r} is malformed")
+        if not 200 <= row["status_code"] < 500:
+            problems.append(f"{where}: stored status {row['status_code']} (only 2xx/4xx answers are kept)")
+        if not row["content_type"]:
+            problems.append(f"{where}: no content type")
+        if row["status_code"] == 200 and row["path"].endswith("/events") and row["method"] == "POST":
+            problems.extend(_acknowledged_append_problems(conn, where, row))
+    return problems
+
+
+def _acknowledged_append_problems(
+    conn: psycopg.Connection[dict[str, Any]], where: str, row: dict[str, Any]
+) -> list[str]:
+    answered = json.loads(bytes(row["response_body"]))
+    run_id = row["path"].removeprefix("/v1/runs/").removesuffix("/events")
+    stored = {
+        r["seq"]: r["type"]
+        for r in conn.execute(
+            "SELECT seq, type FROM ledger.run_events WHERE run_id = %s AND seq = ANY(%s)",
+            (run_id, [e["seq"] for e in answered["events"]]),
+        ).fetchall()
+    }
+    return [
+        f"{where}: acknowledged event seq {e['seq']} ({e['type']}) is not stored as such"
+        for e in answered["events"]
+        if stored.get(e["seq"]) != e["type"]
+    ]
+
+
+def _show(row: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in row.items())
