@@ -1,8 +1,10 @@
 """Where the ledger's Postgres and data live: the one place that reads the environment.
 
 `LEDGER_DATABASE_URL` wins. Without it the embedded Postgres (see `ledger.embedded`) is used, its
-data directory under `LEDGER_DATA_DIR` or the user's data dir. A bad URL is a `ConfigError` whose
-message names the variable, so the CLI can print one line and exit non-zero.
+data directory under `LEDGER_DATA_DIR` or the user's data dir. `LEDGER_LISTEN_URL` is where the
+process's one LISTEN connection goes (default: the database URL): it needs a session of its own,
+which a transaction-mode pooler cannot give. A bad URL is a `ConfigError` whose message names the
+variable, so the CLI can print one line and exit non-zero.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ledger.errors import ConfigError as ConfigError  # where callers have alway
 
 DATABASE_URL_VAR = "LEDGER_DATABASE_URL"
 DATA_DIR_VAR = "LEDGER_DATA_DIR"
+LISTEN_URL_VAR = "LEDGER_LISTEN_URL"
 
 _ACCEPTED_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
@@ -26,6 +29,8 @@ _ACCEPTED_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 class Settings:
     database_url: str | None
     data_dir: Path
+    # None: LISTEN on the database URL.
+    listen_url: str | None = None
 
     @property
     def embedded(self) -> bool:
@@ -62,7 +67,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     url = validate_database_url(raw_url) if raw_url else None
     raw_dir = env.get(DATA_DIR_VAR, "").strip()
     data_dir = Path(raw_dir).expanduser() if raw_dir else default_data_dir()
-    return Settings(database_url=url, data_dir=data_dir)
+    raw_listen = env.get(LISTEN_URL_VAR, "").strip()
+    listen_url = validate_database_url(raw_listen, source=LISTEN_URL_VAR) if raw_listen else None
+    return Settings(database_url=url, data_dir=data_dir, listen_url=listen_url)
 
 
 def sqlalchemy_url(url: str) -> str:

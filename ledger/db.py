@@ -21,6 +21,13 @@ Design notes:
   given up after `RECONNECT_WINDOW_S` and the next checkout starts a fresh one: while requests
   come, a connection is tried about every second, and the first that succeeds marks the
   database up again. TCP keepalives and a connect timeout bound a silent network.
+- **Transaction pooling.** Behind a transaction-mode pooler (PgBouncer), consecutive transactions
+  of one connection may run on different server sessions, so with `transaction_pooling` nothing
+  is left on a session: no server-side prepared statements (psycopg would prepare a statement on
+  one session and execute it on another), and the timeouts are set with `set_config(..., true)`
+  at the start of each `transaction()` (one round trip more) instead of once per connection, where
+  they would stick to a server session other clients share. Single reads on `connection()` then
+  run under the role's own timeouts.
 - **Shared transaction.** `shared_transaction()` opens one transaction that every
   `transaction()`/`connection()` of the same `Database` joins, as a savepoint, for as long as it
   is open in the current task (a context variable). The service's Idempotency-Key handling runs a
@@ -42,7 +49,6 @@ from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 
 import psycopg
-from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -156,17 +162,26 @@ class Database:
         timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
         lock_timeout_s: float | None = None,
         statement_timeout_s: float | None = None,
+        transaction_pooling: bool = False,
     ) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.statement_timeout_s = statement_timeout_s
+        self.transaction_pooling = transaction_pooling
         self.available = True
+        connect_kwargs: dict[str, Any] = {
+            "row_factory": dict_row,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            **KEEPALIVE_OPTIONS,
+        }
+        if transaction_pooling:
+            connect_kwargs["prepare_threshold"] = None
         self.pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"row_factory": dict_row, "connect_timeout": CONNECT_TIMEOUT_S, **KEEPALIVE_OPTIONS},
+            kwargs=connect_kwargs,
             configure=self._configure,
             # Checked in `_checkout`, which moves on to the next connection without backing off.
             check=None,
@@ -180,15 +195,24 @@ class Database:
     async def _configure(self, conn: Conn) -> None:
         # Application name makes our sessions recognisable in pg_stat_activity.
         await conn.execute("SET application_name = 'run-ledger'")
-        await conn.execute(
-            sql.SQL("SET lock_timeout = {}").format(sql.Literal(_milliseconds(self.lock_timeout_s)))
-        )
-        await conn.execute(
-            sql.SQL("SET statement_timeout = {}").format(sql.Literal(_milliseconds(self.statement_timeout_s)))
-        )
+        if not self.transaction_pooling:
+            await self._set_limits(conn, local=False)
         await conn.commit()
         # A new connection is the proof that the database is back.
         self._mark(available=True)
+
+    async def _set_limits(self, conn: Conn, *, local: bool) -> None:
+        """`lock_timeout` and `statement_timeout` for the session, or (`local`) for the
+        transaction under way."""
+        await conn.execute(
+            "SELECT set_config('lock_timeout', %s, %s), set_config('statement_timeout', %s, %s)",
+            (
+                str(_milliseconds(self.lock_timeout_s)),
+                local,
+                str(_milliseconds(self.statement_timeout_s)),
+                local,
+            ),
+        )
 
     async def _reconnect_failed(self, pool: AsyncConnectionPool[Conn]) -> None:
         self._mark(available=False)
@@ -285,6 +309,8 @@ class Database:
                 yield joined
             return
         async with self._pooled() as conn, conn.transaction():
+            if self.transaction_pooling:
+                await self._set_limits(conn, local=True)
             yield conn
 
     @asynccontextmanager
@@ -296,6 +322,8 @@ class Database:
         if _shared.get() is not None:
             raise RuntimeError("a shared transaction is already open in this task")
         async with self._pooled() as conn, conn.transaction():
+            if self.transaction_pooling:
+                await self._set_limits(conn, local=True)
             token = _shared.set((self, conn))
             try:
                 yield conn

@@ -69,7 +69,7 @@ def serve(host: str, port: int, workers: int) -> None:
             os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
             serve_workers(WORKER_APP, service_settings, workers)
             return
-        app = create_app(service_settings, url, tokens, keys.keyring)
+        app = create_app(service_settings, url, tokens, keys.keyring, listen_url=settings.listen_url)
         run_until_stopped(build_server(app, service_settings))
     finally:
         if server is not None:
@@ -87,4 +87,10 @@ def worker_app() -> FastAPI:
     if settings.database_url is None:
         raise click.ClickException(f"{DATABASE_URL_VAR} is not set: worker_app runs under `ledger serve`")
     keys = auth.token_keys(settings.data_dir)
-    return create_app(load_service_settings(), settings.database_url, auth.configured_tokens(), keys.keyring)
+    return create_app(
+        load_service_settings(),
+        settings.database_url,
+        auth.configured_tokens(),
+        keys.keyring,
+        listen_url=settings.listen_url,
+    )

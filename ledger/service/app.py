@@ -49,11 +49,18 @@ log = logging.getLogger("ledger.service")
 
 
 def create_app(
-    settings: ServiceSettings, database_url: str, tokens: Sequence[str], keyring: Keyring | None = None
+    settings: ServiceSettings,
+    database_url: str,
+    tokens: Sequence[str],
+    keyring: Keyring | None = None,
+    *,
+    listen_url: str | None = None,
 ) -> FastAPI:
     """The service for one database; `tokens` are the admin tokens it accepts (at least one),
     `keyring` signs and verifies scoped tokens (without one, a random key: the tokens this
-    process mints are good only here and only while it runs)."""
+    process mints are good only here and only while it runs). The LISTEN connection goes to
+    `listen_url` (default: `database_url`), which must be a session of its own, never a
+    transaction-mode pooler."""
     if not tokens:
         raise ValueError("the service needs at least one API token")
     metrics = ServiceMetrics()
@@ -68,10 +75,11 @@ def create_app(
                 timeout_s=settings.db_pool_timeout_s,
                 lock_timeout_s=settings.db_lock_timeout_s,
                 statement_timeout_s=settings.db_statement_timeout_s,
+                transaction_pooling=settings.db_transaction_pooling,
             )
             await db.open()
             stack.push_async_callback(db.close)
-            listener = Listener(database_url)
+            listener = Listener(listen_url or database_url)
             await listener.start()
             stack.push_async_callback(listener.stop)
             runlog = RunLog(db, listener=listener, max_events_per_run=settings.max_events_per_run)

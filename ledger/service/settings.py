@@ -25,6 +25,7 @@ POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
 POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
 LOCK_TIMEOUT_VAR = "LEDGER_DB_LOCK_TIMEOUT_S"
 STATEMENT_TIMEOUT_VAR = "LEDGER_DB_STATEMENT_TIMEOUT_S"
+TRANSACTION_POOLING_VAR = "LEDGER_DB_TRANSACTION_POOLING"
 MAX_HEADER_BYTES_VAR = "LEDGER_MAX_HEADER_BYTES"
 MAX_HEADERS_VAR = "LEDGER_MAX_HEADERS"
 KEEPALIVE_TIMEOUT_VAR = "LEDGER_KEEPALIVE_TIMEOUT_S"
@@ -63,6 +64,9 @@ class ServiceSettings:
     # the request answered 503: a run whose row someone holds slows only requests for that run.
     db_lock_timeout_s: float = 2.0
     db_statement_timeout_s: float = 5.0
+    # The database URL leads to a transaction-mode pooler (PgBouncer): no server-side prepared
+    # statements, and the timeouts above set per transaction (see `ledger.db`).
+    db_transaction_pooling: bool = False
     # What one connection may cost (see `ledger.service.http_limits`): the header block's bytes
     # and fields (431 beyond), idle seconds before it is closed, seconds from a request's first
     # byte to its last (408 beyond), and open connections at once.
@@ -133,6 +137,7 @@ def load_service_settings(
         db_statement_timeout_s=_number(
             env, STATEMENT_TIMEOUT_VAR, defaults.db_statement_timeout_s, minimum=0.001
         ),
+        db_transaction_pooling=_flag(env, TRANSACTION_POOLING_VAR, defaults.db_transaction_pooling),
         max_header_bytes=int(_number(env, MAX_HEADER_BYTES_VAR, defaults.max_header_bytes, minimum=1024)),
         max_headers=int(_number(env, MAX_HEADERS_VAR, defaults.max_headers, minimum=8)),
         keepalive_timeout_s=_number(env, KEEPALIVE_TIMEOUT_VAR, defaults.keepalive_timeout_s, minimum=0.1),
