@@ -3,7 +3,9 @@
 A run is expired when it has a terminal state and completed before `now - retention`; a running run
 is never expired, however old. Deleting its `ledger.runs` row takes its events, sheet rows and node
 observations with it (their foreign keys cascade); its run mapping has no foreign key, so the same
-statement deletes it. Durable Streams' run streams read `run_events` and store nothing of their own.
+statement deletes it, unless another transaction holds it (a claim reusing the run id): then the
+mapping is left to the mapping sweep, which takes it once it expires. Durable Streams' run streams
+read `run_events` and store nothing of their own.
 
 Each batch locks its runs with `FOR UPDATE SKIP LOCKED`: a run whose row another transaction holds
 (an append in flight) is skipped, never waited on, and deleted by a later batch. The batches are
@@ -38,7 +40,10 @@ WITH doomed AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), mappings AS (
-    DELETE FROM ledger.run_mappings m USING doomed d WHERE m.run_id = d.run_id
+    DELETE FROM ledger.run_mappings WHERE run_id IN (
+        SELECT m.run_id FROM ledger.run_mappings m JOIN doomed d ON d.run_id = m.run_id
+        FOR UPDATE OF m SKIP LOCKED
+    )
 ), gone AS (
     DELETE FROM ledger.runs r USING doomed d WHERE r.run_id = d.run_id RETURNING r.run_id
 )

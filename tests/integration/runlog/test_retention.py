@@ -106,8 +106,11 @@ async def test_a_run_held_by_another_transaction_is_skipped_not_waited_on(
     try:
         async with holder.transaction():
             await holder.execute("SELECT 1 FROM ledger.runs WHERE run_id = 'held' FOR UPDATE")
+            # A claim holding the free run's mapping: the run goes, the mapping is not waited on.
+            await holder.execute("SELECT 1 FROM ledger.run_mappings WHERE run_id = 'free' FOR UPDATE")
             assert await asyncio.wait_for(watchdog.sweep_runs(), NO_HANG_S) == 1
-            assert (await owned_rows(db))["runs"] == ["held"]
+            left = await owned_rows(db)
+            assert left["runs"] == ["held"] and left["run_mappings"] == ["free", "held"]
     finally:
         await holder.close()
     assert await watchdog.sweep_runs() == 1
