@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ledger.config import ConfigError, load_settings, sqlalchemy_url, validate_database_url
+from ledger.service.settings import load_service_settings
 
 
 @pytest.mark.parametrize(
@@ -43,6 +44,24 @@ def test_settings_from_environment(tmp_path: Path) -> None:
     assert settings.embedded and settings.data_dir == tmp_path
     settings = load_settings({"LEDGER_DATABASE_URL": "postgres://u@h/d"})
     assert not settings.embedded and settings.database_url == "postgresql://u@h/d"
+
+
+def test_listen_url_defaults_to_none_and_is_checked_under_its_own_name() -> None:
+    assert load_settings({"LEDGER_DATABASE_URL": "postgres://u@pooler:6432/d"}).listen_url is None
+    settings = load_settings(
+        {"LEDGER_DATABASE_URL": "postgres://u@pooler/d", "LEDGER_LISTEN_URL": "postgres://u@db/d"}
+    )
+    assert settings.listen_url == "postgresql://u@db/d"
+    with pytest.raises(ConfigError) as info:
+        load_settings({"LEDGER_LISTEN_URL": "mysql://u@db/d"})
+    assert "LEDGER_LISTEN_URL" in str(info.value)
+
+
+def test_transaction_pooling_flag() -> None:
+    assert not load_service_settings({}).db_transaction_pooling
+    assert load_service_settings({"LEDGER_DB_TRANSACTION_POOLING": "1"}).db_transaction_pooling
+    with pytest.raises(ConfigError, match="LEDGER_DB_TRANSACTION_POOLING"):
+        load_service_settings({"LEDGER_DB_TRANSACTION_POOLING": "maybe"})
 
 
 def test_sqlalchemy_url_names_the_driver() -> None:
