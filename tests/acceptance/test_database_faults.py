@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
+from tests.faults.invariants import assert_consistent
 from tests.own_postgres import OwnPostgres
 from tests.own_postgres import own_postgres as own_server
 
@@ -101,6 +102,7 @@ def test_after_a_restart_requests_answer_2xx_or_503_never_500(
                 assert_ok_or_unavailable(requests(client, run_id, f"after-{round_}-{attempt}"))
         wait_until_served(client, run_id)
         assert client.get(f"/v1/runs/{run_id}").json()["run_id"] == run_id
+    assert_consistent(own_postgres.url)
 
 
 def test_while_postgres_is_down_every_request_is_503_and_an_idempotent_retry_applies_later(
@@ -125,3 +127,4 @@ def test_while_postgres_is_down_every_request_is_503_and_an_idempotent_retry_app
         assert again.headers["idempotent-replayed"] == "true"
         page = client.get(f"/v1/runs/{run_id}/events", params={"after": -1}).json()
         assert [e["line"] for e in page["events"]] == ["during"]
+    assert_consistent(own_postgres.url)

@@ -19,6 +19,7 @@ import pytest
 
 from ledger.service.settings import ServiceSettings
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
+from tests.faults.invariants import assert_consistent
 from tests.own_postgres import OwnPostgres, own_postgres
 
 LOCK_TIMEOUT_S = 3.0
@@ -158,6 +159,7 @@ def test_while_postgres_is_down_requests_fail_fast_and_serving_resumes_when_it_r
     finally:
         stop_server(running)
         assert "unhandled error" not in running.log()
+    assert_consistent(own_pg.url)
 
 
 def listeners(database_url: str) -> int:
@@ -210,6 +212,7 @@ def test_workers_wake_each_others_waiters(own_pg: OwnPostgres, tmp_path: Path) -
     finally:
         stop_server(running)
         assert "unhandled error" not in running.log()
+    assert_consistent(own_pg.url)
 
 
 def waiting(server: Server) -> int:
