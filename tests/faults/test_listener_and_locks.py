@@ -131,6 +131,7 @@ def test_a_run_whose_row_is_held_leaves_other_runs_writing_and_applies_its_appen
             with server.client() as own:
                 return append(own, held, [{"type": "log", "line": "held"}], "held")
 
+        refused_before = metric_refusals(server)
         with psycopg.connect(shared_pg.url) as holder:
             holder.execute("SELECT 1 FROM ledger.runs WHERE run_id = %s FOR UPDATE", (held,))
             blocked = pool.submit(append_held)
@@ -140,7 +141,7 @@ def test_a_run_whose_row_is_held_leaves_other_runs_writing_and_applies_its_appen
             assert not blocked.done()
             assert holder.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
             # Held past the lock timeout: the held run's append was refused at least once.
-            until(lambda: metric_refusals(server) > 0, "the held run's append was never refused")
+            until(lambda: metric_refusals(server) > refused_before, "the held run's append was never refused")
             holder.rollback()
         _, refused = blocked.result()
         assert refused > 0
