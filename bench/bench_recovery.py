@@ -23,8 +23,6 @@ import os
 import signal
 import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,49 +32,13 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from common import ROOT, print_footer, print_table
+from common import print_footer, print_table, serve
 
 from ledger import migrate
 from ledger.embedded import EmbeddedPostgres
 
 TOKEN = "bench-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def serve(url: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {
-        **os.environ,
-        "LEDGER_DATABASE_URL": url,
-        "LEDGER_API_TOKENS": TOKEN,
-        "LEDGER_DATA_DIR": str(work),
-        "LEDGER_WATCHDOG": "0",
-    }
-    log = (work / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("ledger serve did not become ready")
 
 
 def stop_postgres(server: EmbeddedPostgres) -> None:
@@ -259,7 +221,7 @@ def main() -> None:
         server = EmbeddedPostgres(Path(tmp) / "pg")
         url = server.url()
         migrate.upgrade(url)
-        proc, base = serve(url, Path(tmp))
+        proc, base = serve(url, Path(tmp), TOKEN, LEDGER_WATCHDOG="0")
         try:
             limits = httpx.Limits(max_connections=args.locked + 10)
             with httpx.Client(base_url=base, headers=HEADERS, timeout=60, limits=limits) as http:

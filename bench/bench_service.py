@@ -17,52 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import psycopg
-from common import ROOT, bench_database, print_footer, print_table
+from common import bench_database, print_footer, print_table, serve
 
 TOKEN = "bench-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start(url: str, work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "LEDGER_DATABASE_URL": url, "LEDGER_API_TOKENS": TOKEN, "LEDGER_DATA_DIR": str(work)}
-    log = (work / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("ledger serve did not become ready")
 
 
 def connections(url: str) -> int:
@@ -173,7 +139,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
     args = parser.parse_args()
     with bench_database("bench-service-") as database, tempfile.TemporaryDirectory() as tmp:
-        proc, base = start(database.url, Path(tmp))
+        proc, base = serve(database.url, Path(tmp), TOKEN)
         try:
             started = time.perf_counter()
             rows = asyncio.run(measure(base, database.url, args.readers, args.seconds))

@@ -8,6 +8,8 @@ scripts find `ledger` and `reporter` even outside the editable install.
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -87,3 +91,34 @@ def print_footer(started: float, where: str | None = None) -> None:
     parts.append(f"{time.perf_counter() - started:.0f} s")
     parts.append(f"{os.cpu_count()} cores shared with other work")
     print(f"\n({'; '.join(parts)})")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve(url: str, work: Path, token: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`ledger serve` on `url` as a process of its own (its log in `work`), once it answers ready."""
+    port = free_port()
+    env = {**os.environ, "LEDGER_DATABASE_URL": url, "LEDGER_API_TOKENS": token, "LEDGER_DATA_DIR": str(work)}
+    log = (work / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env={**env, **extra_env},
+        stdout=log,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("ledger serve did not become ready")

@@ -21,6 +21,7 @@ import bench_ingest
 import bench_pool
 import bench_runlog
 import bench_service
+import common
 
 from ledger.db import Database
 from ledger.ingest.store import apply_status_upload
@@ -162,7 +163,7 @@ class Suite:
 
     async def http(self, in_process_8: Measure, raw_wake: list[float]) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
-            proc, base = await asyncio.to_thread(bench_service.start, self.url, Path(tmp))
+            proc, base = await asyncio.to_thread(common.serve, self.url, Path(tmp), bench_service.TOKEN)
             try:
                 appends, _ = await bench_service.throughput(base, 8, self.profile.seconds)
                 self.add(
