@@ -1,12 +1,15 @@
 """`python -m bench`: every hot path beside its minimal raw baseline, in one run, one table.
 
-    python -m bench [--quick] [--json]
+    python -m bench [--quick] [--json] [--peers]
 
 Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
 synchronous_commit on), migrated; the baselines run on the same server in the same run, with the
 wheel's pgbench, so a loaded machine slows both sides and the ratio still holds. `--quick` is a
 CI-sized profile (seconds per measure, fewer waiters); `--json` prints the rows as JSON instead
-of the table (progress goes to stderr either way).
+of the table (progress goes to stderr either way). `--peers` adds the peers (DBOS streams,
+Procrastinate, pgmq; bench/peers.py) on the same server after the suite, as a second table (under
+"peers" in the JSON); they are the optional `bench` extra, and without it `--peers` says how to
+install it and exits with code 2.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CI-sized: about a second per measure")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--no-http", action="store_true", help="leave out the rows that start `ledger serve`")
+    parser.add_argument(
+        "--peers", action="store_true", help="add the peers: DBOS, Procrastinate, pgmq (`bench` extra)"
+    )
     args = parser.parse_args()
+    if args.peers:
+        import peers
+
+        peers.require()
     profile = suite.QUICK if args.quick else suite.FULL
     if args.no_http:
         profile = suite.Profile(**{**profile.__dict__, "http": False})
@@ -44,14 +54,20 @@ def main() -> None:
     with common.bench_database("bench-all-") as database:
         started = time.perf_counter()
         rows = asyncio.run(suite.Suite(database.url, client_bin_dir(), profile, log).run())
+        peer_rows = asyncio.run(peers.Peers(database.url, profile, log).run()) if args.peers else []
         if args.json:
-            document = {
+            document: dict[str, object] = {
                 "profile": profile.name,
                 "where": database.where,
                 "cores": os.cpu_count(),
                 "seconds": round(time.perf_counter() - started, 1),
                 "measures": [row.as_json() for row in rows],
             }
+            if args.peers:
+                document["peers"] = {
+                    "versions": peers.versions(),
+                    "measures": [row.as_json() for row in peer_rows],
+                }
             print(json.dumps(document, indent=2))
             return
         common.print_table(("measure", "ours", "baseline", "ratio"), suite.table_rows(rows), align="right")
@@ -59,6 +75,9 @@ def main() -> None:
         for what in dict.fromkeys(row.baseline_is for row in rows):
             print(f"  baseline: {what}")
         print("  ratio: ours / baseline for rates, baseline / ours for latencies (1.00 = as fast as raw)")
+        if args.peers:
+            print()
+            peers.print_table(peer_rows)
         common.print_footer(started, database.where)
 
 

@@ -1,0 +1,469 @@
+"""Peers in the same run: DBOS Transact streams, Procrastinate and pgmq beside our equivalent paths.
+
+    pip install -e ".[bench]"
+    .venv/bin/python bench/peers.py [--quick]
+    .venv/bin/python -m bench --peers          # the suite's table, then these rows under it
+
+Prints `measure | ours | peer | ours/peer`. Every peer runs on the same Postgres server as ours, in
+the same run, each in a database of its own (CREATE DATABASE beside the ledger's, dropped at the
+end), with the peer's own defaults except where a row says otherwise. `ours/peer` reads "how many
+times ours": ours / peer for a rate, peer / ours for a latency, so above 1 ours is ahead either way.
+
+The peers are an optional extra (`bench`): without it this module still imports (it imports the
+peers inside the functions that use them), `python -m bench` runs as before, and `--peers` (or this
+script) says how to install the extra and exits with code 2.
+
+The rows, and how each side is measured (wall clock, one process, awaited from asyncio; the peers'
+synchronous APIs run in threads):
+
+- stream append, 1 / 8 writers (events/s): ours is `RunLog.append` of one event per call, one run
+  per writer (as `bench_runlog.throughput`); DBOS is `DBOS.write_stream` of the same event from
+  inside a workflow, one workflow and stream per writer. Both commit every event on its own.
+- stream read wake, 1 reader, p50 / p99 (ms): from the writer's call (`RunLog.append`;
+  `DBOS.write_stream`) to a reader already blocked in its read (`RunLog.list_events` long-poll;
+  the `DBOS.read_stream` generator) having the event; one event per round, the reader waiting
+  before each write. Both wake by LISTEN/NOTIFY. DBOS coalesces its stream notifications off the
+  write path (`notification_coalesce_sec`, default 10 ms), which is part of what it costs.
+- job start, p50 / p99 (ms): Procrastinate from `defer_async` to the task's body starting in a
+  worker already waiting (LISTEN/NOTIFY on, concurrency 1); ours is the stream wake above (the same
+  samples), our one push path: a worker waiting on a run wakes by the same mechanism. Equivalent in
+  mechanism (commit, NOTIFY, one re-read), not in what is handed over (a job row vs an event).
+- jobs / claims drained, 1 worker (per s): Procrastinate's worker draining N deferred no-op jobs
+  (fetch, run, mark succeeded: two writes per job) vs our pool claim draining N ready entries
+  (one write per claim, as `bench_pool.scenario`). Ours does less per item; the row says so.
+- queue claim, 1 / 8 consumers (per s): pgmq `pop` (read and delete in one statement) draining N
+  messages vs our pool claim draining N entries: the same one-write shape.
+
+pgmq installs from PyPI only as a client, but that client ships the pgmq extension's SQL-only
+install script (`pgmq.install.get_embedded_install_sql`), which needs no extension binaries: it is
+run into pgmq's own database at bench time, so no pgmq code is committed here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import queue
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_pool
+import bench_runlog
+import common
+import psycopg
+import suite
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ledger.db import Database
+from ledger.runlog.listener import Listener
+from ledger.runlog.store import RunLog
+
+if TYPE_CHECKING:  # the peers are imported where they are used: the extra is optional
+    import procrastinate
+    from procrastinate.types import JSONDict
+
+PEERS = ("dbos", "procrastinate", "pgmq")
+INSTALL = 'pip install -e ".[bench]"'
+# How long a blocked reader is given to be back in its wait before the next write of a wake round.
+SETTLE = 0.02
+EVENT = {"type": "log", "line": "a line of output"}
+
+
+def missing() -> list[str]:
+    """The peers that cannot be imported here (the `bench` extra is not installed)."""
+    return [name for name in PEERS if importlib.util.find_spec(name) is None]
+
+
+def versions() -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in PEERS}
+
+
+def _ms(samples: list[float], q: float) -> float:
+    return bench_runlog.percentile(samples, q) * 1000
+
+
+@contextmanager
+def peer_database(url: str, name: str) -> Iterator[str]:
+    """A fresh database `name` on the server of `url`, dropped on exit; yields its URL."""
+    ident = sql.Identifier(name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+    try:
+        yield make_conninfo(url, dbname=name)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+def sqlalchemy_url(conninfo: str) -> str:
+    """`conninfo` as a SQLAlchemy URL for psycopg 3 (DBOS takes one)."""
+    from sqlalchemy.engine import URL
+
+    params = conninfo_to_dict(conninfo)
+    host = params.pop("host", None)
+    port = params.pop("port", None)
+    query = {k: str(v) for k, v in params.items() if k not in ("dbname", "user", "password")}
+    if host is not None and str(host).startswith("/"):
+        query["host"] = str(host)  # a Unix socket directory
+        host = None
+    return URL.create(
+        "postgresql+psycopg",
+        username=str(params["user"]) if params.get("user") else None,
+        password=str(params["password"]) if params.get("password") else None,
+        host=str(host) if host else None,
+        port=int(port) if port else None,
+        database=str(params["dbname"]),
+        query=query,
+    ).render_as_string(hide_password=False)
+
+
+# --- ours -----------------------------------------------------------------------------------------
+
+
+async def ours_wake_latency(url: str, rounds: int) -> list[float]:
+    """Seconds from `RunLog.append`'s call to a long-poll waiter already blocked returning the event."""
+    run_id = f"peers-wake-{time.time_ns()}"
+    samples: list[float] = []
+    async with (
+        Database(url, min_size=2, max_size=2) as db,
+        Database(url, min_size=1, max_size=1) as writer_db,
+        Listener(url) as listener,
+    ):
+        await bench_runlog.open_runs(db, [run_id])
+        reader, writer = RunLog(db, listener=listener), RunLog(writer_db)
+        for seq in range(rounds):
+            waits_before = listener.waits
+            waiter = asyncio.create_task(bench_runlog.wait_one(reader, run_id, seq))
+            while listener.waits < waits_before + 1:  # noqa: ASYNC110 - a counter, not an event
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(SETTLE)
+            began = time.perf_counter()
+            await writer.append(run_id, [EVENT])
+            samples.append(await waiter - began)
+    return samples
+
+
+# --- DBOS Transact streams ------------------------------------------------------------------------
+
+
+class DbosStreams:
+    """DBOS launched on a database of its own, with a writer workflow for each measure."""
+
+    def __init__(self, conninfo: str) -> None:
+        from dbos import DBOS
+
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+        self.dbos = DBOS
+        self.ready: queue.Queue[None] = queue.Queue()
+        self.began: list[float] = []
+
+        @DBOS.workflow()
+        def write_for(seconds: float) -> list[float]:
+            written = 0
+            started = time.perf_counter()
+            deadline = started + seconds
+            while time.perf_counter() < deadline:
+                DBOS.write_stream("log", {**EVENT, "n": written})
+                written += 1
+            return [written, time.perf_counter() - started]
+
+        @DBOS.workflow()
+        def write_rounds(rounds: int) -> None:
+            for n in range(rounds):
+                self.ready.get(timeout=60)  # the reader is back in read_stream
+                time.sleep(SETTLE)
+                self.began.append(time.perf_counter())
+                DBOS.write_stream("log", {**EVENT, "n": n})
+            DBOS.close_stream("log")
+
+        self.write_for = write_for
+        self.write_rounds = write_rounds
+        DBOS(
+            config={
+                "name": "run-ledger-peers",
+                "system_database_url": sqlalchemy_url(conninfo),
+                "log_level": "WARNING",
+            }
+        )
+        DBOS.launch()
+
+    def close(self) -> None:
+        self.dbos.destroy(destroy_registry=True)
+
+    def throughput(self, writers: int, seconds: float) -> float:
+        handles = [self.dbos.start_workflow(self.write_for, seconds) for _ in range(writers)]
+        results = [handle.get_result() for handle in handles]
+        return sum(n / elapsed for n, elapsed in results)
+
+    def wake(self, rounds: int) -> list[float]:
+        self.began.clear()
+        handle = self.dbos.start_workflow(self.write_rounds, rounds)
+        received: list[float] = []
+        values = self.dbos.read_stream(handle.workflow_id, "log")
+        self.ready.put(None)
+        for _ in values:
+            received.append(time.perf_counter())
+            if len(received) < rounds:
+                self.ready.put(None)
+        handle.get_result()
+        return [got - began for got, began in zip(received, self.began, strict=True)]
+
+
+# --- Procrastinate --------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def procrastinate_app(conninfo: str) -> AsyncIterator[procrastinate.App]:
+    """A Procrastinate app on `conninfo` with its schema applied, open for the block."""
+    import procrastinate
+
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
+    # It warns when the app is defined in __main__ (this file run as a script), which matters only
+    # to workers in other processes that import tasks by module path; the worker here is in-process.
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        yield app
+
+
+async def procrastinate_start(app: procrastinate.App, rounds: int) -> list[float]:
+    """Seconds from `defer_async`'s call to the task's body starting in a worker already waiting."""
+    samples: list[float] = []
+    ran = asyncio.Event()
+
+    @app.task(queue="peers-start", name="peers_start")
+    async def start(began: float) -> None:
+        samples.append(time.perf_counter() - began)
+        ran.set()
+
+    worker = asyncio.create_task(
+        app.run_worker_async(
+            queues=["peers-start"],
+            concurrency=1,
+            wait=True,
+            install_signal_handlers=False,
+            listen_notify=True,
+        )
+    )
+    try:
+        await asyncio.sleep(0.5)  # the worker's first fetch and its LISTEN
+        for _ in range(rounds):
+            ran.clear()
+            await asyncio.sleep(SETTLE)
+            await start.defer_async(began=time.perf_counter())
+            await asyncio.wait_for(ran.wait(), 60)
+    finally:
+        worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+    return samples
+
+
+async def procrastinate_drain(app: procrastinate.App, jobs: int) -> float:
+    """Jobs/s for one worker (concurrency 1) draining `jobs` no-op jobs deferred before it starts."""
+    done = 0
+
+    @app.task(queue="peers-drain", name="peers_drain")
+    async def drain(n: int) -> None:
+        nonlocal done
+        done += 1
+
+    for start in range(0, jobs, 500):
+        batch: list[JSONDict] = [{"n": n} for n in range(start, min(start + 500, jobs))]
+        await drain.batch_defer_async(*batch)
+    began = time.perf_counter()
+    await app.run_worker_async(
+        queues=["peers-drain"], concurrency=1, wait=False, install_signal_handlers=False
+    )
+    elapsed = time.perf_counter() - began
+    assert done == jobs, f"{done} of {jobs} jobs ran"
+    return jobs / elapsed
+
+
+# --- pgmq -----------------------------------------------------------------------------------------
+
+
+def pgmq_sql_version() -> str:
+    from pgmq.install import get_embedded_sql_version
+
+    return get_embedded_sql_version()
+
+
+def install_pgmq(conninfo: str) -> None:
+    """pgmq's SQL-only install (shipped inside the PyPI client) into the database at `conninfo`."""
+    from pgmq.install import install_pgmq_from_sql
+
+    logging.getLogger("pgmq").setLevel(logging.WARNING)
+    install_pgmq_from_sql(dsn=conninfo)
+
+
+async def pgmq_pop_rate(conninfo: str, consumers: int, messages: int) -> float:
+    """Messages/s for `consumers` connections draining `messages` with `pgmq.pop` (one statement each)."""
+    name = f"peers_{consumers}_{time.time_ns()}"
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        await conn.execute("SELECT pgmq.create(%s)", (name,))
+        for start in range(0, messages, 500):
+            batch = min(500, messages - start)
+            await conn.execute(
+                "SELECT pgmq.send_batch(%s, array_fill(%s::jsonb, ARRAY[%s]))", (name, '{"n": 1}', batch)
+            )
+    handed: list[int] = []
+
+    async def consumer() -> None:
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            while True:
+                row = await (await conn.execute("SELECT msg_id FROM pgmq.pop(%s, 1)", (name,))).fetchone()
+                if row is None:
+                    return
+                handed.append(row[0])
+
+    began = time.perf_counter()
+    await asyncio.gather(*(consumer() for _ in range(consumers)))
+    elapsed = time.perf_counter() - began
+    assert len(handed) == len(set(handed)) == messages, "a message was lost or handed out twice"
+    return messages / elapsed
+
+
+# --- the rows -------------------------------------------------------------------------------------
+
+
+class Peers:
+    """Measures every peer row, ours interleaved beside each, on the server of `url`."""
+
+    def __init__(self, url: str, profile: suite.Profile, log: Callable[[str], None]) -> None:
+        self.url = url
+        self.profile = profile
+        self.log = log
+        self.rows: list[suite.Measure] = []
+        self.version = versions()
+
+    def add(self, measure: suite.Measure) -> None:
+        self.rows.append(measure)
+        self.log(f"{measure.measure}: {measure.ours:,.2f} vs {measure.baseline:,.2f} {measure.unit}")
+
+    def pair(self, label: str, ours: list[float], peer: list[float], peer_is: str) -> None:
+        for q, tag in ((0.5, "p50"), (0.99, "p99")):
+            self.add(suite.Measure(f"{label}, {tag}", "ms", "latency", _ms(ours, q), _ms(peer, q), peer_is))
+
+    async def dbos(self, ours_wake: list[float]) -> None:
+        seconds = self.profile.seconds
+        dbos = f"DBOS {self.version['dbos']}"
+        with peer_database(self.url, f"peers_dbos_{os.getpid()}") as conninfo:
+            streams = await asyncio.to_thread(DbosStreams, conninfo)
+            try:
+                for writers in (1, 8):
+                    ours = await bench_runlog.throughput(self.url, writers, 1, seconds)
+                    peer = await asyncio.to_thread(streams.throughput, writers, seconds)
+                    label = f"stream append, {writers} writer{'s' if writers > 1 else ''}"
+                    self.add(
+                        suite.Measure(
+                            label, "events/s", "rate", ours, peer, f"{dbos}: write_stream in a workflow"
+                        )
+                    )
+                peer_wake = await asyncio.to_thread(streams.wake, self.profile.wake_rounds)
+            finally:
+                await asyncio.to_thread(streams.close)
+        self.pair("stream read wake, 1 reader", ours_wake, peer_wake, f"{dbos}: read_stream")
+
+    async def procrastinate(self, ours_wake: list[float], ours_claims: float) -> None:
+        what = f"Procrastinate {self.version['procrastinate']}"
+        with peer_database(self.url, f"peers_procrastinate_{os.getpid()}") as conninfo:
+            async with procrastinate_app(conninfo) as app:
+                peer_start = await procrastinate_start(app, self.profile.wake_rounds)
+                peer_rate = await procrastinate_drain(app, self.profile.pool_entries)
+        self.pair("job start (ours: stream read wake)", ours_wake, peer_start, f"{what}: defer → task starts")
+        self.add(
+            suite.Measure(
+                "jobs drained, 1 worker (ours: pool claims)",
+                "items/s",
+                "rate",
+                ours_claims,
+                peer_rate,
+                f"{what}: worker fetch, run, finish",
+            )
+        )
+
+    async def pgmq(self, ours_claims: dict[int, float]) -> None:
+        what = f"pgmq {self.version['pgmq']} (SQL {pgmq_sql_version()})"
+        with peer_database(self.url, f"peers_pgmq_{os.getpid()}") as conninfo:
+            await asyncio.to_thread(install_pgmq, conninfo)
+            for consumers, ours in ours_claims.items():
+                peer = await pgmq_pop_rate(conninfo, consumers, self.profile.pool_entries)
+                label = f"queue claim, {consumers} consumer{'s' if consumers > 1 else ''} (ours: pool claim)"
+                self.add(suite.Measure(label, "items/s", "rate", ours, peer, f"{what}: pgmq.pop"))
+
+    async def run(self) -> list[suite.Measure]:
+        ours_wake = await ours_wake_latency(self.url, self.profile.wake_rounds)
+        await self.dbos(ours_wake)
+        ours_claims = {}
+        for claimers in (1, 8):
+            tag = f"peers-c{claimers}-{time.time_ns()}"
+            ours_claims[claimers], _ = await bench_pool.scenario(
+                self.url, claimers, self.profile.pool_entries, tag
+            )
+        await self.procrastinate(ours_wake, ours_claims[1])
+        await self.pgmq(ours_claims)
+        return self.rows
+
+
+def require() -> None:
+    """Exit with code 2, saying how to install them, when a peer cannot be imported."""
+    absent = missing()
+    if absent:
+        print(f"the peers bench needs {', '.join(absent)} (the `bench` extra): {INSTALL}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def print_table(rows: list[suite.Measure]) -> None:
+    """The peer rows as `measure | ours | peer | ours/peer`, with what each peer figure is under it."""
+    common.print_table(("measure", "ours", "peer", "ours/peer"), suite.table_rows(rows), align="right")
+    print()
+    for what in dict.fromkeys(row.baseline_is for row in rows):
+        print(f"  peer: {what}")
+    print("  ours/peer: ours / peer for rates, peer / ours for latencies (above 1 = ours ahead)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI-sized: about a second per measure")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = parser.parse_args()
+    require()
+    profile = suite.QUICK if args.quick else suite.FULL
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with common.bench_database("bench-peers-") as database:
+        started = time.perf_counter()
+        rows = asyncio.run(Peers(database.url, profile, log).run())
+        if args.json:
+            document = {
+                "profile": profile.name,
+                "where": database.where,
+                "peers": versions(),
+                "measures": [row.as_json() for row in rows],
+            }
+            print(json.dumps(document, indent=2))
+            return
+        print_table(rows)
+        common.print_footer(started, database.where)
+
+
+if __name__ == "__main__":
+    main()
