@@ -18,25 +18,38 @@ synchronous APIs run in threads):
 
 - stream append, 1 / 8 writers (events/s): ours is `RunLog.append` of one event per call, one run
   per writer (as `bench_runlog.throughput`); DBOS is `DBOS.write_stream` of the same event from
-  inside a workflow, one workflow and stream per writer. Both commit every event on its own.
+  inside a workflow, one workflow and stream per writer (one transaction each: its step record is
+  checked, the value inserted, the step recorded). Both commit every event on its own.
 - stream read wake, 1 reader, p50 / p99 (ms): from the writer's call (`RunLog.append`;
   `DBOS.write_stream`) to a reader already blocked in its read (`RunLog.list_events` long-poll;
   the `DBOS.read_stream` generator) having the event; one event per round, the reader waiting
   before each write. Both wake by LISTEN/NOTIFY. DBOS coalesces its stream notifications off the
-  write path (`notification_coalesce_sec`, default 10 ms), which is part of what it costs.
+  write path (`notification_coalesce_sec`, default 10 ms), which is part of what it costs; the
+  "DBOS coalescing 1 ms" rows run it again with the smallest interval it allows.
 - job start, p50 / p99 (ms): Procrastinate from `defer_async` to the task's body starting in a
-  worker already waiting (LISTEN/NOTIFY on, concurrency 1); ours is the stream wake above (the same
-  samples), our one push path: a worker waiting on a run wakes by the same mechanism. Equivalent in
-  mechanism (commit, NOTIFY, one re-read), not in what is handed over (a job row vs an event).
+  worker already waiting (LISTEN/NOTIFY on, concurrency 1); ours is the stream wake above
+  (measured again beside it), our one push path: a worker waiting on a run wakes by the same
+  mechanism. Equivalent in mechanism (commit, NOTIFY, one re-read), not in what is handed over (a
+  job row vs an event).
 - jobs / claims drained, 1 worker (per s): Procrastinate's worker draining N deferred no-op jobs
   (fetch, run, mark succeeded: two writes per job) vs our pool claim draining N ready entries
   (one write per claim, as `bench_pool.scenario`). Ours does less per item; the row says so.
+- message wake, p50 / p99 (ms): pgmq from `pgmq.send`'s call to a consumer already waiting having
+  the message, two ways: blocked in `pgmq.read_with_poll` (its server-side long-poll, which looks
+  every 100 ms by default; each send at a random point of that interval), and LISTENing for the
+  insert notifications `pgmq.enable_notify_insert` turns on (throttle 0: every insert notifies),
+  then one `pgmq.read`. Ours is the stream wake above (measured again beside each).
 - queue claim, 1 / 8 consumers (per s): pgmq `pop` (read and delete in one statement) draining N
-  messages vs our pool claim draining N entries: the same one-write shape.
+  messages vs our pool claim draining N entries: the same one-write shape, though our claim also
+  collects expired entries, locks the run and records the mapping and counts.
 
 pgmq installs from PyPI only as a client, but that client ships the pgmq extension's SQL-only
-install script (`pgmq.install.get_embedded_install_sql`), which needs no extension binaries: it is
-run into pgmq's own database at bench time, so no pgmq code is committed here.
+install script (`pgmq.install.install_pgmq_from_sql`), which needs no extension binaries: it is
+run into pgmq's own database at bench time, so no pgmq code is committed here. pgmq is driven by
+its SQL functions over psycopg (what every client of it calls), not through the Python client.
+
+N is the profile's pool size (2,000; `--quick` 200), the throughput runs last the profile's seconds
+(5; 1) and the latency rows take the profile's wake rounds (200; 20).
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ import json
 import logging
 import os
 import queue
+import random
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -80,6 +94,10 @@ INSTALL = 'pip install -e ".[bench]"'
 # How long a blocked reader is given to be back in its wait before the next write of a wake round.
 SETTLE = 0.02
 EVENT = {"type": "log", "line": "a line of output"}
+# DBOS's smallest allowed notification coalescing interval (its default is 10 ms).
+TUNED_COALESCE = 0.001
+# pgmq.read_with_poll's default interval between its looks at the queue.
+PGMQ_POLL_MS = 100
 
 
 def missing() -> list[str]:
@@ -163,8 +181,8 @@ async def ours_wake_latency(url: str, rounds: int) -> list[float]:
 class DbosStreams:
     """DBOS launched on a database of its own, with a writer workflow for each measure."""
 
-    def __init__(self, conninfo: str) -> None:
-        from dbos import DBOS
+    def __init__(self, conninfo: str, coalesce_sec: float | None = None) -> None:
+        from dbos import DBOS, DBOSConfig
 
         logging.getLogger("dbos").setLevel(logging.WARNING)
         self.dbos = DBOS
@@ -192,13 +210,14 @@ class DbosStreams:
 
         self.write_for = write_for
         self.write_rounds = write_rounds
-        DBOS(
-            config={
-                "name": "run-ledger-peers",
-                "system_database_url": sqlalchemy_url(conninfo),
-                "log_level": "WARNING",
-            }
-        )
+        config: DBOSConfig = {
+            "name": "run-ledger-peers",
+            "system_database_url": sqlalchemy_url(conninfo),
+            "log_level": "WARNING",
+        }
+        if coalesce_sec is not None:
+            config["notification_coalesce_sec"] = coalesce_sec
+        DBOS(config=config)
         DBOS.launch()
 
     def close(self) -> None:
@@ -339,11 +358,76 @@ async def pgmq_pop_rate(conninfo: str, consumers: int, messages: int) -> float:
     return messages / elapsed
 
 
+async def pgmq_wake(conninfo: str, rounds: int) -> list[float]:
+    """Seconds from `pgmq.send`'s call to a consumer already blocked in `pgmq.read_with_poll` having it.
+
+    read_with_poll looks at the queue every `PGMQ_POLL_MS` from when it is called, so each send
+    comes at a random point of that cycle (a fixed one would pick the latency).
+    """
+    name = f"peers_wake_{time.time_ns()}"
+    jitter = random.Random(15)
+    samples: list[float] = []
+    async with (
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as consumer,
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as producer,
+    ):
+        await producer.execute("SELECT pgmq.create(%s)", (name,))
+
+        async def receive() -> float:
+            while True:
+                cur = await consumer.execute(
+                    "SELECT msg_id FROM pgmq.read_with_poll(%s, 30, 1, 5, %s)", (name, PGMQ_POLL_MS)
+                )
+                if await cur.fetchone() is not None:
+                    return time.perf_counter()
+
+        for _ in range(rounds):
+            received = asyncio.create_task(receive())
+            await asyncio.sleep(SETTLE + jitter.uniform(0, PGMQ_POLL_MS / 1000))
+            began = time.perf_counter()
+            await producer.execute("SELECT pgmq.send(%s, %s::jsonb)", (name, '{"n": 1}'))
+            samples.append(await asyncio.wait_for(received, 60) - began)
+    return samples
+
+
+async def pgmq_notify_wake(conninfo: str, rounds: int) -> list[float]:
+    """Seconds from `pgmq.send`'s call to a consumer LISTENing for pgmq's insert notification having it."""
+    name = f"peers_notify_{time.time_ns()}"
+    samples: list[float] = []
+    async with (
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as listen,
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as consumer,
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as producer,
+    ):
+        await producer.execute("SELECT pgmq.create(%s)", (name,))
+        await producer.execute("SELECT pgmq.enable_notify_insert(%s, 0)", (name,))
+        await listen.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"pgmq.q_{name}.INSERT")))
+
+        async def receive() -> float:
+            async for _ in listen.notifies(stop_after=1):
+                pass
+            cur = await consumer.execute("SELECT msg_id FROM pgmq.read(%s, 30, 1)", (name,))
+            assert await cur.fetchone() is not None, "notified, but no message to read"
+            return time.perf_counter()
+
+        for _ in range(rounds):
+            received = asyncio.create_task(receive())
+            await asyncio.sleep(SETTLE)
+            began = time.perf_counter()
+            await producer.execute("SELECT pgmq.send(%s, %s::jsonb)", (name, '{"n": 1}'))
+            samples.append(await asyncio.wait_for(received, 60) - began)
+    return samples
+
+
 # --- the rows -------------------------------------------------------------------------------------
 
 
 class Peers:
-    """Measures every peer row, ours interleaved beside each, on the server of `url`."""
+    """Measures every peer row on the server of `url`, ours measured again right before each peer.
+
+    A loaded machine drifts over a run, so each pair is taken back to back rather than ours once
+    at the start.
+    """
 
     def __init__(self, url: str, profile: suite.Profile, log: Callable[[str], None]) -> None:
         self.url = url
@@ -360,8 +444,16 @@ class Peers:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
             self.add(suite.Measure(f"{label}, {tag}", "ms", "latency", _ms(ours, q), _ms(peer, q), peer_is))
 
-    async def dbos(self, ours_wake: list[float]) -> None:
-        seconds = self.profile.seconds
+    async def ours_wake(self) -> list[float]:
+        return await ours_wake_latency(self.url, self.profile.wake_rounds)
+
+    async def ours_claims(self, claimers: int) -> float:
+        tag = f"peers-c{claimers}-{time.time_ns()}"
+        rate, _ = await bench_pool.scenario(self.url, claimers, self.profile.pool_entries, tag)
+        return rate
+
+    async def dbos(self) -> None:
+        seconds, rounds = self.profile.seconds, self.profile.wake_rounds
         dbos = f"DBOS {self.version['dbos']}"
         with peer_database(self.url, f"peers_dbos_{os.getpid()}") as conninfo:
             streams = await asyncio.to_thread(DbosStreams, conninfo)
@@ -375,49 +467,75 @@ class Peers:
                             label, "events/s", "rate", ours, peer, f"{dbos}: write_stream in a workflow"
                         )
                     )
-                peer_wake = await asyncio.to_thread(streams.wake, self.profile.wake_rounds)
+                ours_wake = await self.ours_wake()
+                peer_wake = await asyncio.to_thread(streams.wake, rounds)
+                self.pair("stream read wake, 1 reader", ours_wake, peer_wake, f"{dbos}: read_stream")
             finally:
                 await asyncio.to_thread(streams.close)
-        self.pair("stream read wake, 1 reader", ours_wake, peer_wake, f"{dbos}: read_stream")
+            # Its shortest notification coalescing, so the rows do not rest on a default alone.
+            streams = await asyncio.to_thread(DbosStreams, conninfo, TUNED_COALESCE)
+            try:
+                ours_wake = await self.ours_wake()
+                tuned_wake = await asyncio.to_thread(streams.wake, rounds)
+            finally:
+                await asyncio.to_thread(streams.close)
+        self.pair(
+            "stream read wake, 1 reader, DBOS coalescing 1 ms",
+            ours_wake,
+            tuned_wake,
+            f"{dbos}: read_stream, notification_coalesce_sec={TUNED_COALESCE}",
+        )
 
-    async def procrastinate(self, ours_wake: list[float], ours_claims: float) -> None:
+    async def procrastinate(self) -> None:
         what = f"Procrastinate {self.version['procrastinate']}"
         with peer_database(self.url, f"peers_procrastinate_{os.getpid()}") as conninfo:
             async with procrastinate_app(conninfo) as app:
+                ours_wake = await self.ours_wake()
                 peer_start = await procrastinate_start(app, self.profile.wake_rounds)
-                peer_rate = await procrastinate_drain(app, self.profile.pool_entries)
-        self.pair("job start (ours: stream read wake)", ours_wake, peer_start, f"{what}: defer → task starts")
-        self.add(
-            suite.Measure(
-                "jobs drained, 1 worker (ours: pool claims)",
-                "items/s",
-                "rate",
-                ours_claims,
-                peer_rate,
-                f"{what}: worker fetch, run, finish",
-            )
-        )
+                self.pair(
+                    "job start (ours: stream read wake)",
+                    ours_wake,
+                    peer_start,
+                    f"{what}: defer → task starts",
+                )
+                ours = await self.ours_claims(1)
+                peer = await procrastinate_drain(app, self.profile.pool_entries)
+                label = "jobs drained, 1 worker (ours: pool claims)"
+                self.add(
+                    suite.Measure(label, "items/s", "rate", ours, peer, f"{what}: worker fetch, run, finish")
+                )
 
-    async def pgmq(self, ours_claims: dict[int, float]) -> None:
+    async def pgmq(self) -> None:
         what = f"pgmq {self.version['pgmq']} (SQL {pgmq_sql_version()})"
+        rounds = self.profile.wake_rounds
         with peer_database(self.url, f"peers_pgmq_{os.getpid()}") as conninfo:
             await asyncio.to_thread(install_pgmq, conninfo)
-            for consumers, ours in ours_claims.items():
+            ours_wake = await self.ours_wake()
+            polled = await pgmq_wake(conninfo, rounds)
+            self.pair(
+                "message wake, pgmq read_with_poll (ours: stream read wake)",
+                ours_wake,
+                polled,
+                f"{what}: send → read_with_poll (looks every {PGMQ_POLL_MS} ms)",
+            )
+            ours_wake = await self.ours_wake()
+            notified = await pgmq_notify_wake(conninfo, rounds)
+            self.pair(
+                "message wake, pgmq LISTEN + read (ours: stream read wake)",
+                ours_wake,
+                notified,
+                f"{what}: send → insert NOTIFY (enable_notify_insert, throttle 0) → read",
+            )
+            for consumers in (1, 8):
+                ours = await self.ours_claims(consumers)
                 peer = await pgmq_pop_rate(conninfo, consumers, self.profile.pool_entries)
                 label = f"queue claim, {consumers} consumer{'s' if consumers > 1 else ''} (ours: pool claim)"
                 self.add(suite.Measure(label, "items/s", "rate", ours, peer, f"{what}: pgmq.pop"))
 
     async def run(self) -> list[suite.Measure]:
-        ours_wake = await ours_wake_latency(self.url, self.profile.wake_rounds)
-        await self.dbos(ours_wake)
-        ours_claims = {}
-        for claimers in (1, 8):
-            tag = f"peers-c{claimers}-{time.time_ns()}"
-            ours_claims[claimers], _ = await bench_pool.scenario(
-                self.url, claimers, self.profile.pool_entries, tag
-            )
-        await self.procrastinate(ours_wake, ours_claims[1])
-        await self.pgmq(ours_claims)
+        await self.dbos()
+        await self.procrastinate()
+        await self.pgmq()
         return self.rows
 
 
