@@ -1,13 +1,19 @@
-"""Warm-pool claim benchmark: claims/s with 1, 4 and 16 concurrent claimers.
+"""Warm-pool claim benchmark: claims/s beside the raw SKIP LOCKED claim, and latency vs pool size.
 
-    .venv/bin/python bench/bench_pool.py [--entries 1000] [--rounds 2]
+    .venv/bin/python bench/bench_pool.py [--entries 2000] [--rounds 2] [--sizes 100,1000,10000,100000]
 
 Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync on),
-migrated (bench/common.py), then per scenario: fills a fresh pool with `--entries`
-ready entries and lets N claimers (each on its own connection, each claim for a new run) claim until
-the pool is empty. Every claim is the full operation: GC, the run lock, `SKIP LOCKED` pick, delete,
-mapping upsert and the counts. Reported: claims/s and per-claim latency percentiles, best of
-`--rounds`.
+migrated (bench/common.py). Two tables:
+
+- Throughput: per number of claimers, a fresh pool of `--entries` ready entries drained by N
+  claimers (each on its own connection, each claim for a new run), beside pgbench running the
+  one-statement `SKIP LOCKED` claim CTE (`baselines.claim_rate`) on the same server right after.
+  Every claim of ours is the full operation: the run lock, the idempotent answer or the
+  `SKIP LOCKED` pick, delete and mapping upsert, the counts, and now and then the GC. Best of
+  `--rounds` for both.
+- Latency vs pool size: a pool of each size (ready entries, vacuumed and analyzed, as autovacuum
+  leaves a steady pool), one claimer making claims one after another, beside the raw claim CTE
+  run the same way (one statement per round trip, psycopg) on the same pool.
 """
 
 from __future__ import annotations
@@ -17,13 +23,24 @@ import asyncio
 import statistics
 import time
 
+import baselines
+import psycopg
 from common import bench_database, print_footer, print_table
 
 from ledger.db import Database
+from ledger.embedded import client_bin_dir
 from ledger.pool.store import WarmPool
 
-CLAIMERS = (1, 4, 16)
-Row = tuple[str, str, str, str, str]
+CLAIMERS = (1, 8)
+SIZES = (100, 1_000, 10_000, 100_000)
+Row = tuple[str, ...]
+
+FILL_SQL = """
+INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
+SELECT %(pool)s, 'i' || n, 'v1', 'ready', now(), now() - n * interval '1 millisecond',
+       now() + interval '5 minutes'
+FROM generate_series(1, %(entries)s) AS n
+"""
 
 
 async def scenario(url: str, claimers: int, entries: int, tag: str) -> tuple[float, list[float]]:
@@ -56,30 +73,99 @@ async def scenario(url: str, claimers: int, entries: int, tag: str) -> tuple[flo
         return entries / elapsed, latencies
 
 
-async def measure(url: str, entries: int, rounds: int) -> list[Row]:
-    rows = []
+async def throughput(url: str, entries: int, rounds: int) -> list[Row]:
+    rows: list[Row] = []
     for claimers in CLAIMERS:
         best: tuple[float, list[float]] | None = None
+        raw = 0.0
         for r in range(rounds):
             outcome = await scenario(url, claimers, entries, f"c{claimers}-r{r}-{time.time_ns()}")
             if best is None or outcome[0] > best[0]:
                 best = outcome
+            rate = await asyncio.to_thread(baselines.claim_rate, client_bin_dir(), url, claimers, entries)
+            raw = max(raw, rate)
         assert best is not None
         rate, latencies = best
         cuts = statistics.quantiles(latencies, n=100)
-        rows.append((str(claimers), str(entries), f"{rate:,.0f}", f"{cuts[49]:.2f}", f"{cuts[98]:.2f}"))
+        rows.append(
+            (
+                str(claimers),
+                f"{entries:,}",
+                f"{rate:,.0f}",
+                f"{cuts[49]:.2f}",
+                f"{cuts[98]:.2f}",
+                f"{raw:,.0f}",
+                f"{rate / raw:.2f}",
+            )
+        )
     return rows
+
+
+def _p(samples: list[float], q: int) -> float:
+    return statistics.quantiles(samples, n=100)[q - 1]
+
+
+async def by_size(url: str, size: int, claims: int) -> Row:
+    """Claim latencies (ours and the raw CTE's) on a pool of `size` ready entries."""
+    name = f"bench-size-{size}-{time.time_ns()}"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(FILL_SQL, {"pool": name, "entries": size})
+        await conn.execute("VACUUM ANALYZE ledger.pool_entries")
+        await conn.execute("VACUUM ANALYZE ledger.run_mappings")
+    ours: list[float] = []
+    async with Database(url, min_size=1, max_size=1) as db:
+        pool = WarmPool(db)
+        for n in range(claims):
+            began = time.perf_counter()
+            result = await pool.claim(name, "v1", f"{name}-{n}")
+            ours.append((time.perf_counter() - began) * 1000)
+            assert result["id"] is not None and result["available"] == size - n - 1
+    raw: list[float] = []
+    claim_sql = baselines.CLAIM_SKIP_LOCKED.replace("@POOL@", name)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for _ in range(claims):
+            began = time.perf_counter()
+            await (await conn.execute(claim_sql)).fetchone()
+            raw.append((time.perf_counter() - began) * 1000)
+        await conn.execute("DELETE FROM ledger.pool_entries WHERE pool = %s", (name,))
+    return (
+        f"{size:,}",
+        f"{_p(ours, 50):.2f}",
+        f"{_p(ours, 99):.2f}",
+        f"{_p(raw, 50):.2f}",
+        f"{_p(raw, 50) / _p(ours, 50):.2f}",
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--entries", type=int, default=1000, help="ready entries per scenario")
+    parser.add_argument("--entries", type=int, default=2000, help="ready entries per throughput scenario")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scenario (best is shown)")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="pool sizes for the latency table ('' skips it)"
+    )
+    parser.add_argument("--claims", type=int, default=200, help="claims timed per pool size")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
     with bench_database("bench-pool-") as database:
         started = time.perf_counter()
-        rows = asyncio.run(measure(database.url, args.entries, args.rounds))
-        print_table(("claimers", "entries", "claims/s", "p50 ms", "p99 ms"), rows, align="right")
+        rows = asyncio.run(throughput(database.url, args.entries, args.rounds))
+        print_table(
+            ("claimers", "entries", "claims/s", "p50 ms", "p99 ms", "raw claims/s", "ratio"),
+            rows,
+            align="right",
+        )
+        if sizes:
+            print()
+            size_rows = [
+                asyncio.run(by_size(database.url, size, min(args.claims, size // 4))) for size in sizes
+            ]
+            print_table(
+                ("pool size", "claim p50 ms", "claim p99 ms", "raw claim p50 ms", "raw / ours"),
+                size_rows,
+                align="right",
+            )
+        print("\n  raw: the one-statement SKIP LOCKED claim CTE (pgbench for claims/s, psycopg per size)")
         print_footer(started, database.where)
 
 

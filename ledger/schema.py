@@ -77,6 +77,10 @@ pool_entries = Table(
         postgresql_where=text("state = 'ready'"),
     ),
     Index("ix_pool_entries_pool_expires_at", "pool", "expires_at"),
+    # The counts a claim answers with read a version's live entries from this index alone.
+    Index(
+        "ix_pool_entries_version_expires_at", "pool", "version", "expires_at", postgresql_include=["ready_at"]
+    ),
 )
 
 # -- run mappings: which instance serves a run ---------------------------------------------------

@@ -4,8 +4,8 @@ Design note. Each operation is one transaction that reads and locks what its dec
 `ledger.pool.rules` what to do, and writes the answer. The locks:
 
 - A claim takes its entry with `FOR UPDATE SKIP LOCKED … LIMIT 1`, so concurrent claimers never
-  wait on, nor take, the same entry; the GC that opens every versioned operation skips locked rows
-  too (whoever holds one is about to delete or rewrite it), and readers filter garbage themselves.
+  wait on, nor take, the same entry; the GC skips locked rows too (whoever holds one is about to
+  delete or rewrite it), and readers filter garbage themselves.
 - A run's mapping may not exist yet, and `FOR UPDATE` cannot lock a missing row, so every mapping
   operation (claim, map, block, resolve) first takes a transaction advisory lock on the run id: the
   map-versus-block race and concurrent claims for one run are serialised per run, nothing else.
@@ -13,9 +13,13 @@ Design note. Each operation is one transaction that reads and locks what its dec
   then `FOR UPDATE` the rows they rewrite: adds of one id cannot interleave, and claims (which never
   take that lock) only ever skip those rows.
 
-Counting is the one decision made in SQL (a claim answers with counts; fetching every entry to count
-it in Python cost more than the claim): `COUNT_VERSION_ENTRIES` is `rules.count` written with the
-bounds `rules.claim_window`/`rules.gc_bounds` compute, and the model-based test holds them together.
+The claim is the hot path, so it is one statement in autocommit, one round trip: the function
+`ledger.pool_claim` (migration 0007) locks the run, answers from its mapping or takes and maps an
+entry, and counts. It, `ledger.pool_counts` and `ledger.pool_collect` are `rules.existing_claim`,
+`rules.choose_claim`, `rules.claimed`, `rules.count` and the GC of `rules.is_garbage` written in SQL
+over the limits of `PoolSettings` (`rules.claim_window`, `rules.gc_bounds`); the model-based tests
+hold the two together. Claims collect garbage only when `GcCadence` says so (see
+`ledger.pool.cadence` for why); every other operation naming a version still collects first.
 
 Time comes from `clock` (the transaction's `now()` unless a test injects one). The public surface
 speaks epoch milliseconds; datetimes are used inside.
@@ -23,18 +27,22 @@ speaks epoch milliseconds; datetimes are used inside.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
+
+from psycopg.pq import TransactionStatus
 
 from ledger import shapes, validate
 from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import InstanceMapped
 from ledger.pool import rules
+from ledger.pool.cadence import GcCadence
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
 
-__all__ = ["PoolSettings", "WarmPool", "sweep_expired_mappings"]
+__all__ = ["GcCadence", "PoolSettings", "WarmPool", "sweep_expired_mappings"]
 
 _ENTRY_COLUMNS = "id, version, state, created_at, ready_at, expires_at"
 _MAPPING_COLUMNS = (
@@ -45,15 +53,24 @@ _MAPPING_COLUMNS = (
 LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 
 # Garbage of an operation naming a version (see rules.is_garbage); rows locked by others are theirs.
-GC_ENTRIES = """
-DELETE FROM ledger.pool_entries
-WHERE (pool, id) IN (
-    SELECT pool, id FROM ledger.pool_entries
-    WHERE pool = %(pool)s
-      AND (version <> %(version)s OR expires_at <= %(now)s
-           OR (state = 'ready' AND ready_at < %(stale_before)s))
-    FOR UPDATE SKIP LOCKED
+COLLECT = (
+    "SELECT ledger.pool_collect(%(pool)s, %(version)s, %(now)s::timestamptz, %(ready_max_age_ms)s::bigint)"
 )
+
+# rules.count over the live entries of a version: garbage (expired, stale) left out, and available
+# exactly within the claim window; readers cannot rely on GC, which skips rows others hold (and
+# which a claim runs only now and then).
+COUNTS = """
+SELECT available, warming FROM ledger.pool_counts(
+    %(pool)s, %(version)s, %(now)s::timestamptz, %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint)
+"""
+
+# The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
+# reading the time costs no round trip of its own.
+CLAIM = """
+SELECT claimed, available, warming FROM ledger.pool_claim(
+    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(now)s::timestamptz, %(min_age_ms)s::bigint,
+    %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint, %(collect)s::boolean)
 """
 
 SELECT_VERSION_ENTRIES = f"""
@@ -67,29 +84,6 @@ SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
 WHERE pool = %(pool)s AND id = ANY(%(ids)s)
 ORDER BY id
 FOR UPDATE
-"""
-
-# The claim window and order of rules.claim_window / rules.claim_order.
-SELECT_CLAIM_CANDIDATE = f"""
-SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
-WHERE pool = %(pool)s AND version = %(version)s AND state = 'ready'
-  AND ready_at >= %(oldest)s AND ready_at <= %(newest)s AND expires_at > %(now)s
-ORDER BY ready_at DESC, id
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-"""
-
-# rules.count over the live entries of a version: garbage (expired, stale) left out, and available
-# exactly within the claim window; readers cannot rely on GC, which skips rows others hold.
-COUNT_VERSION_ENTRIES = """
-SELECT
-    count(*) FILTER (WHERE state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s)
-        AS available,
-    count(*) FILTER (WHERE NOT (state = 'ready' AND ready_at >= %(oldest)s AND ready_at <= %(newest)s))
-        AS warming
-FROM ledger.pool_entries
-WHERE pool = %(pool)s AND version = %(version)s AND expires_at > %(now)s
-  AND (ready_at IS NULL OR ready_at >= %(stale_before)s)
 """
 
 UPSERT_ENTRY = """
@@ -200,6 +194,10 @@ def _counts_out(counts: rules.Counts) -> shapes.Counts:
     return {"available": counts.available, "warming": counts.warming}
 
 
+def _ms(value: timedelta) -> int:
+    return value // timedelta(milliseconds=1)
+
+
 class WarmPool:
     """Warm pool entries and run mappings; every method is one atomic transaction.
 
@@ -208,11 +206,17 @@ class WarmPool:
     """
 
     def __init__(
-        self, db: Database, *, clock: Clock | None = None, settings: PoolSettings | None = None
+        self,
+        db: Database,
+        *,
+        clock: Clock | None = None,
+        settings: PoolSettings | None = None,
+        cadence: GcCadence | None = None,
     ) -> None:
         self.db = db
         self.clock: Clock = clock or DatabaseClock()
         self.settings = settings or PoolSettings()
+        self.cadence = cadence or GcCadence()
 
     # -- pool entries --------------------------------------------------------------------------
 
@@ -250,19 +254,22 @@ class WarmPool:
         pool, version = rules.check_pool(pool), rules.check_version(version)
         run_id = validate.run_id("run_id", run_id)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
-        # Pipelined: statements whose results are not needed yet share round trips (the hot path).
-        async with self.db.transaction() as conn, conn.pipeline():
-            now = await self.clock.now(conn)
-            await conn.execute(LOCK, {"key": _run_key(run_id)})
-            await self._gc(conn, pool, version, now)
-            mapping = rules.live(await self._lock_mapping(conn, run_id), now)
-            settled = rules.existing_claim(mapping, version)
-            if settled is not None:
-                instance_id = settled.instance_id
-            else:
-                instance_id = await self._take(conn, pool, version, run_id, now, min_age)
-            counts = await self._count(conn, pool, version, now, min_age)
-        return {"id": instance_id, "available": counts.available, "warming": counts.warming}
+        params = {
+            "pool": pool,
+            "version": version,
+            "run_id": run_id,
+            "run_lock": _run_key(run_id),
+            "min_age_ms": _ms(min_age),
+            "ready_max_age_ms": self.settings.ready_max_age_ms,
+            "mapping_ttl_ms": self.settings.mapping_ttl_ms,
+            "collect": self.cadence.due(pool, version),
+        }
+        async with self._one_statement() as conn:
+            # The database clock is the statement's own now(); another clock is asked first.
+            now = None if isinstance(self.clock, DatabaseClock) else await self.clock.now(conn)
+            row = await (await conn.execute(CLAIM, {**params, "now": now})).fetchone()
+        assert row is not None
+        return {"id": row["claimed"], "available": row["available"], "warming": row["warming"]}
 
     async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> shapes.Counts:
         """`{available, warming}` of `version` in `pool` (after GC)."""
@@ -375,44 +382,47 @@ class WarmPool:
             await self._write_entries(conn, pool, writes)
         return len(writes)
 
-    async def _take(
-        self, conn: Conn, pool: str, version: str, run_id: str, now: datetime, min_age: timedelta
-    ) -> str | None:
-        oldest, newest = rules.claim_window(now, min_age, self.settings)
-        cur = await conn.execute(
-            SELECT_CLAIM_CANDIDATE,
-            {"pool": pool, "version": version, "oldest": oldest, "newest": newest, "now": now},
-        )
-        choice = rules.choose_claim(
-            [_entry(r) for r in await cur.fetchall()], version, now, min_age, self.settings
-        )
-        if choice is None:
-            return None
-        await conn.execute(DELETE_ENTRIES, {"pool": pool, "ids": [choice.id]})
-        mapping = rules.claimed(run_id, pool, choice.id, version, now, self.settings)
-        await conn.execute(UPSERT_MAPPING, mapping.__dict__)
-        return choice.id
+    @asynccontextmanager
+    async def _one_statement(self) -> AsyncIterator[Conn]:
+        """A connection for one statement that is its own transaction: in autocommit, so it costs
+        one round trip (no BEGIN, no COMMIT). Inside a shared transaction it joins that one; behind
+        a transaction pooler it is a transaction, which sets the lock and statement timeouts."""
+        if self.db.transaction_pooling:
+            async with self.db.transaction() as conn:
+                yield conn
+            return
+        async with self.db.connection() as conn:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                yield conn  # a shared transaction's savepoint
+                return
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                # A connection left mid-query or broken is discarded by the pool, not reused.
+                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+                    await conn.set_autocommit(False)
 
     async def _gc(self, conn: Conn, pool: str, version: str, now: datetime) -> None:
-        bounds = rules.gc_bounds(now, self.settings)
-        await conn.execute(
-            GC_ENTRIES,
-            {"pool": pool, "version": version, "now": bounds.now, "stale_before": bounds.stale_before},
-        )
-
-    async def _count(
-        self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
-    ) -> rules.Counts:
-        oldest, newest = rules.claim_window(now, min_age, self.settings)
         params = {
             "pool": pool,
             "version": version,
             "now": now,
-            "oldest": oldest,
-            "newest": newest,
-            "stale_before": rules.gc_bounds(now, self.settings).stale_before,
+            "ready_max_age_ms": self.settings.ready_max_age_ms,
         }
-        row = await (await conn.execute(COUNT_VERSION_ENTRIES, params)).fetchone()
+        await conn.execute(COLLECT, params)
+
+    async def _count(
+        self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
+    ) -> rules.Counts:
+        params = {
+            "pool": pool,
+            "version": version,
+            "now": now,
+            "min_age_ms": _ms(min_age),
+            "ready_max_age_ms": self.settings.ready_max_age_ms,
+        }
+        row = await (await conn.execute(COUNTS, params)).fetchone()
         assert row is not None
         return rules.Counts(available=row["available"], warming=row["warming"])
 

@@ -4,6 +4,10 @@ Written from the rules as `ledger.pool.rules` documents them (add, claim, count,
 delete, clear, map, block, resolve), independently of that module's code: times are epoch ms,
 state is two dicts, every operation runs to completion before the next (as if each held a lock on
 everything). The model-based test runs the same operations here and on Postgres.
+
+Claims collect garbage only now and then: the first claim of a pool and version, then one once
+`claim_gc_interval` ms (of the model's clock) have passed since the last claim that collected (0:
+every claim). Garbage left in place is invisible: never claimed, counted or listed.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ class Mapping:
 @dataclass
 class PoolModel:
     now: int
+    claim_gc_interval: float = 0
     entries: dict[tuple[str, str], Entry] = field(default_factory=dict)
     mappings: dict[str, Mapping] = field(default_factory=dict)
+    claim_gc_at: dict[tuple[str, str], int] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -62,6 +68,17 @@ class PoolModel:
             stale = e.state == "ready" and e.ready_at is not None and self.now - e.ready_at > READY_MAX_AGE
             if e.expires_at <= self.now or stale or e.version != version:
                 del self.entries[key]
+
+    def _claim_collects(self, pool: str, version: str) -> bool:
+        last = self.claim_gc_at.get((pool, version))
+        if last is not None and self.now - last < self.claim_gc_interval:
+            return False
+        self.claim_gc_at[(pool, version)] = self.now
+        return True
+
+    def _live(self, e: Entry) -> bool:
+        stale = e.state == "ready" and e.ready_at is not None and self.now - e.ready_at > READY_MAX_AGE
+        return e.expires_at > self.now and not stale
 
     def _usable(self, e: Entry, min_age: int) -> bool:
         return (
@@ -74,7 +91,7 @@ class PoolModel:
     def _counts(self, pool: str, version: str, min_age: int) -> dict[str, int]:
         available = warming = 0
         for (p, _), e in self.entries.items():
-            if p != pool or e.version != version:
+            if p != pool or e.version != version or not self._live(e):
                 continue
             if self._usable(e, min_age):
                 available += 1
@@ -138,7 +155,8 @@ class PoolModel:
         self, pool: str, version: str, run_id: str, min_ready_age_ms: int | None = None
     ) -> dict[str, Any]:
         min_age = self._min_age(min_ready_age_ms)
-        self._gc(pool, version)
+        if self._claim_collects(pool, version):
+            self._gc(pool, version)
         mapping = self._mapping(run_id)
         claimed: str | None = None
         if mapping is not None and mapping.version == version:

@@ -1,0 +1,92 @@
+"""The pool's SQL functions against `ledger.pool.rules`, directly: random entries on and next to
+every limit (stale at 7 min, expiry, the minimum ready age, ties, another version, ready in the
+future), to the microsecond. The database must count what `rules.count` counts, claim what
+`rules.choose_claim` chooses and collect what `rules.is_garbage` calls garbage."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger.pool import rules
+from ledger.pool.rules import PoolEntry, PoolSettings
+
+S = PoolSettings()
+NOW = datetime(2026, 1, 1, 12, 0, 0, 500_000, tzinfo=UTC)
+US = timedelta(microseconds=1)
+MS = timedelta(milliseconds=1)
+STALE_US = S.ready_max_age_ms * 1000
+
+READY_AGO_US = st.sampled_from(
+    [None, None, -1, 0, 1, 999, 1_000, 60_000_000, STALE_US - 1, STALE_US, STALE_US + 1, 10**12]
+)
+EXPIRES_IN_US = st.sampled_from([-1, 0, 1, 60_000_000, 60_000_000])
+MIN_AGE_MS = st.sampled_from([0, 0, 1, 60_000, S.ready_max_age_ms, S.max_ttl_ms])
+ENTRY = st.tuples(st.sampled_from(["v1", "v1", "v1", "v2"]), READY_AGO_US, EXPIRES_IN_US)
+ENTRIES = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e", "f"]), ENTRY, max_size=6)
+
+INSERT = """
+INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
+VALUES ('p', %(id)s, %(version)s, %(state)s, %(created_at)s, %(ready_at)s, %(expires_at)s)
+"""
+
+
+def _entries(drawn: dict[str, tuple[str, int | None, int]]) -> list[PoolEntry]:
+    return [
+        PoolEntry(
+            id=entry_id,
+            version=version,
+            state="warming" if ready_ago is None else "ready",
+            created_at=NOW - timedelta(hours=1),
+            ready_at=None if ready_ago is None else NOW - ready_ago * US,
+            expires_at=NOW + expires_in * US,
+        )
+        for entry_id, (version, ready_ago, expires_in) in drawn.items()
+    ]
+
+
+def _check(conn: psycopg.Connection[tuple[object, ...]], entries: list[PoolEntry], min_age_ms: int) -> None:
+    min_age = min_age_ms * MS
+    limits = (min_age_ms, S.ready_max_age_ms)
+    with conn.transaction(force_rollback=True):
+        for e in entries:
+            conn.execute(INSERT, e.__dict__)
+        counts = conn.execute(
+            "SELECT * FROM ledger.pool_counts('p', 'v1', %s, %s, %s)", (NOW, *limits)
+        ).fetchone()
+        expected = rules.count(entries, "v1", NOW, min_age, S)
+        assert counts == (expected.available, expected.warming)
+
+        claimed = conn.execute(
+            "SELECT * FROM ledger.pool_claim('p', 'v1', 'run', 'lock', %s, %s, %s, %s, false)",
+            (NOW, *limits, S.mapping_ttl_ms),
+        ).fetchone()
+        choice = rules.choose_claim(entries, "v1", NOW, min_age, S)
+        after = rules.count([e for e in entries if e != choice], "v1", NOW, min_age, S)
+        assert claimed == (None if choice is None else choice.id, after.available, after.warming)
+
+        left = [e for e in entries if e != choice]
+        deleted = conn.execute(
+            "SELECT ledger.pool_collect('p', 'v1', %s, %s)", (NOW, S.ready_max_age_ms)
+        ).fetchone()
+        kept = conn.execute("SELECT id FROM ledger.pool_entries ORDER BY id").fetchall()
+        survivors = sorted(e.id for e in left if not rules.is_garbage(e, "v1", NOW, S))
+        assert [r[0] for r in kept] == survivors
+        assert deleted == (len(left) - len(survivors),)
+
+
+def test_sql_functions_agree_with_the_rules(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DELETE FROM ledger.pool_entries")
+        conn.execute("DELETE FROM ledger.run_mappings")
+        conn.commit()
+
+        @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(drawn=ENTRIES, min_age_ms=MIN_AGE_MS)
+        def check(drawn: dict[str, tuple[str, int | None, int]], min_age_ms: int) -> None:
+            _check(conn, _entries(drawn), min_age_ms)
+
+        check()
