@@ -203,6 +203,41 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     )
 
 
+@dataclass(frozen=True)
+class UploadKey:
+    """What places an upload in its run's order, read before the rest of the body is validated."""
+
+    upload_seq: int
+    producer_attempt: int | None
+    heartbeat: bool  # it carries `last_checkpoint_at`
+
+
+def upload_key(run_id: str, body: object) -> UploadKey | None:
+    """The upload's `(producer_attempt, upload_seq)` and whether it carries a heartbeat, read from
+    the body's top level only; None when it has no `upload_seq` or when any field read here is
+    malformed (the full validation then names that field, as it would have without this look).
+
+    This is what lets a late duplicate be answered before the body is validated: the uploader
+    resends an upload's unchanged bytes, so an upload whose `(producer_attempt, upload_seq)` the
+    run already applied is answered as a duplicate whatever the rest of it holds, even if that
+    rest would not validate.
+    """
+    if not isinstance(body, dict):
+        return None
+    body_run_id = body.get("run_id")
+    if body_run_id is not None and body_run_id != run_id:
+        return None
+    try:
+        seq = _optional_int("upload_seq", body.get("upload_seq"), minimum=1)
+        attempt = _optional_int("producer_attempt", body.get("producer_attempt"), maximum=INT32_MAX)
+        checkpoint = _optional_int("last_checkpoint_at", body.get("last_checkpoint_at"), maximum=None)
+    except InvalidInput:
+        return None
+    if seq is None:
+        return None
+    return UploadKey(upload_seq=seq, producer_attempt=attempt, heartbeat=checkpoint is not None)
+
+
 # -- the run's ingestion state and the plan ------------------------------------------------------
 
 

@@ -7,14 +7,17 @@ positional logs, step diff, activity watermarks, replay); this module only reads
 the planned events through the run log's one append path, stores the new ingestion state and, for
 a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
 
-A late duplicate returns before anything is written, except the heartbeat. It is recognized by one
-narrow read of the run's upload position before the row is locked (`UPLOAD_POSITION_SQL`): the
-attempt only grows and, within it, so does `last_upload_seq`, so an upload that is a duplicate in
-that snapshot stays one (or becomes stale), and answering from the snapshot is answering as of it.
-That spares a retried upload the lock, which it would wait for behind a long upload, and the read
-and decoding of the stored progress snapshot. A stale attempt raises
-before anything is written (`StaleAttempt`, HTTP 409). Bad input raises `InvalidInput` before the
-transaction starts.
+A late duplicate returns before anything is written, except the heartbeat, and before the body
+is validated: its `(producer_attempt, upload_seq)` is read from the body's top level
+(`upload_key`) and compared with one narrow read of the run's upload position, taken before the
+row is locked (`UPLOAD_POSITION_SQL`). The attempt only grows and, within it, so does
+`last_upload_seq`, so an upload that is a duplicate in that snapshot stays one (or becomes stale),
+and answering from the snapshot is answering as of it. That spares a retried upload the
+validation of its whole body, the lock, which it would wait for behind a long upload, and the
+read and decoding of the stored progress snapshot. Anything else is validated next (bad input
+raises `InvalidInput` before anything is written) and applied under the row's lock, its
+statements pipelined so that those whose answers are not awaited share a round trip. A stale
+attempt raises before anything is written (`StaleAttempt`, HTTP 409).
 
 **Heartbeat.** An upload that carries `last_checkpoint_at` proves its producer alive even when it
 appends nothing (a late duplicate, a long step with nothing new to say): it records the server's
@@ -40,9 +43,11 @@ from ledger.ingest.rules import (
     IngestPlan,
     IngestState,
     StatusUpload,
+    UploadKey,
     is_late_duplicate,
     parse_upload,
     plan_upload,
+    upload_key,
 )
 from ledger.runlog.events import validate_run_id
 from ledger.runlog.store import (
@@ -124,28 +129,36 @@ async def apply_status_upload(
     and `Conflict` when a terminal run would get new events or a different terminal state;
     in every error case nothing is written.
 
+    A late duplicate (its attempt's `upload_seq` already applied) is answered from the run's upload
+    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`).
+
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
     attempt's resume position after it.
     """
     validate_run_id(run_id)
-    parsed = parse_upload(run_id, upload)
+    key = upload_key(run_id, upload)
     async with db.transaction() as conn:
-        early = await _late_duplicate(conn, run_id, parsed)
-        if early is not None:
-            return early
-        run = await lock_run(conn, run_id, create=True)
-        plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
-        await _record_heartbeat(conn, run_id, parsed)
-        if plan.duplicate:
-            return _answer(plan, run, terminal_set=False)
-        if plan.events:
-            await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
-        await _store_state(conn, run_id, plan, parsed.status)
-        terminal_set = False
-        if parsed.status in TERMINAL_UPLOAD_STATUSES:
-            _, terminal_set = await set_terminal_in_transaction(
-                conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
-            )
+        if key is not None:
+            early = await _late_duplicate(conn, run_id, key)
+            if early is not None:
+                return early
+        parsed = parse_upload(run_id, upload)
+        # Pipelined: statements whose answers are not needed at once share a round trip.
+        async with conn.pipeline():
+            run = await lock_run(conn, run_id, create=True)
+            plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
+            await _record_heartbeat(conn, run_id, parsed)
+            if plan.duplicate:
+                return _answer(plan, run, terminal_set=False)
+            # Before the append: both write the run row, and the append's answer is the one awaited.
+            await _store_state(conn, run_id, plan, parsed.status)
+            if plan.events:
+                await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
+            terminal_set = False
+            if parsed.status in TERMINAL_UPLOAD_STATUSES:
+                _, terminal_set = await set_terminal_in_transaction(
+                    conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
+                )
         return _answer(plan, run, terminal_set=terminal_set)
 
 
@@ -155,21 +168,19 @@ async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> No
         await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
 
 
-async def _late_duplicate(conn: Conn, run_id: str, upload: StatusUpload) -> shapes.UploadResult | None:
+async def _late_duplicate(conn: Conn, run_id: str, key: UploadKey) -> shapes.UploadResult | None:
     """The answer to a late duplicate of the run's current attempt, from one read without a lock;
     None when the upload is anything else (or the run does not exist yet)."""
-    if upload.upload_seq is None:
-        return None
     cur = await conn.execute(UPLOAD_POSITION_SQL, {"run_id": run_id})
     row = await cur.fetchone()
     if row is None:
         return None
     attempt = int(row["producer_attempt"])
-    if upload.producer_attempt not in (None, attempt):
+    if key.producer_attempt not in (None, attempt):
+        return None  # a stale attempt (refused) or a newer one (adopted): the full path decides
+    if not is_late_duplicate(int(row["last_upload_seq"]), key.upload_seq):
         return None
-    if not is_late_duplicate(int(row["last_upload_seq"]), upload.upload_seq):
-        return None
-    if upload.last_checkpoint_at is not None:
+    if key.heartbeat:
         cur = await conn.execute(
             RECORD_DUPLICATE_HEARTBEAT_SQL, {"run_id": run_id, "producer_attempt": attempt}
         )
