@@ -28,7 +28,7 @@ synchronous APIs run in threads):
   "DBOS coalescing 1 ms" rows run it again with the smallest interval it allows.
 - job start, p50 / p99 (ms): Procrastinate from `defer_async` to the task's body starting in a
   worker already waiting (LISTEN/NOTIFY on, concurrency 1); ours is the stream wake above
-  (measured again beside it), our one push path: a worker waiting on a run wakes by the same
+  (measured again, in turns with it), our one push path: a worker waiting on a run wakes by the same
   mechanism. Equivalent in mechanism (commit, NOTIFY, one re-read), not in what is handed over (a
   job row vs an event).
 - jobs / claims drained, 1 worker (per s): Procrastinate's worker draining N deferred no-op jobs
@@ -36,9 +36,9 @@ synchronous APIs run in threads):
   (one write per claim, as `bench_pool.scenario`). Ours does less per item; the row says so.
 - message wake, p50 / p99 (ms): pgmq from `pgmq.send`'s call to a consumer already waiting having
   the message, two ways: blocked in `pgmq.read_with_poll` (its server-side long-poll, which looks
-  every 100 ms by default; each send at a random point of that interval), and LISTENing for the
+  every 100 ms by default; each send at a random point of its sleep), and LISTENing for the
   insert notifications `pgmq.enable_notify_insert` turns on (throttle 0: every insert notifies),
-  then one `pgmq.read`. Ours is the stream wake above (measured again beside each).
+  then one `pgmq.read`. Ours is the stream wake above (measured again, in turns with each).
 - queue claim, 1 / 8 consumers (per s): pgmq `pop` (read and delete in one statement) draining N
   messages vs our pool claim draining N entries: the same one-write shape, though our claim also
   collects expired entries, locks the run and records the mapping and counts.
@@ -49,7 +49,10 @@ run into pgmq's own database at bench time, so no pgmq code is committed here. p
 its SQL functions over psycopg (what every client of it calls), not through the Python client.
 
 N is the profile's pool size (2,000; `--quick` 200), the throughput runs last the profile's seconds
-(5; 1) and the latency rows take the profile's wake rounds (200; 20).
+(5; 1) and the latency rows take the profile's wake rounds (200; 20), each side. Ours and the peer
+take turns in three blocks per measure (ours, peer, ours, peer...), so a machine whose load drifts
+during the run weighs on both alike; a rate is over all of a side's blocks, a percentile over all
+of its samples.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ import queue
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -98,6 +101,9 @@ EVENT = {"type": "log", "line": "a line of output"}
 TUNED_COALESCE = 0.001
 # pgmq.read_with_poll's default interval between its looks at the queue.
 PGMQ_POLL_MS = 100
+# Ours and each peer take turns in this many blocks per measure, so drift on a loaded machine
+# falls on both sides alike.
+BLOCKS = 3
 
 
 def missing() -> list[str]:
@@ -260,58 +266,70 @@ async def procrastinate_app(conninfo: str) -> AsyncIterator[procrastinate.App]:
         yield app
 
 
-async def procrastinate_start(app: procrastinate.App, rounds: int) -> list[float]:
-    """Seconds from `defer_async`'s call to the task's body starting in a worker already waiting."""
-    samples: list[float] = []
-    ran = asyncio.Event()
+class ProcrastinateJobs:
+    """Procrastinate's two measures on one open app: job start latency and jobs drained per second."""
 
-    @app.task(queue="peers-start", name="peers_start")
-    async def start(began: float) -> None:
-        samples.append(time.perf_counter() - began)
-        ran.set()
+    def __init__(self, app: procrastinate.App) -> None:
+        self.app = app
+        self.started: list[float] = []
+        self.ran = asyncio.Event()
+        self.done = 0
 
-    worker = asyncio.create_task(
-        app.run_worker_async(
-            queues=["peers-start"],
-            concurrency=1,
-            wait=True,
-            install_signal_handlers=False,
-            listen_notify=True,
+        @app.task(queue="peers-start", name="peers_start")
+        async def start(began: float) -> None:
+            self.started.append(time.perf_counter() - began)
+            self.ran.set()
+
+        @app.task(queue="peers-drain", name="peers_drain")
+        async def drain(n: int) -> None:
+            self.done += 1
+
+        self.start = start
+        self.drain = drain
+
+    @asynccontextmanager
+    async def waiting_worker(self) -> AsyncIterator[None]:
+        """A worker on the start queue (LISTEN/NOTIFY on, concurrency 1), waiting for the block."""
+        worker = asyncio.create_task(
+            self.app.run_worker_async(
+                queues=["peers-start"],
+                concurrency=1,
+                wait=True,
+                install_signal_handlers=False,
+                listen_notify=True,
+            )
         )
-    )
-    try:
-        await asyncio.sleep(0.5)  # the worker's first fetch and its LISTEN
+        try:
+            await asyncio.sleep(0.5)  # the worker's first fetch and its LISTEN
+            yield
+        finally:
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    async def start_latency(self, rounds: int) -> list[float]:
+        """Seconds from `defer_async`'s call to the task's body starting (inside `waiting_worker`)."""
+        self.started.clear()
         for _ in range(rounds):
-            ran.clear()
+            self.ran.clear()
             await asyncio.sleep(SETTLE)
-            await start.defer_async(began=time.perf_counter())
-            await asyncio.wait_for(ran.wait(), 60)
-    finally:
-        worker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker
-    return samples
+            await self.start.defer_async(began=time.perf_counter())
+            await asyncio.wait_for(self.ran.wait(), 60)
+        return list(self.started)
 
-
-async def procrastinate_drain(app: procrastinate.App, jobs: int) -> float:
-    """Jobs/s for one worker (concurrency 1) draining `jobs` no-op jobs deferred before it starts."""
-    done = 0
-
-    @app.task(queue="peers-drain", name="peers_drain")
-    async def drain(n: int) -> None:
-        nonlocal done
-        done += 1
-
-    for start in range(0, jobs, 500):
-        batch: list[JSONDict] = [{"n": n} for n in range(start, min(start + 500, jobs))]
-        await drain.batch_defer_async(*batch)
-    began = time.perf_counter()
-    await app.run_worker_async(
-        queues=["peers-drain"], concurrency=1, wait=False, install_signal_handlers=False
-    )
-    elapsed = time.perf_counter() - began
-    assert done == jobs, f"{done} of {jobs} jobs ran"
-    return jobs / elapsed
+    async def drain_rate(self, jobs: int) -> float:
+        """Jobs/s for one worker (concurrency 1) draining `jobs` no-op jobs deferred before it starts."""
+        self.done = 0
+        for start in range(0, jobs, 500):
+            batch: list[JSONDict] = [{"n": n} for n in range(start, min(start + 500, jobs))]
+            await self.drain.batch_defer_async(*batch)
+        began = time.perf_counter()
+        await self.app.run_worker_async(
+            queues=["peers-drain"], concurrency=1, wait=False, install_signal_handlers=False
+        )
+        elapsed = time.perf_counter() - began
+        assert self.done == jobs, f"{self.done} of {jobs} jobs ran"
+        return jobs / elapsed
 
 
 # --- pgmq -----------------------------------------------------------------------------------------
@@ -361,8 +379,10 @@ async def pgmq_pop_rate(conninfo: str, consumers: int, messages: int) -> float:
 async def pgmq_wake(conninfo: str, rounds: int) -> list[float]:
     """Seconds from `pgmq.send`'s call to a consumer already blocked in `pgmq.read_with_poll` having it.
 
-    read_with_poll looks at the queue every `PGMQ_POLL_MS` from when it is called, so each send
-    comes at a random point of that cycle (a fixed one would pick the latency).
+    read_with_poll looks at the queue, sleeps `PGMQ_POLL_MS`, looks again...; each send comes at a
+    random point of a sleep (a fixed one would pick the latency), counted from when the consumer's
+    backend is seen sleeping in it (not from the call, which a loaded machine delays by a varying
+    amount before the server starts the loop).
     """
     name = f"peers_wake_{time.time_ns()}"
     jitter = random.Random(15)
@@ -372,6 +392,17 @@ async def pgmq_wake(conninfo: str, rounds: int) -> list[float]:
         await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as producer,
     ):
         await producer.execute("SELECT pgmq.create(%s)", (name,))
+        backend = consumer.info.backend_pid
+
+        async def sleeping() -> None:
+            while True:
+                cur = await producer.execute(
+                    "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", (backend,)
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0] == "PgSleep":
+                    return
+                await asyncio.sleep(0.001)
 
         async def receive() -> float:
             while True:
@@ -383,7 +414,8 @@ async def pgmq_wake(conninfo: str, rounds: int) -> list[float]:
 
         for _ in range(rounds):
             received = asyncio.create_task(receive())
-            await asyncio.sleep(SETTLE + jitter.uniform(0, PGMQ_POLL_MS / 1000))
+            await asyncio.wait_for(sleeping(), 60)
+            await asyncio.sleep(jitter.uniform(0, PGMQ_POLL_MS / 1000))
             began = time.perf_counter()
             await producer.execute("SELECT pgmq.send(%s, %s::jsonb)", (name, '{"n": 1}'))
             samples.append(await asyncio.wait_for(received, 60) - began)
@@ -422,11 +454,43 @@ async def pgmq_notify_wake(conninfo: str, rounds: int) -> list[float]:
 # --- the rows -------------------------------------------------------------------------------------
 
 
-class Peers:
-    """Measures every peer row on the server of `url`, ours measured again right before each peer.
+def blocks(total: float) -> list[float]:
+    """`total` cut into BLOCKS shares, for ours and a peer to take turns on."""
+    return [total / BLOCKS] * BLOCKS
 
-    A loaded machine drifts over a run, so each pair is taken back to back rather than ours once
-    at the start.
+
+def counts(total: int) -> list[int]:
+    return [total // BLOCKS + (1 if i < total % BLOCKS else 0) for i in range(BLOCKS)]
+
+
+async def turns(
+    total: int, ours: Callable[[int], Awaitable[list[float]]], peer: Callable[[int], Awaitable[list[float]]]
+) -> tuple[list[float], list[float]]:
+    """Latency samples of ours and the peer, `total` rounds each, taken in alternating blocks."""
+    mine: list[float] = []
+    theirs: list[float] = []
+    for n in counts(total):
+        mine += await ours(n)
+        theirs += await peer(n)
+    return mine, theirs
+
+
+async def drain_turns(
+    total: int, ours: Callable[[int], Awaitable[float]], peer: Callable[[int], Awaitable[float]]
+) -> tuple[float, float]:
+    """Items/s of ours and the peer each draining `total` items, in alternating blocks."""
+    seconds = [0.0, 0.0]
+    for n in counts(total):
+        seconds[0] += n / await ours(n)
+        seconds[1] += n / await peer(n)
+    return total / seconds[0], total / seconds[1]
+
+
+class Peers:
+    """Measures every peer row on the server of `url`, ours and the peer taking turns.
+
+    A loaded machine drifts over a run, so each pair is taken in BLOCKS alternating blocks (ours,
+    peer, ours, peer...) and each side's figure is over all of its blocks.
     """
 
     def __init__(self, url: str, profile: suite.Profile, log: Callable[[str], None]) -> None:
@@ -444,45 +508,53 @@ class Peers:
         for q, tag in ((0.5, "p50"), (0.99, "p99")):
             self.add(suite.Measure(f"{label}, {tag}", "ms", "latency", _ms(ours, q), _ms(peer, q), peer_is))
 
-    async def ours_wake(self) -> list[float]:
-        return await ours_wake_latency(self.url, self.profile.wake_rounds)
+    async def ours_wake(self, rounds: int) -> list[float]:
+        return await ours_wake_latency(self.url, rounds)
 
-    async def ours_claims(self, claimers: int) -> float:
-        tag = f"peers-c{claimers}-{time.time_ns()}"
-        rate, _ = await bench_pool.scenario(self.url, claimers, self.profile.pool_entries, tag)
-        return rate
+    def ours_claims(self, claimers: int) -> Callable[[int], Awaitable[float]]:
+        async def claims(entries: int) -> float:
+            tag = f"peers-c{claimers}-{time.time_ns()}"
+            rate, _ = await bench_pool.scenario(self.url, claimers, entries, tag)
+            return rate
+
+        return claims
 
     async def dbos(self) -> None:
-        seconds, rounds = self.profile.seconds, self.profile.wake_rounds
+        rounds = self.profile.wake_rounds
         dbos = f"DBOS {self.version['dbos']}"
         with peer_database(self.url, f"peers_dbos_{os.getpid()}") as conninfo:
             streams = await asyncio.to_thread(DbosStreams, conninfo)
             try:
                 for writers in (1, 8):
-                    ours = await bench_runlog.throughput(self.url, writers, 1, seconds)
-                    peer = await asyncio.to_thread(streams.throughput, writers, seconds)
+                    ours = peer = 0.0
+                    for seconds in blocks(self.profile.seconds):
+                        ours += await bench_runlog.throughput(self.url, writers, 1, seconds) / BLOCKS
+                        peer += await asyncio.to_thread(streams.throughput, writers, seconds) / BLOCKS
                     label = f"stream append, {writers} writer{'s' if writers > 1 else ''}"
                     self.add(
                         suite.Measure(
                             label, "events/s", "rate", ours, peer, f"{dbos}: write_stream in a workflow"
                         )
                     )
-                ours_wake = await self.ours_wake()
-                peer_wake = await asyncio.to_thread(streams.wake, rounds)
-                self.pair("stream read wake, 1 reader", ours_wake, peer_wake, f"{dbos}: read_stream")
+
+                async def dbos_wake(n: int) -> list[float]:
+                    return await asyncio.to_thread(streams.wake, n)
+
+                mine, theirs = await turns(rounds, self.ours_wake, dbos_wake)
+                self.pair("stream read wake, 1 reader", mine, theirs, f"{dbos}: read_stream")
             finally:
                 await asyncio.to_thread(streams.close)
-            # Its shortest notification coalescing, so the rows do not rest on a default alone.
+            # Its shortest notification coalescing, so the rows do not rest on a default alone
+            # (dbos_wake reads `streams`, from here on this instance).
             streams = await asyncio.to_thread(DbosStreams, conninfo, TUNED_COALESCE)
             try:
-                ours_wake = await self.ours_wake()
-                tuned_wake = await asyncio.to_thread(streams.wake, rounds)
+                mine, theirs = await turns(rounds, self.ours_wake, dbos_wake)
             finally:
                 await asyncio.to_thread(streams.close)
         self.pair(
             "stream read wake, 1 reader, DBOS coalescing 1 ms",
-            ours_wake,
-            tuned_wake,
+            mine,
+            theirs,
             f"{dbos}: read_stream, notification_coalesce_sec={TUNED_COALESCE}",
         )
 
@@ -490,16 +562,13 @@ class Peers:
         what = f"Procrastinate {self.version['procrastinate']}"
         with peer_database(self.url, f"peers_procrastinate_{os.getpid()}") as conninfo:
             async with procrastinate_app(conninfo) as app:
-                ours_wake = await self.ours_wake()
-                peer_start = await procrastinate_start(app, self.profile.wake_rounds)
-                self.pair(
-                    "job start (ours: stream read wake)",
-                    ours_wake,
-                    peer_start,
-                    f"{what}: defer → task starts",
+                jobs = ProcrastinateJobs(app)
+                async with jobs.waiting_worker():
+                    mine, theirs = await turns(self.profile.wake_rounds, self.ours_wake, jobs.start_latency)
+                self.pair("job start (ours: stream read wake)", mine, theirs, f"{what}: defer → task starts")
+                ours, peer = await drain_turns(
+                    self.profile.pool_entries, self.ours_claims(1), jobs.drain_rate
                 )
-                ours = await self.ours_claims(1)
-                peer = await procrastinate_drain(app, self.profile.pool_entries)
                 label = "jobs drained, 1 worker (ours: pool claims)"
                 self.add(
                     suite.Measure(label, "items/s", "rate", ours, peer, f"{what}: worker fetch, run, finish")
@@ -510,25 +579,33 @@ class Peers:
         rounds = self.profile.wake_rounds
         with peer_database(self.url, f"peers_pgmq_{os.getpid()}") as conninfo:
             await asyncio.to_thread(install_pgmq, conninfo)
-            ours_wake = await self.ours_wake()
-            polled = await pgmq_wake(conninfo, rounds)
+
+            async def polled(n: int) -> list[float]:
+                return await pgmq_wake(conninfo, n)
+
+            async def notified(n: int) -> list[float]:
+                return await pgmq_notify_wake(conninfo, n)
+
+            mine, theirs = await turns(rounds, self.ours_wake, polled)
             self.pair(
                 "message wake, pgmq read_with_poll (ours: stream read wake)",
-                ours_wake,
-                polled,
+                mine,
+                theirs,
                 f"{what}: send → read_with_poll (looks every {PGMQ_POLL_MS} ms)",
             )
-            ours_wake = await self.ours_wake()
-            notified = await pgmq_notify_wake(conninfo, rounds)
+            mine, theirs = await turns(rounds, self.ours_wake, notified)
             self.pair(
                 "message wake, pgmq LISTEN + read (ours: stream read wake)",
-                ours_wake,
-                notified,
+                mine,
+                theirs,
                 f"{what}: send → insert NOTIFY (enable_notify_insert, throttle 0) → read",
             )
             for consumers in (1, 8):
-                ours = await self.ours_claims(consumers)
-                peer = await pgmq_pop_rate(conninfo, consumers, self.profile.pool_entries)
+
+                async def pops(n: int, consumers: int = consumers) -> float:
+                    return await pgmq_pop_rate(conninfo, consumers, n)
+
+                ours, peer = await drain_turns(self.profile.pool_entries, self.ours_claims(consumers), pops)
                 label = f"queue claim, {consumers} consumer{'s' if consumers > 1 else ''} (ours: pool claim)"
                 self.add(suite.Measure(label, "items/s", "rate", ours, peer, f"{what}: pgmq.pop"))
 
