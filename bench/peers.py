@@ -6,8 +6,9 @@
 
 Prints `measure | ours | peer | ours/peer`. Every peer runs on the same Postgres server as ours, in
 the same run, each in a database of its own (CREATE DATABASE beside the ledger's, dropped at the
-end), with the peer's own defaults except where a row says otherwise. `ours/peer` reads "how many
-times ours": ours / peer for a rate, peer / ours for a latency, so above 1 ours is ahead either way.
+end; with LEDGER_DATABASE_URL its role needs CREATEDB), with the peer's own defaults except where a
+row says otherwise. `ours/peer` reads "how many times ours": ours / peer for a rate, peer / ours
+for a latency, so above 1 ours is ahead either way.
 
 The peers are an optional extra (`bench`): without it this module still imports (it imports the
 peers inside the functions that use them), `python -m bench` runs as before, and `--peers` (or this
