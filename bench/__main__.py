@@ -1,6 +1,7 @@
 """`python -m bench`: every hot path beside its minimal raw baseline, in one run, one table.
 
     python -m bench [--quick] [--json] [--peers]
+    python -m bench --growth [--quick] [--json]
 
 Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
 synchronous_commit on), migrated; the baselines run on the same server in the same run, with the
@@ -9,7 +10,9 @@ CI-sized profile (seconds per measure, fewer waiters); `--json` prints the rows 
 of the table (progress goes to stderr either way). `--peers` adds the peers (DBOS streams,
 Procrastinate, pgmq; bench/peers.py) on the same server after the suite, as a second table (under
 "peers" in the JSON); they are the optional `bench` extra, and without it `--peers` says how to
-install it and exits with code 2.
+install it and exits with code 2. `--growth` prints, instead of the table, how each hot path's
+latency grows with the size of what it works on (bench/growth.py: events retained, pool size,
+runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds).
 """
 
 from __future__ import annotations
@@ -39,7 +42,15 @@ def main() -> None:
     parser.add_argument(
         "--peers", action="store_true", help="add the peers: DBOS, Procrastinate, pgmq (`bench` extra)"
     )
+    parser.add_argument(
+        "--growth", action="store_true", help="instead: latency vs size per hot path (bench/growth.py)"
+    )
     args = parser.parse_args()
+    if args.growth:
+        import growth
+
+        growth.run(growth.QUICK if args.quick else growth.FULL, args.json)
+        return
     if args.peers:
         import peers
 

@@ -147,7 +147,8 @@ runs = Table(
     CheckConstraint("(terminal_status IS NULL) = (completed_at IS NULL)", name="completed_at_iff_terminal"),
     # The watchdog scans non-terminal runs by idleness.
     Index("ix_runs_active_updated_at", "updated_at", postgresql_where=text("terminal_status IS NULL")),
-    Index("ix_runs_created_at", "created_at"),
+    # The run list: newest first, ties by run id.
+    Index("ix_runs_newest_first", text("created_at DESC"), "run_id"),
     # Retention deletes finished runs oldest first.
     Index(
         "ix_runs_finished_completed_at", "completed_at", postgresql_where=text("terminal_status IS NOT NULL")

@@ -96,6 +96,8 @@ class RunSummary(TypedDict):
 
 class RunList(TypedDict):
     runs: list[RunSummary]
+    # Pass as `before` for the next page; None when this page is the last.
+    next_before: str | None
 
 
 class StalledRun(TypedDict):

@@ -2,11 +2,20 @@
 
 `ledger runs` shows `run_overview`; the functions here return JSON-ready `ledger.shapes` (times in
 epoch milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.
+
+The run list is newest first (`created_at` descending, ties by `run_id`), read in pages: a full page
+carries a cursor (`next_before`) naming its last run, and the next page starts after that run. Both
+the order and the cursor follow the index `ix_runs_newest_first`, so a page costs the same whether
+the ledger holds a thousand runs or millions, and however deep the page is.
 """
 
 from __future__ import annotations
 
-from typing import cast
+import base64
+import binascii
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from ledger import shapes, validate
 from ledger.db import Database
@@ -17,19 +26,33 @@ MAX_RUNS_LIMIT = 1000
 
 _MS = "(extract(epoch FROM {col}) * 1000)::bigint"
 
-LIST_RUNS = f"""
+# Ordered by the view's own timestamp (`o.created_at`, qualified: the bare name would be the
+# millisecond output column, an expression no index holds, which sorts every run for each page).
+# `position_at` is the exact timestamp the cursor carries; it is not part of the answer.
+_LIST_RUNS = f"""
 SELECT
-    run_id, status, play_name,
-    {_MS.format(col="created_at")} AS created_at,
-    {_MS.format(col="updated_at")} AS updated_at,
-    {_MS.format(col="age")} AS age_ms,
-    last_seq, last_event_type,
-    terminal_status, terminal_error, terminal_total_rows,
-    steps_total, steps_done, rows_completed, rows_failed, rows_total
-FROM ledger.run_overview
-ORDER BY created_at DESC, run_id
+    o.run_id, o.status, o.play_name,
+    {_MS.format(col="o.created_at")} AS created_at,
+    {_MS.format(col="o.updated_at")} AS updated_at,
+    {_MS.format(col="o.age")} AS age_ms,
+    o.last_seq, o.last_event_type,
+    o.terminal_status, o.terminal_error, o.terminal_total_rows,
+    o.steps_total, o.steps_done, o.rows_completed, o.rows_failed, o.rows_total,
+    o.created_at AS position_at
+FROM ledger.run_overview o
+{{where}}
+ORDER BY o.created_at DESC, o.run_id
 LIMIT %(limit)s
 """
+
+LIST_RUNS = _LIST_RUNS.format(where="")
+
+# After the cursor's run in the list's order. The `<=` bound is what the index scan starts from;
+# the rest drops the cursor's run and the runs created at the same instant that precede it.
+LIST_RUNS_BEFORE = _LIST_RUNS.format(
+    where="""WHERE o.created_at <= %(before_at)s
+  AND (o.created_at < %(before_at)s OR o.run_id > %(before_run)s)"""
+)
 
 LIST_STALLED = f"""
 SELECT run_id, status, play_name,
@@ -56,13 +79,57 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
-async def list_runs(db: Database, limit: int = 50) -> list[shapes.RunSummary]:
-    """The newest `limit` runs from `ledger.run_overview`, newest first."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def cursor_of(created_at: datetime, run_id: str) -> str:
+    """The cursor of the page that follows the run (`created_at`, `run_id`) in the list."""
+    position = json.dumps([(created_at - _EPOCH) // _MICROSECOND, run_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+
+
+def _parse_cursor(value: object) -> tuple[datetime, str]:
+    if not isinstance(value, str):
+        raise InvalidInput("before", "must be a cursor string")
+    try:
+        position = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        micros, run_id = position
+        if not validate.is_int(micros) or not isinstance(run_id, str):
+            raise ValueError("not a position")
+        return _EPOCH + micros * _MICROSECOND, run_id
+    except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, OverflowError):
+        raise InvalidInput("before", "is not a cursor from this listing (use next_before)") from None
+
+
+def listing_statement(limit: int, before: str | None) -> tuple[str, dict[str, Any]]:
+    """The statement and parameters of one page of the run list (checked: bad input raises)."""
     _check_limit(limit)
+    if before is None:
+        return LIST_RUNS, {"limit": limit}
+    before_at, before_run = _parse_cursor(before)
+    return LIST_RUNS_BEFORE, {"limit": limit, "before_at": before_at, "before_run": before_run}
+
+
+async def runs_page(db: Database, limit: int = 50, before: str | None = None) -> shapes.RunList:
+    """Up to `limit` runs from `ledger.run_overview`, newest first, after the cursor `before`;
+    `next_before` names the page after this one (None once a page comes back short)."""
+    statement, params = listing_statement(limit, before)
     async with db.connection() as conn:
-        cur = await conn.execute(LIST_RUNS, {"limit": limit})
-        # The statement's columns are the shape, named and converted (ms) in the SQL.
-        return cast(list[shapes.RunSummary], await cur.fetchall())
+        cur = await conn.execute(statement, params)
+        rows = await cur.fetchall()
+    next_before = None
+    if len(rows) == limit:
+        next_before = cursor_of(rows[-1]["position_at"], rows[-1]["run_id"])
+    for row in rows:
+        del row["position_at"]
+    # The other columns are the shape, named and converted (ms) in the SQL.
+    return {"runs": cast(list[shapes.RunSummary], rows), "next_before": next_before}
+
+
+async def list_runs(db: Database, limit: int = 50, before: str | None = None) -> list[shapes.RunSummary]:
+    """The newest `limit` runs (after the cursor `before`), newest first."""
+    return (await runs_page(db, limit, before))["runs"]
 
 
 async def list_stalled_runs(db: Database) -> list[shapes.StalledRun]:

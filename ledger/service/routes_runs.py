@@ -34,15 +34,22 @@ async def open_run(body: OpenRun, svc: Svc) -> shapes.Run:
     return await svc.runlog.open_run(body.run_id, body.play_name)
 
 
-@router.get("", summary="The newest runs (the run_overview view), newest first; for `ledger runs`")
+@router.get(
+    "",
+    summary="The newest runs (the run_overview view), newest first, a page at a time; for `ledger runs`",
+)
 async def list_runs(
     svc: Svc,
     limit: Annotated[
         int,
         Query(description="how many runs", json_schema_extra={"minimum": 1, "maximum": MAX_RUNS_LIMIT}),
     ] = 50,
+    before: Annotated[
+        str | None,
+        Query(description="the `next_before` of the previous page: the runs after it in the list"),
+    ] = None,
 ) -> shapes.RunList:
-    return {"runs": await overview.list_runs(svc.db, limit)}
+    return await overview.runs_page(svc.db, limit, before)
 
 
 @router.get(

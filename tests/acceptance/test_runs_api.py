@@ -142,6 +142,24 @@ def test_list_runs_answers_the_newest_first(client: httpx.Client) -> None:
     assert client.get("/v1/runs", params={"limit": 0}).status_code == 422
 
 
+def test_list_runs_pages_on_from_next_before(client: httpx.Client) -> None:
+    opened = [open_run(client) for _ in range(3)]
+    seen: list[str] = []
+    params: dict[str, str | int] = {"limit": 2}
+    # Runs another test opens meanwhile land ahead of the cursor, never between its pages.
+    for _ in range(10):
+        page = client.get("/v1/runs", params=params).json()
+        seen.extend(run["run_id"] for run in page["runs"])
+        if opened[0] in seen or page["next_before"] is None:
+            break
+        params = {"limit": 2, "before": page["next_before"]}
+    assert len(seen) == len(set(seen))
+    assert [run_id for run_id in seen if run_id in opened] == opened[::-1]
+    bad = client.get("/v1/runs", params={"before": "not-a-cursor"})
+    assert bad.status_code == 422
+    assert bad.json()["error"].startswith("before: ")
+
+
 def test_appending_to_an_ended_run_is_409_terminal_with_who_ended_it(client: httpx.Client) -> None:
     run_id = open_run(client)
     state = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}

@@ -1,0 +1,68 @@
+"""`python -m bench --growth --quick --json` on a database of its own: every path's latency curve.
+
+Timings are never asserted (the machine is shared); the shape is: every path at every size of the
+quick profile, a p50 and a p99 for each, a verdict from the known set, and the listing's plan read
+off its index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ledger.testing import clone_database, drop_database, ensure_template
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The quick profile's sizes (bench/growth.py QUICK), per path.
+EXPECTED = {
+    "append, 1 event": [10, 100, 1_000],
+    "pool claim": [100, 1_000],
+    "ingestion, 10 nodes changed": [10, 100],
+    "ingestion, every node changed": [10, 100],
+    "run listing, first page of 50": [1_000, 10_000],
+    "run listing, full page of 1,000": [1_000, 10_000],
+    "run listing, page of 50 half-way down, by cursor": [1_000, 10_000],
+}
+VERDICTS = {"flat", "~log n", "> log n", "~linear", "superlinear"}
+
+
+@pytest.fixture
+def growth_database_url(pg_admin_url: str) -> Iterator[str]:
+    # A database of its own: the bench leaves ten thousand runs behind.
+    name = f"ledger_growth_{os.getpid()}"
+    yield clone_database(pg_admin_url, ensure_template(pg_admin_url), name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        drop_database(conn, name)
+
+
+@pytest.mark.timeout(300)
+def test_quick_growth_prints_every_path_at_every_size(growth_database_url: str) -> None:
+    env = {**os.environ, "LEDGER_DATABASE_URL": growth_database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--growth", "--quick", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(done.stdout)
+    assert document["profile"] == "quick"
+    assert document["where"] == "LEDGER_DATABASE_URL"
+    curves = document["curves"]
+    assert {curve["path"]: [p["size"] for p in curve["points"]] for curve in curves} == EXPECTED
+    for curve in curves:
+        assert curve["size_is"] and curve["verdict"] in VERDICTS, curve
+        for p in curve["points"]:
+            assert 0 < p["p50_ms"] <= p["p99_ms"], curve
+    plan = "\n".join(document["listing_plan"])
+    assert "ix_runs_newest_first" in plan and "Execution Time" in plan, plan
