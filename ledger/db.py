@@ -6,12 +6,18 @@ holds a connection - wake-ups come from the single listener (`ledger.runlog.list
 
 Design notes:
 
-- **Faults.** Every connection is checked when it is handed out (one empty round trip, itself
-  bounded), so after a Postgres restart the pool replaces its dead connections instead of giving
-  them to a request; a failed check takes the next one at once (psycopg_pool's own check loop
-  would back off a second and more per dead connection). A checkout waits at most `timeout_s`;
-  then `PoolTimeout`. Both that and a connection lost mid-request are `DB_FAULTS`: the service
-  answers them with 503 and `Retry-After`, never 500.
+- **Faults.** A connection is checked (one empty round trip, itself bounded) before it is handed
+  out whenever it may be dead, so after a Postgres restart or an admin shutdown the pool replaces
+  its dead connections instead of giving them to a request; a failed check takes the next one at
+  once (psycopg_pool's own check loop would back off a second and more per dead connection). The
+  round trip is skipped in the common case, a connection given back moments ago
+  (`RECENT_USE_S`) whose socket has nothing to read: a server that ends a session (restart,
+  `pg_terminate_backend`) sends a FATAL message and closes the socket, which makes it readable,
+  and an idle session has nothing else to say. A connection idle for longer, one never handed
+  out, or any while the database is marked down is checked as before (a frozen backend or a
+  silent network leaves the socket quiet; only a round trip finds it). A checkout waits at most
+  `timeout_s`; then `PoolTimeout`. Both that and a connection lost mid-request are `DB_FAULTS`:
+  the service answers them with 503 and `Retry-After`, never 500.
 - **Bounded waits.** `lock_timeout_s` and `statement_timeout_s` are set on every pooled session,
   so a request stuck behind a held row lock or a runaway statement gives its connection back and
   fails (`LockNotAvailable`, `QueryCanceled`: both `DB_FAULTS`) instead of starving the pool.
@@ -28,6 +34,9 @@ Design notes:
   at the start of each `transaction()` (one round trip more) instead of once per connection, where
   they would stick to a server session other clients share. Single reads on `connection()` then
   run under the role's own timeouts.
+- **Autocommit.** `autocommit()` hands out a connection on which every statement is its own
+  transaction: a one-statement operation (an append is one function call) then costs one round
+  trip instead of BEGIN, the statement and COMMIT.
 - **Shared transaction.** `shared_transaction()` opens one transaction that every
   `transaction()`/`connection()` of the same `Database` joins, as a savepoint, for as long as it
   is open in the current task (a context variable). The service's Idempotency-Key handling runs a
@@ -41,15 +50,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import socket
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -72,6 +83,10 @@ DEFAULT_POOL_TIMEOUT_S: Final = 5.0
 DOWN_CHECKOUT_S: Final = 0.5
 # A connection whose empty round trip takes longer than this is as good as dead.
 CHECK_TIMEOUT_S: Final = 1.0
+# A connection given back to the pool less than this long ago, in working order and with nothing
+# to read on its socket, is handed out again without the checking round trip. Past it the round
+# trip is taken: it bounds how long a frozen backend or a silent network can go unnoticed.
+RECENT_USE_S: Final = 1.0
 # How long psycopg_pool keeps retrying one connection attempt (its delays double: 1 s, 2 s...).
 RECONNECT_WINDOW_S: Final = 2.0
 # libpq's connect timeout (it rounds to whole seconds, minimum 2) and TCP keepalives: a peer that
@@ -141,6 +156,13 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], t
     return task.result()
 
 
+def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the connection's socket has something to read (or is closed) right now."""
+    poller = select.poll()
+    poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
 def _milliseconds(seconds: float | None) -> int:
     # 0 is Postgres's "no limit".
     return 0 if seconds is None else max(1, round(seconds * 1000))
@@ -170,6 +192,8 @@ class Database:
         self.statement_timeout_s = statement_timeout_s
         self.transaction_pooling = transaction_pooling
         self.available = True
+        # When each connection was last given back in working order (see `_recently_fine`).
+        self._given_back: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         connect_kwargs: dict[str, Any] = {
             "row_factory": dict_row,
             "connect_timeout": CONNECT_TIMEOUT_S,
@@ -234,6 +258,8 @@ class Database:
             if remaining <= 0:
                 raise PoolTimeout(f"no database connection within {limit:g} s")
             conn = await self.pool.getconn(timeout=remaining)
+            if self.available and self._recently_fine(conn):
+                return conn
             try:
                 await bounded(conn, AsyncConnectionPool.check_connection(conn), CHECK_TIMEOUT_S)
             except Exception:
@@ -246,6 +272,25 @@ class Database:
                 raise
             self._mark(available=True)
             return conn
+
+    def _recently_fine(self, conn: Conn) -> bool:
+        """Whether `conn` can be handed out without a checking round trip: given back in working
+        order moments ago, and nothing (a FATAL message, the end of the stream) arrived since."""
+        given_back = self._given_back.get(conn)
+        if given_back is None or time.monotonic() - given_back > RECENT_USE_S:
+            return False
+        if conn.closed or conn.pgconn.status != ConnStatus.OK:
+            return False
+        try:
+            return not _readable(conn)
+        except (OSError, ValueError, psycopg.Error):
+            return False
+
+    def _give_back_time(self, conn: Conn) -> None:
+        if not conn.closed and conn.pgconn.status == ConnStatus.OK:
+            self._given_back[conn] = time.monotonic()
+        else:
+            self._given_back.pop(conn, None)
 
     @asynccontextmanager
     async def _pooled(self) -> AsyncIterator[Conn]:
@@ -260,6 +305,7 @@ class Database:
                 self._mark(available=False)
             raise
         finally:
+            self._give_back_time(conn)
             await self.pool.putconn(conn)
 
     async def open(self) -> None:
@@ -312,6 +358,27 @@ class Database:
             if self.transaction_pooling:
                 await self._set_limits(conn, local=True)
             yield conn
+
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[Conn]:
+        """A pooled connection in autocommit: each statement is its own transaction, with no
+        BEGIN/COMMIT round trips (for operations that are one statement).
+
+        Inside `shared_transaction` it is the shared connection, in a savepoint. With
+        `transaction_pooling` it is `transaction()`: the timeouts are set per transaction there.
+        """
+        if self.transaction_pooling or self._joined() is not None:
+            async with self.transaction() as conn:
+                yield conn
+            return
+        async with self._pooled() as conn:
+            await conn.set_autocommit(True)
+            try:
+                yield conn
+            finally:
+                # The pool hands connections out in transaction mode; a broken one is discarded.
+                with contextlib.suppress(psycopg.Error):
+                    await conn.set_autocommit(False)
 
     @asynccontextmanager
     async def shared_transaction(self) -> AsyncIterator[Conn]:

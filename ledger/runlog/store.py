@@ -1,13 +1,15 @@
 """The run log on Postgres: runs, gapless per-run events, first-terminal-wins, long-poll reads.
 
-Design note. The run row is the lock: every write to a run's log starts with `lock_run`
-(`SELECT ... FOR UPDATE` on `ledger.runs`), so appenders to one run serialize and take `seq` from
-`runs.last_seq` without gaps or collisions, while appenders to other runs lock other rows and never
-wait. One statement (`APPEND_SQL`) then inserts the batch, advances the run row, trims retention and
-issues the transaction's NOTIFY; Postgres delivers it at commit, so a rolled-back append wakes
-nobody. The NOTIFY payload is only `{run_id, seq}` (a hint: readers always re-read from their
-cursor) and is sent once per transaction even when the ingestion calls `append_in_transaction`
-several times - the run row dict it threads through remembers that it was sent.
+Design note. The run row is the lock: every write to a run's log locks its `ledger.runs` row
+(`SELECT ... FOR UPDATE`), so appenders to one run serialize and take `seq` from `runs.last_seq`
+without gaps or collisions, while appenders to other runs lock other rows and never wait. The
+append itself is one database function, `ledger.append_events` (migration 0006): it locks the run,
+refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
+trims retention and issues the NOTIFY, so `RunLog.append` is one round trip in autocommit.
+Postgres delivers the NOTIFY at commit, so a rolled-back append wakes nobody. The NOTIFY payload
+is only `{run_id, seq}` (a hint: readers always re-read from their cursor) and is sent once per
+transaction even when the ingestion calls `append_in_transaction` several times - the run row dict
+it threads through remembers that it was sent.
 
 The `*_in_transaction` functions are the building blocks other operations (status ingestion, the
 watchdog) call inside their own transaction after `lock_run`; `RunLog` wraps them for one call =
@@ -24,8 +26,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NotRequired
 
-from psycopg.types.json import Jsonb
-
 from ledger import shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
@@ -38,7 +38,6 @@ from ledger.runlog.events import (
     clamp_timeout_ms,
     cursor_expired,
     event_to_wire,
-    notify_payload,
     parse_after,
     parse_events,
     parse_terminal_state,
@@ -72,44 +71,14 @@ GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
 
 LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
-# One round trip per append: insert the batch, advance the run, trim the oldest events the batch
-# pushed past retention, and NOTIFY (when this transaction has not yet). `clock` is materialized so
-# every row of the batch gets one timestamp, read after the run lock was taken (ordered like seq).
-# The batch travels as one JSON array of [type, payload] pairs: one parameter, one encode call.
+# The whole append (see the migration that creates `ledger.append_events`): no row for an unknown
+# run; `refused` with the stored terminal state for a terminal run; otherwise the run after the
+# append and the batch's first seq. The batch travels as one JSON array of [type, payload] pairs:
+# one parameter, one encode call.
 APPEND_SQL: Final = """
-WITH clock AS MATERIALIZED (
-    SELECT COALESCE(%(now)s::timestamptz, clock_timestamp()) AS ts
-), inserted AS (
-    INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
-    SELECT %(run_id)s, %(first_seq)s + e.ord - 1, e.item->>0, clock.ts, e.item->1
-    FROM clock, jsonb_array_elements(%(events)s::jsonb) WITH ORDINALITY AS e(item, ord)
-), advanced AS (
-    UPDATE ledger.runs
-    SET last_seq = %(last_seq)s, updated_at = clock.ts, status = COALESCE(%(status)s, runs.status)
-    FROM clock
-    WHERE runs.run_id = %(run_id)s
-), trimmed AS (
-    DELETE FROM ledger.run_events
-    WHERE run_id = %(run_id)s AND seq <= %(trim_through)s AND type <> 'terminal'
+SELECT * FROM ledger.append_events(
+    %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s
 )
-SELECT clock.ts, n.notified
-FROM clock
-LEFT JOIN (SELECT pg_notify(%(channel)s, %(notify_payload)s)::text AS notified WHERE %(notify)s) AS n ON true
-"""
-
-# Rows inserted by APPEND_SQL are invisible to its own DELETE; a batch larger than the retention
-# limit trims itself with this second statement.
-TRIM_SQL: Final = """
-DELETE FROM ledger.run_events WHERE run_id = %(run_id)s AND seq <= %(trim_through)s AND type <> 'terminal'
-"""
-
-SET_TERMINAL_SQL: Final = """
-UPDATE ledger.runs
-SET terminal_status = %(status)s, terminal_result = %(result)s, terminal_error = %(error)s,
-    terminal_total_rows = %(total_rows)s, terminal_duration_ms = %(duration_ms)s,
-    terminal_play_name = %(play_name)s, completed_at = %(completed_at)s,
-    play_name = COALESCE(runs.play_name, %(play_name)s)
-WHERE run_id = %(run_id)s
 """
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
@@ -224,74 +193,115 @@ async def lock_run(
     return dict(row)
 
 
-def _refuse_if_terminal(run_row: Mapping[str, Any]) -> None:
-    stored = terminal_from_row(run_row)
-    if stored is not None:
-        raise RunTerminal(
-            f"run {run_row['run_id']!r} is terminal ({stored['status']}"
-            + (f": {stored['error']}" if stored["error"] else "")
-            + ") and accepts no more events",
-            run_row["run_id"],
-            dict(stored),
-        )
+# The run row columns `ledger.append_events` answers with: everything an append may change.
+_APPENDED_COLUMNS: Final = (
+    "last_seq",
+    "updated_at",
+    "status",
+    "play_name",
+    "terminal_status",
+    "terminal_result",
+    "terminal_error",
+    "terminal_total_rows",
+    "terminal_duration_ms",
+    "terminal_play_name",
+    "completed_at",
+)
 
 
-async def _write_events(
+def _refusal(run_id: str, row: Row) -> RunTerminal:
+    """The error for an append `ledger.append_events` refused: the run (`row`) had ended."""
+    stored = terminal_from_row(row)
+    assert stored is not None
+    return RunTerminal(
+        f"run {run_id!r} is terminal ({stored['status']}"
+        + (f": {stored['error']}" if stored["error"] else "")
+        + ") and accepts no more events",
+        run_id,
+        dict(stored),
+    )
+
+
+async def _append_events(
     conn: Conn,
-    run_row: dict[str, Any],
+    run_id: str,
     events: Sequence[NewEvent],
     *,
     max_events_per_run: int,
     now: datetime | None,
-) -> list[shapes.Event]:
-    first = int(run_row["last_seq"]) + 1
-    last = first + len(events) - 1
-    trim_through = last - max_events_per_run if max_events_per_run > 0 else 0
-    notify = not run_row.get(_NOTIFIED, False)
+    notify: bool,
+) -> Row:
+    """Run `ledger.append_events`: the run row after the append, or (`refused`) the terminal run's
+    row untouched. Raises `NotFound` for an unknown run."""
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
     cur = await conn.execute(
         APPEND_SQL,
         {
-            "run_id": run_row["run_id"],
-            "now": now,
-            "first_seq": first,
+            "run_id": run_id,
             "events": _JSON.encode([(e.type, e.payload) for e in events]),
-            "last_seq": last,
             "status": status,
-            "trim_through": trim_through,
+            "max_events": max_events_per_run,
+            "now": now,
             "channel": CHANNEL,
-            "notify_payload": notify_payload(run_row["run_id"], last),
             "notify": notify,
         },
     )
     row = await cur.fetchone()
-    assert row is not None
-    ts: datetime = row["ts"]
-    if trim_through >= first:
-        await conn.execute(TRIM_SQL, {"run_id": run_row["run_id"], "trim_through": trim_through})
-    run_row.update(last_seq=last, updated_at=ts, _notified=True)
-    if status is not None:
-        run_row["status"] = status
-    ts_ms = to_ms(ts)
-    assert ts_ms is not None
+    if row is None:
+        raise NotFound(f"unknown run {run_id!r}")
+    return row
+
+
+def _appended(row: Row, events: Sequence[NewEvent]) -> list[shapes.Event]:
+    """The events just appended (answer row of `ledger.append_events`) in API shape."""
+    first = int(row["first_seq"])
+    ts_ms = to_ms(row["updated_at"])
     return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
 
 
-async def _record_terminal(conn: Conn, run_row: dict[str, Any], state: TerminalState, ts: datetime) -> None:
-    result = Jsonb(state.result) if state.result is not None else None
-    params = {**state.payload(), "result": result, "completed_at": ts}
-    await conn.execute(SET_TERMINAL_SQL, {**params, "run_id": run_row["run_id"]})
-    run_row.update(
-        terminal_status=state.status,
-        terminal_result=state.result,
-        terminal_error=state.error,
-        terminal_total_rows=state.total_rows,
-        terminal_duration_ms=state.duration_ms,
-        terminal_play_name=state.play_name,
-        completed_at=ts,
+def _terminal_outcome(run_id: str, row: Row, requested: TerminalState) -> tuple[shapes.TerminalState, bool]:
+    """(the run's terminal state, whether this request set it) after appending its terminal event.
+
+    First terminal wins: on a run that had ended, repeating the stored state is a no-op and a
+    different one is `RunTerminal`.
+    """
+    stored = terminal_from_row(row)
+    assert stored is not None
+    if not row["refused"]:
+        return stored, True
+    if requested.agrees_with(stored):
+        return stored, False
+    raise RunTerminal(
+        f"run {run_id!r} already ended {stored['status']}"
+        + (f" ({stored['error']})" if stored["error"] else "")
+        + f"; refusing a different terminal state ({requested.status})",
+        run_id,
+        dict(stored),
     )
-    if run_row.get("play_name") is None:
-        run_row["play_name"] = state.play_name
+
+
+async def _append_locked(
+    conn: Conn,
+    run_row: dict[str, Any],
+    parsed: Sequence[NewEvent],
+    *,
+    max_events_per_run: int,
+    now: datetime | None,
+) -> Row:
+    """Append to the run `lock_run` locked in this transaction and bring `run_row` up to date; the
+    transaction's first append to the run issues its NOTIFY."""
+    row = await _append_events(
+        conn,
+        run_row["run_id"],
+        parsed,
+        max_events_per_run=max_events_per_run,
+        now=now,
+        notify=not run_row.get(_NOTIFIED, False),
+    )
+    run_row.update((column, row[column]) for column in _APPENDED_COLUMNS)
+    if not row["refused"]:
+        run_row[_NOTIFIED] = True
+    return row
 
 
 async def append_in_transaction(
@@ -305,32 +315,18 @@ async def append_in_transaction(
     """Append validated events to the run locked by `lock_run` in this transaction.
 
     Validates every event first (one bad event raises `InvalidInput` before anything is written),
-    refuses a terminal run (`RunTerminal`, a `Conflict`), assigns seqs after `run_row['last_seq']`,
+    refuses a terminal run (`RunTerminal`, a `Conflict`), assigns seqs after the run's last seq,
     advances the run (status events also set its status), trims retention and issues the
     transaction's one NOTIFY.
     A trailing `terminal` event sets the terminal state (first terminal wins). `run_row` is updated
     in place, so a second call in the same transaction continues the sequence.
     Returns the stored events in API shape.
     """
-    return await _append_parsed(
-        conn, run_row, parse_events(events), max_events_per_run=max_events_per_run, now=now
-    )
-
-
-async def _append_parsed(
-    conn: Conn,
-    run_row: dict[str, Any],
-    parsed: Sequence[NewEvent],
-    *,
-    max_events_per_run: int,
-    now: datetime | None,
-) -> list[shapes.Event]:
-    _refuse_if_terminal(run_row)
-    written = await _write_events(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
-    if parsed[-1].type == "terminal":
-        # The terminal event's payload holds exactly the state's fields, validated by parse_events.
-        await _record_terminal(conn, run_row, TerminalState(**parsed[-1].payload), run_row["updated_at"])
-    return written
+    parsed = parse_events(events)
+    row = await _append_locked(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
+    if row["refused"]:
+        raise _refusal(run_row["run_id"], row)
+    return _appended(row, parsed)
 
 
 async def set_terminal_in_transaction(
@@ -348,22 +344,9 @@ async def set_terminal_in_transaction(
     appends the `terminal` event in this transaction.
     """
     terminal = state if isinstance(state, TerminalState) else parse_terminal_state(state, field="")
-    stored = terminal_from_row(run_row)
-    if stored is not None:
-        if terminal.agrees_with(stored):
-            return stored, False
-        raise RunTerminal(
-            f"run {run_row['run_id']!r} already ended {stored['status']}"
-            + (f" ({stored['error']})" if stored["error"] else "")
-            + f"; refusing a different terminal state ({terminal.status})",
-            run_row["run_id"],
-            dict(stored),
-        )
     event = NewEvent("terminal", terminal.payload())
-    await _append_parsed(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
-    result = terminal_from_row(run_row)
-    assert result is not None
-    return result, True
+    row = await _append_locked(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
+    return _terminal_outcome(run_row["run_id"], row, terminal)
 
 
 async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list[dict[str, Any]]:
@@ -525,13 +508,21 @@ class RunLog:
         return run_from_row(row)
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
-        """Append events in one transaction; returns them with their seq and ts."""
-        parsed = parse_events(events)  # bad input is rejected before the run lock is taken
-        async with self.db.transaction() as conn:
-            run = await lock_run(conn, run_id)
-            return await _append_parsed(
-                conn, run, parsed, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+        """Append events in one transaction (one round trip); returns them with their seq and ts."""
+        validate_run_id(run_id)
+        parsed = parse_events(events)  # bad input is rejected before anything is sent
+        async with self.db.autocommit() as conn:
+            row = await _append_events(
+                conn,
+                run_id,
+                parsed,
+                max_events_per_run=self.max_events_per_run,
+                now=await self._now(conn),
+                notify=True,
             )
+        if row["refused"]:
+            raise _refusal(run_id, row)
+        return _appended(row, parsed)
 
     async def set_terminal(
         self,
@@ -556,11 +547,17 @@ class RunLog:
             },
             field="",
         )
-        async with self.db.transaction() as conn:
-            run = await lock_run(conn, run_id)
-            state, _ = await set_terminal_in_transaction(
-                conn, run, terminal, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+        validate_run_id(run_id)
+        async with self.db.autocommit() as conn:
+            row = await _append_events(
+                conn,
+                run_id,
+                [NewEvent("terminal", terminal.payload())],
+                max_events_per_run=self.max_events_per_run,
+                now=await self._now(conn),
+                notify=True,
             )
+        state, _ = _terminal_outcome(run_id, row, terminal)
         return state
 
     async def get_terminal(self, run_id: str) -> shapes.TerminalState | None:

@@ -1,0 +1,211 @@
+"""The append in one round trip (`ledger.append_events`): every rule it carries, on real Postgres.
+
+Each test pins one rule the function took over from separate statements: gapless seqs under
+concurrent one-call appends, refusing a terminal run, first terminal wins, retention sparing the
+terminal event, one NOTIFY per transaction, nothing delivered for a rolled-back append, the
+injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from ledger.clock import ManualClock, to_ms
+from ledger.db import Database
+from ledger.errors import NotFound, RunTerminal
+from ledger.runlog.events import notify_payload, parse_notify_payload
+from ledger.runlog.listener import CHANNEL
+from ledger.runlog.store import RunLog, append_in_transaction, lock_run, set_terminal_in_transaction
+
+WRITERS = 8
+APPENDS_EACH = 200
+
+
+class RollBack(Exception):
+    pass
+
+
+async def stored(db: Database, run_id: str) -> list[tuple[int, str]]:
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, type FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+        )
+        return [(int(r["seq"]), str(r["type"])) for r in await cur.fetchall()]
+
+
+async def notes_after(listen: psycopg.AsyncConnection[Any]) -> list[str]:
+    """Notification payloads delivered to `listen` so far (a short wait for any in flight)."""
+    return [n.payload async for n in listen.notifies(timeout=0.5)]
+
+
+@pytest.fixture
+async def listen(clean_database_url: str) -> Any:
+    async with await psycopg.AsyncConnection.connect(clean_database_url, autocommit=True) as conn:
+        await conn.execute(f"LISTEN {CHANNEL}")
+        yield conn
+
+
+async def test_concurrent_one_call_appends_to_one_run_get_exactly_1_to_n(db: Database) -> None:
+    runlog = RunLog(db, max_events_per_run=0)
+    await runlog.open_run("hot")
+
+    async def writer(index: int) -> list[int]:
+        seqs = []
+        for i in range(APPENDS_EACH):
+            [event] = await runlog.append("hot", [{"type": "log", "line": f"{index}:{i}"}])
+            seqs.append(event["seq"])
+        return seqs
+
+    results = await asyncio.gather(*(writer(index) for index in range(WRITERS)))
+    total = WRITERS * APPENDS_EACH
+    assert sorted(seq for seqs in results for seq in seqs) == list(range(1, total + 1))
+    assert all(seqs == sorted(seqs) for seqs in results)
+    assert [seq for seq, _ in await stored(db, "hot")] == list(range(1, total + 1))
+    assert (await runlog.get_run("hot"))["last_seq"] == total
+
+
+async def test_an_append_to_a_terminal_run_is_refused_with_the_stored_state_and_writes_nothing(
+    db: Database, listen: psycopg.AsyncConnection[Any]
+) -> None:
+    runlog = RunLog(db)
+    await runlog.open_run("r1")
+    ended = await runlog.set_terminal("r1", "failed", error="boom", total_rows=4)
+    assert len(await notes_after(listen)) == 1
+    with pytest.raises(RunTerminal) as info:
+        await runlog.append("r1", [{"type": "log", "line": "too late"}])
+    assert info.value.run_id == "r1" and info.value.terminal == ended
+    assert "failed: boom" in info.value.message
+    # The same through the building block, inside the caller's transaction.
+    async with db.transaction() as conn:
+        run = await lock_run(conn, "r1")
+        with pytest.raises(RunTerminal) as info:
+            await append_in_transaction(conn, run, [{"type": "log", "line": "late"}], max_events_per_run=0)
+        assert info.value.terminal == ended
+    assert await stored(db, "r1") == [(1, "terminal")]
+    assert (await runlog.get_run("r1"))["last_seq"] == 1
+    assert await notes_after(listen) == []  # a refused append notifies nobody
+
+
+async def test_first_terminal_wins_within_one_transaction_and_across_calls(db: Database) -> None:
+    async with db.transaction() as conn:
+        run = await lock_run(conn, "r1", create=True)
+        [*_, last] = await append_in_transaction(
+            conn,
+            run,
+            [{"type": "log", "line": "x"}, {"type": "terminal", "status": "cancelled"}],
+            max_events_per_run=0,
+        )
+        assert last["type"] == "terminal" and run["terminal_status"] == "cancelled"
+        state, newly = await set_terminal_in_transaction(
+            conn, run, {"status": "cancelled"}, max_events_per_run=0
+        )
+        assert not newly and state["status"] == "cancelled"
+        with pytest.raises(RunTerminal):
+            await set_terminal_in_transaction(conn, run, {"status": "completed"}, max_events_per_run=0)
+    runlog = RunLog(db)
+    with pytest.raises(RunTerminal) as info:
+        await runlog.set_terminal("r1", "failed", error="later")
+    assert info.value.terminal["status"] == "cancelled"
+    assert (await runlog.set_terminal("r1", "cancelled"))["status"] == "cancelled"
+    assert await stored(db, "r1") == [(1, "log"), (2, "terminal")]
+    run_now = await runlog.get_run("r1")
+    assert run_now["status"] == "cancelled" and run_now["last_seq"] == 2
+
+
+async def test_a_batch_past_retention_trims_itself_but_keeps_its_terminal_event(db: Database) -> None:
+    runlog = RunLog(db, max_events_per_run=2)
+    await runlog.open_run("r1", play_name=None)
+    events = [{"type": "log", "line": str(i)} for i in range(5)]
+    await runlog.append("r1", [*events, {"type": "terminal", "status": "completed", "play_name": "p"}])
+    assert await stored(db, "r1") == [(5, "log"), (6, "terminal")]
+    run = await runlog.get_run("r1")
+    assert run["play_name"] == "p"  # a terminal state's play name fills a missing one
+    # A tighter limit later (retention configured down): the terminal event still stays.
+    async with db.transaction() as conn:
+        await conn.execute(
+            "SELECT * FROM ledger.append_events('r1', '[]'::jsonb, NULL, 1, NULL, %s, false)", (CHANNEL,)
+        )
+    assert await stored(db, "r1") == [(5, "log"), (6, "terminal")]  # refused: nothing trimmed either
+    async with db.connection() as conn:
+        await conn.execute("UPDATE ledger.runs SET terminal_status = NULL, completed_at = NULL")
+        await conn.execute(
+            'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "z"}]]\'::jsonb,'
+            " NULL, 1, NULL, %s, false)",
+            (CHANNEL,),
+        )
+    assert await stored(db, "r1") == [(6, "terminal"), (7, "log")]
+
+
+async def test_one_notification_per_transaction_with_the_run_and_seq_it_reached(
+    db: Database, listen: psycopg.AsyncConnection[Any]
+) -> None:
+    runlog = RunLog(db)
+    odd = 'run "quoted" \\ été'
+    for run_id in ("r1", odd):
+        await runlog.open_run(run_id)
+    await runlog.append("r1", [{"type": "log", "line": "a"}, {"type": "log", "line": "b"}])
+    assert await notes_after(listen) == [notify_payload("r1", 2)]
+    await runlog.append(odd, [{"type": "log", "line": "a"}])
+    [payload] = await notes_after(listen)
+    assert parse_notify_payload(payload) == (odd, 1)
+    # The ingestion's shape: two appends and a terminal state in one transaction, one NOTIFY.
+    async with db.transaction() as conn:
+        run = await lock_run(conn, "r1")
+        await append_in_transaction(conn, run, [{"type": "log", "line": "c"}], max_events_per_run=0)
+        await append_in_transaction(conn, run, [{"type": "status", "status": "x"}], max_events_per_run=0)
+        await set_terminal_in_transaction(conn, run, {"status": "completed"}, max_events_per_run=0)
+    assert await notes_after(listen) == [notify_payload("r1", 3)]
+    assert (await runlog.get_run("r1"))["last_seq"] == 5
+
+
+async def test_a_rolled_back_append_delivers_nothing_and_leaves_nothing(
+    db: Database, listen: psycopg.AsyncConnection[Any]
+) -> None:
+    runlog = RunLog(db)
+    await runlog.open_run("r1")
+    with pytest.raises(RollBack):
+        async with db.transaction() as conn:
+            run = await lock_run(conn, "r1")
+            await append_in_transaction(conn, run, [{"type": "log", "line": "ghost"}], max_events_per_run=0)
+            raise RollBack
+    # The one-call append inside a shared transaction (an Idempotency-Key request) that fails later.
+    with pytest.raises(RollBack):
+        async with db.shared_transaction():
+            await runlog.append("r1", [{"type": "log", "line": "ghost too"}])
+            raise RollBack
+    assert await notes_after(listen) == []
+    assert await stored(db, "r1") == []
+    assert (await runlog.get_run("r1"))["last_seq"] == 0
+    # And a committed shared transaction does deliver it.
+    async with db.shared_transaction():
+        await runlog.append("r1", [{"type": "log", "line": "real"}])
+    assert await notes_after(listen) == [notify_payload("r1", 1)]
+
+
+async def test_the_injected_clock_times_events_the_run_and_its_end(db: Database) -> None:
+    clock = ManualClock(datetime(2030, 5, 1, 12, 0, tzinfo=UTC))
+    runlog = RunLog(db, clock=clock)
+    await runlog.open_run("r1")
+    [event] = await runlog.append("r1", [{"type": "log", "line": "a"}])
+    assert event["ts"] == to_ms(clock.current)
+    clock.advance(1500)
+    state = await runlog.set_terminal("r1", "completed")
+    assert state["completed_at"] == to_ms(clock.current)
+    run = await runlog.get_run("r1")
+    assert run["updated_at"] == to_ms(clock.current)
+
+
+async def test_an_unknown_run_is_not_found_and_gets_nothing(db: Database) -> None:
+    runlog = RunLog(db)
+    with pytest.raises(NotFound):
+        await runlog.append("ghost", [{"type": "log", "line": "a"}])
+    with pytest.raises(NotFound):
+        await runlog.set_terminal("ghost", "completed")
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM ledger.runs")
+        assert await cur.fetchone() == {"n": 0}
