@@ -16,11 +16,13 @@ Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (fsync on)
 - ingestion: `apply_status_upload` of n-node progress maps, 10 nodes changed and every node changed.
 
 Sizes of one path are measured interleaved (one call per size in turn), so a load spike on the
-shared machine slows every size alike; runs are the exception, one table filled up size by size.
-`growth` compares the p50 of a size with the size before it (x latency for x size); `verdict`
-reads it: flat (at most x1.2), ~log n (at most 1.25 x the growth of log n), ~linear (latency
-grows at least as n^0.75) or "> log n" in between. At the largest run count the listing's first
-page is shown with EXPLAIN (ANALYZE, BUFFERS).
+shared machine slows every size alike. Runs are the exception (one table, filled up size by
+size), so the listing also counts the buffer pages each statement touches (EXPLAIN ANALYZE,
+BUFFERS), which no load changes. `growth` compares a size with the one before it (x p50, and x
+pages, for x n); `verdict` reads the pages where counted, else the p50: flat (at most x1.2),
+~log n (at most 1.25 x the growth of log n), ~linear (at least n^0.75), superlinear (n^1.3) or
+"> log n" in between. At the largest run count the listing's first page is shown with EXPLAIN
+(ANALYZE, BUFFERS).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ QUICK = GrowthProfile(
     "quick",
     retained=(10, 100, 1_000),
     pool_sizes=(100, 1_000),
-    run_counts=(1_000, 10_000),
+    run_counts=(5_000, 20_000),
     node_counts=(10, 100),
     samples=15,
 )
@@ -86,6 +88,9 @@ class Point:
     size: int
     p50_ms: float
     p99_ms: float
+    # Buffer pages the statement touched (EXPLAIN ANALYZE, BUFFERS): the same on a busy machine
+    # as on a quiet one. Only for the listing, which cannot interleave its sizes.
+    pages: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,8 @@ class Curve:
     points: list[Point]
 
     def verdict(self) -> str:
-        """First size to last: how the p50 grew against n."""
-        first, last = self.points[0], self.points[-1]
-        return verdict(first.size, first.p50_ms, last.size, last.p50_ms)
+        """First size to last: how the cost grew against n (pages when counted, else the p50)."""
+        return step_verdict(self.points[0], self.points[-1])
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdict": self.verdict()}
@@ -121,13 +125,21 @@ def verdict(n1: int, t1: float, n2: int, t2: float) -> str:
     return "> log n"
 
 
+def cost(p: Point) -> float:
+    return float(p.pages) if p.pages is not None else p.p50_ms
+
+
+def step_verdict(before: Point, after: Point) -> str:
+    return verdict(before.size, cost(before), after.size, cost(after))
+
+
 def percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def point(size: int, samples: Sequence[float]) -> Point:
-    return Point(size, percentile(samples, 0.5) * 1000, percentile(samples, 0.99) * 1000)
+def point(size: int, samples: Sequence[float], pages: int | None = None) -> Point:
+    return Point(size, percentile(samples, 0.5) * 1000, percentile(samples, 0.99) * 1000, pages)
 
 
 Call = Callable[[], Awaitable[Any]]
@@ -263,26 +275,34 @@ async def ingest_growth(db: Database, profile: GrowthProfile, tag: str) -> list[
 LISTING_VARIANTS = ("first page of 50", "full page of 1,000", "page of 50 half-way down, by cursor")
 
 
-async def listing_at(db: Database, samples: int) -> list[list[float]]:
-    """Per listing variant, `samples` timings of it on the ledger's runs as they are."""
-    first = await overview.list_runs(db, 50)
-    cursor = await halfway_cursor(db)
+Listing = tuple[list[float], int]  # timings (s) and buffer pages of one variant at one size
 
-    variants: list[Call] = [
-        lambda: overview.list_runs(db, 50),
-        lambda: overview.list_runs(db, 1000),
-        lambda: overview.list_runs(db, 50, before=cursor),
-    ]
-    assert first, "no runs to list"
+
+async def listing_at(db: Database, samples: int) -> list[Listing]:
+    """Per listing variant, `samples` timings of it and the pages it touches, on the runs as they are."""
+    cursor = await halfway_cursor(db)
+    variants = [(50, None), (1000, None), (50, cursor)]
+    assert await overview.list_runs(db, 50), "no runs to list"
     timings: list[list[float]] = [[] for _ in variants]
-    for call in variants:
-        await call()
+    for limit, before in variants:
+        await overview.list_runs(db, limit, before)
     for _ in range(samples):
-        for i, call in enumerate(variants):
+        for i, (limit, before) in enumerate(variants):
             began = time.perf_counter()
-            await call()
+            await overview.list_runs(db, limit, before)
             timings[i].append(time.perf_counter() - began)
-    return timings
+    return [(timings[i], await pages(db, limit, before)) for i, (limit, before) in enumerate(variants)]
+
+
+async def pages(db: Database, limit: int, before: str | None) -> int:
+    """Buffer pages (hit or read) one run of the listing statement touches."""
+    statement, params = overview.listing_statement(limit, before)
+    async with db.connection() as conn:
+        cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
+        row = await cur.fetchone()
+    assert row is not None
+    top = row["QUERY PLAN"][0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
 
 
 async def halfway_cursor(db: Database) -> str:
@@ -300,16 +320,20 @@ async def halfway_cursor(db: Database) -> str:
 async def listing_growth(
     db: Database, url: str, profile: GrowthProfile, log: Callable[[str], None]
 ) -> tuple[list[Curve], list[str]]:
-    timings: dict[int, list[list[float]]] = {}
+    measured: dict[int, list[Listing]] = {}
     filled = 0
     for n in profile.run_counts:
         began = time.perf_counter()
         await execute(url, (FILL_RUNS, {"first": filled + 1, "last": n}), ("VACUUM ANALYZE ledger.runs", {}))
         log(f"growth: {n:,} runs filled in {time.perf_counter() - began:.1f} s")
         filled = n
-        timings[n] = await listing_at(db, profile.samples)
+        measured[n] = await listing_at(db, profile.samples)
     curves = [
-        Curve(f"run listing, {variant}", "runs in the ledger", [point(n, timings[n][i]) for n in timings])
+        Curve(
+            f"run listing, {variant}",
+            "runs in the ledger",
+            [point(n, at[i][0], pages=at[i][1]) for n, at in measured.items()],
+        )
         for i, variant in enumerate(LISTING_VARIANTS)
     ]
     async with db.connection() as conn:
@@ -346,13 +370,16 @@ def table_rows(curves: Sequence[Curve]) -> list[tuple[str, ...]]:
                 growth, step = "", ""
             else:
                 growth = f"x{p.p50_ms / before.p50_ms:.2f} for x{p.size / before.size:g} n"
-                step = verdict(before.size, before.p50_ms, p.size, p.p50_ms)
+                if p.pages is not None and before.pages is not None:
+                    growth = f"{growth}, pages x{p.pages / before.pages:.2f}"
+                step = step_verdict(before, p)
             rows.append(
                 (
                     curve.path if before is None else "",
                     f"{p.size:,}",
                     f"{p.p50_ms:.2f}",
                     f"{p.p99_ms:.2f}",
+                    "" if p.pages is None else f"{p.pages:,}",
                     growth,
                     step,
                 )
@@ -363,7 +390,7 @@ def table_rows(curves: Sequence[Curve]) -> list[tuple[str, ...]]:
 
 def print_report(curves: Sequence[Curve], plan: Sequence[str]) -> None:
     common.print_table(
-        ("path", "n", "p50 ms", "p99 ms", "growth (p50)", "verdict"), table_rows(curves), align="right"
+        ("path", "n", "p50 ms", "p99 ms", "pages", "growth", "verdict"), table_rows(curves), align="right"
     )
     print()
     width = max(len(c.path) for c in curves)
@@ -371,6 +398,8 @@ def print_report(curves: Sequence[Curve], plan: Sequence[str]) -> None:
         first, last = curve.points[0], curve.points[-1]
         sizes = f"{curve.size_is}, {first.size:,} -> {last.size:,}"
         grew = f"p50 x{last.p50_ms / first.p50_ms:.2f}"
+        if first.pages is not None and last.pages is not None:
+            grew = f"{grew}, pages x{last.pages / first.pages:.2f}"
         print(f"  {curve.path.ljust(width)}  {curve.verdict():<11}  {sizes}: {grew}")
     if plan:
         print("\n  the listing's first page at the largest run count, EXPLAIN (ANALYZE, BUFFERS):")

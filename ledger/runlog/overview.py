@@ -95,7 +95,8 @@ def _parse_cursor(value: object) -> tuple[datetime, str]:
     try:
         position = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
         micros, run_id = position
-        if not validate.is_int(micros) or not isinstance(run_id, str):
+        # A NUL is never in a run id, and Postgres text could not carry it to the comparison.
+        if not validate.is_int(micros) or not isinstance(run_id, str) or "\x00" in run_id:
             raise ValueError("not a position")
         return _EPOCH + micros * _MICROSECOND, run_id
     except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, OverflowError):

@@ -108,6 +108,7 @@ def cursor_text(text: str) -> str:
         cursor_text("[1, 2]"),
         cursor_text("[1]"),
         cursor_text('[1, "x", 3]'),
+        cursor_text('[1, "nul \\u0000 inside"]'),
         cursor_text('[99999999999999999999999, "x"]'),
         base64.urlsafe_b64encode(b"\xff\xfe").decode(),
     ],
