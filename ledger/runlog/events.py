@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from ledger import shapes, validate
 from ledger.errors import InvalidInput
@@ -59,9 +59,11 @@ _ALLOWED_FIELDS: Final[dict[str, frozenset[str]]] = {
 }
 
 
-@dataclass(frozen=True)
-class NewEvent:
-    """A validated event to append: its type and the payload stored with it."""
+class NewEvent(NamedTuple):
+    """A validated event to append: its type and the payload stored with it.
+
+    A named tuple rather than a frozen dataclass: a batch makes one per event, and a tuple is
+    built several times faster."""
 
     type: str
     payload: dict[str, Any]
@@ -169,7 +171,8 @@ def _ingestion_payload(kind: str, event: Mapping[str, Any], field: str) -> dict[
 
 def parse_event(event: object, field: str = "event") -> NewEvent:
     """Validate one input event (`{"type": ..., ...fields}`) or raise `InvalidInput` naming the field."""
-    if not isinstance(event, Mapping):
+    # `type(...) is dict` first: JSON bodies are dicts, and the ABC check costs more than the rest.
+    if type(event) is not dict and not isinstance(event, Mapping):
         raise InvalidInput(field, "must be an object")
     kind = event.get("type")
     if not isinstance(kind, str):
@@ -178,9 +181,9 @@ def parse_event(event: object, field: str = "event") -> NewEvent:
         raise InvalidInput(
             f"{field}.type", f"unknown event type {kind!r} (expected one of {list(EVENT_TYPES)})"
         )
-    for key in RESERVED_KEYS:
-        if key in event:
-            raise InvalidInput(f"{field}.{key}", "is assigned by the ledger and may not be sent")
+    if not RESERVED_KEYS.isdisjoint(event):
+        key = min(RESERVED_KEYS.intersection(event))
+        raise InvalidInput(f"{field}.{key}", "is assigned by the ledger and may not be sent")
     if kind in COORDINATOR_TYPES:
         return NewEvent(kind, _coordinator_payload(kind, event, field))
     return NewEvent(kind, _ingestion_payload(kind, event, field))

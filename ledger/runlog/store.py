@@ -20,13 +20,12 @@ always agree.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, NotRequired
 
-from ledger import shapes, validate
+from ledger import jsonb, shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import CursorExpired, NotFound, RunTerminal
@@ -50,7 +49,6 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.5
 
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
-_JSON: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 OPEN_RUN_SQL: Final = """
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
@@ -238,7 +236,7 @@ async def _append_events(
         APPEND_SQL,
         {
             "run_id": run_id,
-            "events": _JSON.encode([(e.type, e.payload) for e in events]),
+            "events": jsonb.dumps([(e.type, e.payload) for e in events]),
             "status": status,
             "max_events": max_events_per_run,
             "now": now,

@@ -209,3 +209,17 @@ async def test_an_unknown_run_is_not_found_and_gets_nothing(db: Database) -> Non
     async with db.connection() as conn:
         cur = await conn.execute("SELECT count(*) AS n FROM ledger.runs")
         assert await cur.fetchone() == {"n": 0}
+
+
+async def test_payloads_orjson_refuses_are_stored_exactly_too(db: Database) -> None:
+    runlog = RunLog(db)
+    await runlog.open_run("r1")
+    big = 2**70
+    [event] = await runlog.append("r1", [{"type": "step.progress", "nodeId": "n", "rows": big}])
+    assert event == {"seq": 1, "type": "step.progress", "ts": event["ts"], "nodeId": "n", "rows": big}
+    state = await runlog.set_terminal("r1", "completed", result={"total": big, "by_id": {7: "x"}})
+    assert state["result"] == {"total": big, "by_id": {"7": "x"}}
+    first, last = (await runlog.list_events("r1"))["events"]
+    assert first == event
+    fields = {key: value for key, value in state.items() if key != "completed_at"}
+    assert last == {"seq": 2, "type": "terminal", "ts": state["completed_at"], **fields}
