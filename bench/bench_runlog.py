@@ -10,24 +10,22 @@ synchronous_commit on), migrated (bench/common.py), then measures
 - commit-to-wake latency p50/p99 with 1 and 1,000 long-poll waiters on one process: from issuing
   COMMIT of an append to each waiter returning the event (NOTIFY, fan-out, re-read).
 
-The baseline for throughput is pgbench (the embedded wheel's client program, which works against
-any server) running the same SQL shape (lock the run row, one insert/advance/trim/NOTIFY statement,
-commit). pgbench cannot LISTEN, so the wake
-baseline is one bare psycopg LISTEN connection: COMMIT to notification arrival, plus one re-read.
+The baseline for throughput is `baselines.append_rate` (what `python -m bench` uses too): pgbench,
+the embedded wheel's client program (it works against any server), running the one-statement
+append with NOTIFY (advance the run, insert the batch, notify) in autocommit. pgbench cannot
+LISTEN, so the wake baseline is one bare psycopg LISTEN connection: COMMIT to notification
+arrival, plus one re-read.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
 import statistics
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+import baselines
 import psycopg
 from common import bench_database, print_footer, print_table
 
@@ -37,29 +35,6 @@ from ledger.runlog.listener import CHANNEL, Listener
 from ledger.runlog.store import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run
 
 BATCH = 1000
-
-# The same shape as ledger.runlog.store: lock the run, then one statement that inserts, advances the run,
-# trims retention (10,000) and notifies; `:n` events per transaction.
-PGBENCH_SCRIPT = """
-BEGIN;
-SELECT last_seq + 1 AS first FROM ledger.runs WHERE run_id = '{prefix}' || :client_id FOR UPDATE \\gset
-WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS ts), inserted AS (
-  INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
-  SELECT '{prefix}' || :client_id, s, 'log', clock.ts, ('{{"line": "line ' || s || '"}}')::jsonb
-  FROM clock, generate_series(:first, :first + {n} - 1) AS s
-), advanced AS (
-  UPDATE ledger.runs SET last_seq = :first + {n} - 1, updated_at = clock.ts, status = runs.status
-  FROM clock WHERE runs.run_id = '{prefix}' || :client_id
-), trimmed AS (
-  DELETE FROM ledger.run_events WHERE run_id = '{prefix}' || :client_id
-    AND seq <= :first + {n} - 1 - 10000 AND type <> 'terminal'
-)
-SELECT clock.ts, n.notified FROM clock LEFT JOIN (
-  SELECT pg_notify('{channel}',
-                   '{{"run_id":"{prefix}' || :client_id || '","seq":' || (:first + {n} - 1) || '}}')::text
-  AS notified) AS n ON true;
-COMMIT;
-"""
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -91,33 +66,6 @@ async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
         start = time.perf_counter()
         await asyncio.gather(*(appender(i) for i in range(runs)))
         return sum(counts) / (time.perf_counter() - start)
-
-
-def pgbench(bin_dir: Path, url: str, runs: int, batch: int, seconds: float) -> float:
-    prefix = f"pgb-{runs}-{batch}-"
-    with psycopg.connect(url, autocommit=True) as conn:
-        for client in range(runs):
-            conn.execute(
-                "INSERT INTO ledger.runs (run_id) VALUES (%s) ON CONFLICT DO NOTHING", (f"{prefix}{client}",)
-            )
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-        script.write(PGBENCH_SCRIPT.format(prefix=prefix, n=batch, channel=CHANNEL))
-    os.chmod(script.name, 0o644)
-    try:
-        out = subprocess.run(
-            [
-                *(str(bin_dir / "pgbench"), "-n", "-f", script.name),
-                *("-c", str(runs), "-j", str(runs), "-T", str(max(1, round(seconds))), url),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    finally:
-        os.unlink(script.name)
-    match = re.search(r"tps = ([0-9.]+)", out)
-    assert match, out
-    return float(match.group(1)) * batch
 
 
 async def wait_one(runlog: RunLog, run_id: str, after: int) -> float:
@@ -190,7 +138,7 @@ async def measure(url: str, bin_dir: Path, seconds: float) -> list[tuple[str, st
 
     async def pair(label: str, runs: int, batch: int, unit: str) -> None:
         ours = await throughput(url, runs, batch, seconds)
-        raw = await asyncio.to_thread(pgbench, bin_dir, url, runs, batch, seconds)
+        raw = await asyncio.to_thread(baselines.append_rate, bin_dir, url, runs, batch, seconds)
         rows.append((label, f"{ours:,.0f} {unit}", f"{raw:,.0f} {unit}", f"{ours / raw:.0%}"))
 
     await pair("single-event appends, 1 run", 1, 1, "appends/s")
