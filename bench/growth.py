@@ -21,8 +21,8 @@ size), so the listing also counts the buffer pages each statement touches (EXPLA
 BUFFERS), which no load changes. `growth` compares a size with the one before it (x p50, and x
 pages, for x n); `verdict` reads the pages where counted, else the p50: flat (at most x1.2),
 ~log n (at most 1.25 x the growth of log n), ~linear (at least n^0.75), superlinear (n^1.3) or
-"> log n" in between. At the largest run count the listing's first page is shown with EXPLAIN
-(ANALYZE, BUFFERS).
+"> log n" in between; a path's verdict is its last step's. At the largest run count the
+listing's first page is shown with EXPLAIN (ANALYZE, BUFFERS).
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ class Curve:
     points: list[Point]
 
     def verdict(self) -> str:
-        """First size to last: how the cost grew against n (pages when counted, else the p50)."""
-        return step_verdict(self.points[0], self.points[-1])
+        """The last step's verdict: at the largest sizes a fixed per-call cost hides growth least."""
+        return step_verdict(self.points[-2], self.points[-1])
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "verdict": self.verdict()}
@@ -400,7 +400,7 @@ def print_report(curves: Sequence[Curve], plan: Sequence[str]) -> None:
         grew = f"p50 x{last.p50_ms / first.p50_ms:.2f}"
         if first.pages is not None and last.pages is not None:
             grew = f"{grew}, pages x{last.pages / first.pages:.2f}"
-        print(f"  {curve.path.ljust(width)}  {curve.verdict():<11}  {sizes}: {grew}")
+        print(f"  {curve.path.ljust(width)}  {curve.verdict():<11}  {sizes}: {grew} (verdict: last step)")
     if plan:
         print("\n  the listing's first page at the largest run count, EXPLAIN (ANALYZE, BUFFERS):")
         for line in plan:

@@ -231,9 +231,16 @@ class _Operations:
         return _write("POST", "/v1/runs", body, _whole, idempotency_key, run_id)
 
     @operation
-    def list_runs(limit: int = 50) -> Call[list[shapes.RunSummary]]:
-        """The newest runs with their step and row totals, newest first (1 to 1,000)."""
-        return Call("GET", "/v1/runs", _field("runs"), params={"limit": limit})
+    def list_runs(limit: int = 50, before: str | None = None) -> Call[list[shapes.RunSummary]]:
+        """The newest runs with their step and row totals, newest first (1 to 1,000); after the
+        cursor `before` (a page's `next_before`, see `runs_page`) when given."""
+        return Call("GET", "/v1/runs", _field("runs"), params=_without_none(limit=limit, before=before))
+
+    @operation
+    def runs_page(limit: int = 50, before: str | None = None) -> Call[shapes.RunList]:
+        """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` for the
+        page after it (None once a page comes back short)."""
+        return Call("GET", "/v1/runs", _whole, params=_without_none(limit=limit, before=before))
 
     @operation
     def get_run(run_id: str) -> Call[shapes.Run]:

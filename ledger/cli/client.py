@@ -60,14 +60,17 @@ def _console() -> Console:
 
 @click.command()
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
-def runs(limit: int) -> None:
+@click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
+def runs(limit: int, before: str | None) -> None:
     """List the newest runs: status, age, last event, steps done, rows."""
     with _client() as client:
-        items = client.list_runs(limit)
-    if not items:
-        click.echo("no runs yet")
+        page = client.runs_page(limit, before)
+    if not page["runs"]:
+        click.echo("no runs yet" if before is None else "no more runs")
         return
-    _console().print(render.runs_table(items, _now_ms()))
+    _console().print(render.runs_table(page["runs"], _now_ms()))
+    if page["next_before"] is not None:
+        click.echo(f"more: ledger runs --limit {limit} --before {page['next_before']}")
 
 
 @click.command()

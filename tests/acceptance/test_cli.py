@@ -270,3 +270,21 @@ def test_runs_lists_the_newest_runs(server: Server, client: httpx.Client, tmp_pa
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if run_id in line)
     assert "running" in line and "5 / 9 (1 failed)" in line and "0/1" in line
+
+
+def test_runs_prints_the_command_for_the_next_page(
+    server: Server, client: httpx.Client, tmp_path: Path
+) -> None:
+    older, newer = new_id("paged"), new_id("paged")
+    for run_id in (older, newer):
+        assert client.post("/v1/runs", json={"run_id": run_id}).status_code == 200
+    env = client_env(server, tmp_path)
+    first = ledger("runs", "--limit", "1", env=env)
+    assert first.returncode == 0, first.stderr
+    assert newer in first.stdout and older not in first.stdout
+    more = next(line for line in first.stdout.splitlines() if line.startswith("more: ledger runs "))
+    second = ledger(*more.removeprefix("more: ledger ").split(), env=env)
+    assert second.returncode == 0, second.stderr
+    assert older in second.stdout and newer not in second.stdout
+    refused = ledger("runs", "--before", "not-a-cursor", env=env)
+    assert refused.returncode != 0 and "before: " in refused.stderr

@@ -67,6 +67,9 @@ async def test_runs_events_and_the_terminal_state(api: Api) -> None:
     page = await api("list_events", run_id, after=3)
     assert [e["seq"] for e in page["events"]] == [4, 5] and page["latest_seq"] == 5
     assert any(r["run_id"] == run_id for r in await api("list_runs", 1000))
+    top = await api("runs_page", 1)
+    assert top["runs"][0]["run_id"] == run_id and top["next_before"] is not None
+    assert run_id not in [r["run_id"] for r in await api("list_runs", 1000, top["next_before"])]
 
     # A long-poll waits for what comes next.
     poll = asyncio.ensure_future(api("list_events", run_id, after=5, timeout_ms=20_000))
