@@ -18,6 +18,11 @@ Wake-ups can be lost only while the connection is down, so:
 
 Waiters never hold a database connection: 1,000 long-polls cost one listening connection plus a
 pool connection for the moment each re-reads.
+
+Two kinds of waiter. A `Waiter` is one reader with its own wake-up (durable streams). A `RunWatch`
+is every reader of one run at once: a notification costs one tick and one call of each callback
+queued for the run's next wake-up, however many readers wait, so the run log can start one read for
+all readers of a page and hand each the answer (see `ledger.runlog.fanout`).
 """
 
 from __future__ import annotations
@@ -112,6 +117,33 @@ class Waiter:
         self.close()
 
 
+class RunWatch:
+    """Every reader of one run in this process (`readers`), woken together.
+
+    `woken_at` is the listener tick of the run's last wake-up: a reader whose last read started
+    before it must read again. `on_next_wake` queues a callback for the next wake-up only; it is
+    called with that wake-up's tick. `waiting` counts the readers waiting right now (metrics).
+    """
+
+    __slots__ = ("_callbacks", "readers", "run_id", "waiting", "woken_at")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.readers = 0
+        self.waiting = 0
+        self.woken_at = 0
+        self._callbacks: list[Callable[[int], None]] = []
+
+    def on_next_wake(self, callback: Callable[[int], None]) -> None:
+        self._callbacks.append(callback)
+
+    def _wake(self, tick: int) -> None:
+        self.woken_at = tick
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(tick)
+
+
 class Listener:
     """The process's LISTEN connection and its waiters by run id.
 
@@ -140,6 +172,7 @@ class Listener:
         self.backoff_max_s = backoff_max_s
         self._connect_fn = connect or self._connect
         self._waiters: dict[str, set[Waiter]] = {}
+        self._watches: dict[str, RunWatch] = {}
         self._conn: ListenConn | None = None
         self._task: asyncio.Task[None] | None = None
         self._first_attempt: asyncio.Event | None = None
@@ -171,19 +204,39 @@ class Listener:
             if not waiters:
                 del self._waiters[waiter.run_id]
 
+    def watch(self, run_id: str) -> RunWatch:
+        """Count a reader of `run_id` in (before it reads); `unwatch` it when done."""
+        watch = self._watches.get(run_id)
+        if watch is None:
+            watch = self._watches[run_id] = RunWatch(run_id)
+        watch.readers += 1
+        return watch
+
+    def unwatch(self, watch: RunWatch) -> None:
+        watch.readers -= 1
+        if watch.readers == 0 and self._watches.get(watch.run_id) is watch:
+            del self._watches[watch.run_id]
+
     @property
     def waiter_count(self) -> int:
-        return sum(len(waiters) for waiters in self._waiters.values())
+        waiters = sum(len(waiters) for waiters in self._waiters.values())
+        return waiters + sum(watch.readers for watch in self._watches.values())
 
     def _wake_run(self, run_id: str) -> None:
         for waiter in self._waiters.get(run_id, ()):
             self.wakeups += 1
             waiter.wake()
+        watch = self._watches.get(run_id)
+        if watch is not None:
+            self.wakeups += watch.waiting
+            watch._wake(self.tick())
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
             for waiter in waiters:
                 waiter.wake()
+        for watch in list(self._watches.values()):
+            watch._wake(self.tick())
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, NotRequired
+from typing import Any, Final
 
 from ledger import jsonb, shapes, validate
 from ledger.clock import Clock, to_ms
@@ -42,6 +41,7 @@ from ledger.runlog.events import (
     parse_terminal_state,
     validate_run_id,
 )
+from ledger.runlog.fanout import Fanout, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 
 DEFAULT_MAX_EVENTS_PER_RUN: Final = 10_000
@@ -356,17 +356,11 @@ async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list
 # -- reads ---------------------------------------------------------------------------------------------
 
 
-class _PageAt(shapes.EventPage):
-    """A page and the cursor it was read after (`now` resolved to the run's last seq)."""
-
-    after: NotRequired[int]
-
-
-async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> _PageAt:
-    """One page after the cursor (None = `now`), as `{events, latest_seq, first_seq, terminal, after}`.
+async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> SharedPage:
+    """One page after the cursor (None = `now`): `{events, latest_seq, first_seq, terminal}` and
+    the cursor resolved (a `now` becomes the run's last seq).
 
     Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
-    `after` in the answer is the cursor resolved (a `now` becomes the run's last seq).
     """
     cur = await conn.execute(READ_PAGE_SQL, {"run_id": run_id, "after": after, "limit": limit})
     rows: list[Row] = await cur.fetchall()
@@ -384,24 +378,16 @@ async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> _
             ts_ms = to_ms(row["ts"])
             assert ts_ms is not None
             events.append(event_to_wire(int(row["seq"]), row["type"], ts_ms, row["payload"]))
-    return {
+    page: shapes.EventPage = {
         "events": events,
         "latest_seq": latest_seq,
         "first_seq": first_seq,
         "terminal": terminal_from_row(head),
-        "after": resolved,
     }
+    return SharedPage(page, resolved)
 
 
 # -- the one-call-one-transaction API -----------------------------------------------------------
-
-
-@dataclass
-class _Flight:
-    """A read in progress that readers woken before `started` (a listener tick) may share."""
-
-    started: int
-    task: asyncio.Future[_PageAt]
 
 
 class RunLog:
@@ -429,9 +415,9 @@ class RunLog:
         self.max_events_per_run = max_events_per_run
         self.poll_interval_s = poll_interval_s
         self.reads = 0
-        self._flights: dict[tuple[str, int | None, int], _Flight] = {}
+        self._fanout = Fanout(listener, self._read) if listener is not None else None
 
-    async def _read(self, run_id: str, cursor: int | None, limit: int) -> _PageAt:
+    async def _read(self, run_id: str, cursor: int | None, limit: int) -> SharedPage:
         self.reads += 1
         async with self.db.connection() as conn:
             # One statement is one snapshot already: in autocommit it costs one round trip instead of
@@ -442,31 +428,12 @@ class RunLog:
             finally:
                 await conn.set_autocommit(False)
 
-    async def _shared_read(self, run_id: str, cursor: int | None, limit: int, visible_after: int) -> _PageAt:
-        """A read, shared with concurrent readers of the same page when that is safe.
-
-        A notification wakes every waiter of a run at once; they would all re-read the same page.
-        A read started (on the listener's tick clock) after this waiter's last wake-up sees every
-        commit that woke it, so the waiter may take that read's answer instead of its own.
-        """
-        assert self.listener is not None
-        key = (run_id, cursor, limit)
-        flight = self._flights.get(key)
-        if flight is None or flight.started <= visible_after:
-            flight = _Flight(self.listener.tick(), asyncio.ensure_future(self._read(run_id, cursor, limit)))
-            self._flights[key] = flight
-            flight.task.add_done_callback(lambda task: self._land(key, task))
-        # Shielded: one reader giving up (a client went away) must not cancel the others' read.
-        page = await asyncio.shield(flight.task)
-        return {**page, "events": list(page["events"])}
-
-    def _land(self, key: tuple[str, int | None, int], task: asyncio.Future[_PageAt]) -> None:
-        flight = self._flights.get(key)
-        if flight is not None and flight.task is task:
-            del self._flights[key]
-        # Mark a failed shared read's error as seen even if every reader has gone away.
-        if not task.cancelled():
-            task.exception()
+    async def _shared_read(
+        self, run_id: str, cursor: int | None, limit: int, visible_after: int
+    ) -> shapes.EventPage:
+        """A read started after tick `visible_after`, shared with concurrent readers of the page."""
+        assert self._fanout is not None
+        return (await self._fanout.read((run_id, cursor, limit), visible_after)).copy()
 
     async def _now(self, conn: Conn) -> datetime | None:
         return await self.clock.now(conn) if self.clock is not None else None
@@ -571,28 +538,60 @@ class RunLog:
         Returns `{events, latest_seq, first_seq, terminal}`. A terminal run with nothing after the
         cursor answers at once: nothing more can come.
         """
+        return (await self.wait_page(run_id, after, timeout_ms, limit)).copy()
+
+    async def wait_page(
+        self, run_id: str, after: int | str = -1, timeout_ms: int = 0, limit: int = DEFAULT_LIST_LIMIT
+    ) -> SharedPage:
+        """`list_events`, answered with the page object shared by every reader the same read
+        served (woken together, same cursor and limit): read it, never change it."""
         validate_run_id(run_id)
         cursor = parse_after(after)
         timeout_s = clamp_timeout_ms(timeout_ms) / 1000
         limit = check_limit(limit)
+        if self.listener is None or self._fanout is None or timeout_s <= 0:
+            return await self._poll(run_id, cursor, limit, timeout_s)
+        listener, fanout = self.listener, self._fanout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        # Registered before the first read: a commit landing between the read and the wait still wakes us.
-        waiter = self.listener.register(run_id) if self.listener is not None and timeout_s > 0 else None
+        # Counted in before the first read: a commit landing between the read and the wait still
+        # wakes us (its wake-up moves `woken_at` past `seen`).
+        watch = listener.watch(run_id)
         try:
+            seen = listener.tick()
+            shared = await fanout.read((run_id, cursor, limit), seen)
             while True:
-                if waiter is not None:
-                    page = await self._shared_read(run_id, cursor, limit, waiter.visible_after)
-                else:
-                    page = await self._read(run_id, cursor, limit)
-                cursor = page.pop("after")
+                page = shared.page
                 remaining = deadline - loop.time()
                 if page["events"] or page["terminal"] is not None or remaining <= 0:
-                    return page
-                if waiter is not None:
-                    await waiter.wait(remaining)
+                    return shared
+                key = (run_id, shared.after, limit)
+                if watch.woken_at > seen:
+                    # Woken since that read started: it may predate the commit, so read again.
+                    seen = watch.woken_at
+                    shared = await fanout.read(key, seen)
+                    continue
+                if not listener.connected:
+                    remaining = min(remaining, listener.fallback_poll_s)
+                woken = await fanout.next_page(watch, key, remaining)
+                if woken is None:
+                    # Timed out, or a poll while the listener is down: only a read from now on will do.
+                    listener.timeouts += 1
+                    seen = listener.tick()
+                    shared = await fanout.read(key, seen)
                 else:
-                    await asyncio.sleep(min(self.poll_interval_s, remaining))
+                    seen, shared = woken
         finally:
-            if waiter is not None:
-                waiter.close()
+            listener.unwatch(watch)
+
+    async def _poll(self, run_id: str, cursor: int | None, limit: int, timeout_s: float) -> SharedPage:
+        """Without a listener (or without waiting): read, and re-read every `poll_interval_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            shared = await self._read(run_id, cursor, limit)
+            cursor = shared.after
+            remaining = deadline - loop.time()
+            if shared.page["events"] or shared.page["terminal"] is not None or remaining <= 0:
+                return shared
+            await asyncio.sleep(min(self.poll_interval_s, remaining))
