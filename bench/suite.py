@@ -78,6 +78,7 @@ class Suite:
         self.profile = profile
         self.log = log
         self.rows: list[Measure] = []
+        self.n50_raw: float | None = None  # the 50-node upload's baseline, for its HTTP row
 
     def add(self, measure: Measure) -> Measure:
         self.rows.append(measure)
@@ -150,13 +151,14 @@ class Suite:
             )
             ours, _ = await bench_ingest.scenario(db, "n50", bench_ingest.progress(50, nodes=50), 1, seconds)
         raw = await asyncio.to_thread(baselines.append_rate, self.bin_dir, self.url, 1, 50, seconds)
+        self.n50_raw = raw / 50
         self.add(
             Measure(
                 "ingestion: 50-node upload, every node changed",
                 "uploads/s",
                 "rate",
                 ours,
-                raw / 50,
+                self.n50_raw,
                 "pgbench: one-statement append of its 50 events with NOTIFY",
             )
         )
@@ -182,6 +184,25 @@ class Suite:
                 what = "one bare LISTEN connection + one re-read"
                 self.add(Measure(f"{label}, p50", "ms", "latency", fan["p50"], _p(raw_wake, 0.5), what))
                 self.add(Measure(f"{label}, p99", "ms", "latency", fan["p99"], _p(raw_wake, 0.99), what))
+                if self.n50_raw is not None:
+                    uploads = await bench_ingest.http_uploads(
+                        base,
+                        bench_service.TOKEN,
+                        "n50",
+                        bench_ingest.progress(50, nodes=50),
+                        4,
+                        self.profile.seconds,
+                    )
+                    self.add(
+                        Measure(
+                            "HTTP: 50-node upload, every node changed, 4 clients",
+                            "uploads/s",
+                            "rate",
+                            uploads,
+                            self.n50_raw,
+                            "pgbench: one-statement append of its 50 events with NOTIFY",
+                        )
+                    )
             finally:
                 proc.terminate()
                 await asyncio.to_thread(proc.wait, 30)

@@ -36,6 +36,7 @@ EXPECTED = (
     "HTTP append, 8 clients (one event per request)",
     "HTTP: 100 long-polls woken by one append, p50",
     "HTTP: 100 long-polls woken by one append, p99",
+    "HTTP: 50-node upload, every node changed, 4 clients",
 )
 
 
