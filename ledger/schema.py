@@ -83,6 +83,21 @@ pool_entries = Table(
     ),
 )
 
+# How many entries (and ready ones) each pool and version holds, garbage included: kept by
+# triggers on pool_entries (migration 0007), one row per writing backend (`slot`, its pid) so
+# concurrent writers never wait on each other; claims fold the rows now and then. The counts read
+# these instead of every entry and scan only what is garbage or too young.
+pool_tallies = Table(
+    "pool_tallies",
+    metadata,
+    Column("pool", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("slot", Integer, nullable=False),
+    Column("entries", BigInteger, nullable=False),
+    Column("ready", BigInteger, nullable=False),
+    PrimaryKeyConstraint("pool", "version", "slot"),
+)
+
 # -- run mappings: which instance serves a run ---------------------------------------------------
 
 run_mappings = Table(
@@ -286,6 +301,8 @@ ALL_TABLES = (
     runs,
     run_mappings,
     pool_entries,
+    # After pool_entries: deleting entries writes (negative) tallies.
+    pool_tallies,
     idempotency_keys,
     stream_data,
     streams,

@@ -7,7 +7,8 @@ entries per claim, the cost that grew with the pool. Once per interval per proce
 garbage can pile up to what turns to garbage within one interval, costs nothing between, and needs
 no other process running (the watchdog sweep would, and cannot know which version is current,
 which decides what "another version" is). The rarer operations (add, count, list, promote, ready,
-delete) still collect on every call.
+delete) still collect on every call. A claim that collects also folds the pool's tallies (see
+migration 0007), which keeps their rows few.
 
 The clock is monotonic process time by default; a test passes its own ticker to make the cadence
 follow a manual clock.

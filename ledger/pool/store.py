@@ -20,6 +20,9 @@ entry, and counts. It, `ledger.pool_counts` and `ledger.pool_collect` are `rules
 over the limits of `PoolSettings` (`rules.claim_window`, `rules.gc_bounds`); the model-based tests
 hold the two together. Claims collect garbage only when `GcCadence` says so (see
 `ledger.pool.cadence` for why); every other operation naming a version still collects first.
+Counting reads per-version tallies that triggers keep (`ledger.pool_tallies`), less the garbage and
+too-young entries it scans, so a claim costs the same in a pool of a hundred or of a hundred
+thousand entries.
 
 Time comes from `clock` (the transaction's `now()` unless a test injects one). The public surface
 speaks epoch milliseconds; datetimes are used inside.
@@ -27,12 +30,9 @@ speaks epoch milliseconds; datetimes are used inside.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
-
-from psycopg.pq import TransactionStatus
 
 from ledger import shapes, validate
 from ledger.clock import Clock, DatabaseClock, to_ms
@@ -62,7 +62,7 @@ COLLECT = (
 # which a claim runs only now and then).
 COUNTS = """
 SELECT available, warming FROM ledger.pool_counts(
-    %(pool)s, %(version)s, %(now)s::timestamptz, %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint)
+    %(pool)s, %(version)s, %(now)s::timestamptz, %(oldest)s::timestamptz, %(newest)s::timestamptz)
 """
 
 # The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
@@ -264,7 +264,7 @@ class WarmPool:
             "mapping_ttl_ms": self.settings.mapping_ttl_ms,
             "collect": self.cadence.due(pool, version),
         }
-        async with self._one_statement() as conn:
+        async with self.db.autocommit() as conn:
             # The database clock is the statement's own now(); another clock is asked first.
             now = None if isinstance(self.clock, DatabaseClock) else await self.clock.now(conn)
             row = await (await conn.execute(CLAIM, {**params, "now": now})).fetchone()
@@ -382,27 +382,6 @@ class WarmPool:
             await self._write_entries(conn, pool, writes)
         return len(writes)
 
-    @asynccontextmanager
-    async def _one_statement(self) -> AsyncIterator[Conn]:
-        """A connection for one statement that is its own transaction: in autocommit, so it costs
-        one round trip (no BEGIN, no COMMIT). Inside a shared transaction it joins that one; behind
-        a transaction pooler it is a transaction, which sets the lock and statement timeouts."""
-        if self.db.transaction_pooling:
-            async with self.db.transaction() as conn:
-                yield conn
-            return
-        async with self.db.connection() as conn:
-            if conn.info.transaction_status != TransactionStatus.IDLE:
-                yield conn  # a shared transaction's savepoint
-                return
-            await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                # A connection left mid-query or broken is discarded by the pool, not reused.
-                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
-                    await conn.set_autocommit(False)
-
     async def _gc(self, conn: Conn, pool: str, version: str, now: datetime) -> None:
         params = {
             "pool": pool,
@@ -415,13 +394,8 @@ class WarmPool:
     async def _count(
         self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
     ) -> rules.Counts:
-        params = {
-            "pool": pool,
-            "version": version,
-            "now": now,
-            "min_age_ms": _ms(min_age),
-            "ready_max_age_ms": self.settings.ready_max_age_ms,
-        }
+        oldest, newest = rules.claim_window(now, min_age, self.settings)
+        params = {"pool": pool, "version": version, "now": now, "oldest": oldest, "newest": newest}
         row = await (await conn.execute(COUNTS, params)).fetchone()
         assert row is not None
         return rules.Counts(available=row["available"], warming=row["warming"])

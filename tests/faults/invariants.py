@@ -64,6 +64,20 @@ RULES: tuple[tuple[str, str], ...] = (
         """,
     ),
     (
+        "each pool and version's tallies add up to its entries, and its ready entries",
+        """
+        SELECT coalesce(t.pool, e.pool) AS pool, coalesce(t.version, e.version) AS version,
+               t.entries AS tallied, e.entries, t.ready AS tallied_ready, e.ready
+        FROM (SELECT pool, version, sum(entries) AS entries, sum(ready) AS ready
+              FROM ledger.pool_tallies GROUP BY pool, version) t
+        FULL JOIN (SELECT pool, version, count(*) AS entries,
+                          count(*) FILTER (WHERE state = 'ready') AS ready
+                   FROM ledger.pool_entries GROUP BY pool, version) e
+          ON e.pool = t.pool AND e.version = t.version
+        WHERE coalesce(t.entries, 0) <> coalesce(e.entries, 0) OR coalesce(t.ready, 0) <> coalesce(e.ready, 0)
+        """,
+    ),
+    (
         "a mapping's timestamps fit its state (claimed/started: claimed_at; started: started_at"
         " not before it; blocked: the blocked instance)",
         """

@@ -104,6 +104,11 @@ BROKEN = {
         "a pool entry",
         "UPDATE ledger.pool_entries SET expires_at = created_at WHERE id = 'i-warm'",
     ),
+    "a pool tally that lost count": (
+        "tallies add up to its entries",
+        "UPDATE ledger.pool_tallies SET entries = entries + 1"
+        " WHERE slot = (SELECT min(slot) FROM ledger.pool_tallies)",
+    ),
     "a started mapping started before it was claimed": (
         "a mapping's timestamps",
         "UPDATE ledger.run_mappings SET started_at = claimed_at - interval '1 s' WHERE run_id = 'ok-open'",

@@ -54,8 +54,9 @@ def _check(conn: psycopg.Connection[tuple[object, ...]], entries: list[PoolEntry
     with conn.transaction(force_rollback=True):
         for e in entries:
             conn.execute(INSERT, e.__dict__)
+        oldest, newest = rules.claim_window(NOW, min_age, S)
         counts = conn.execute(
-            "SELECT * FROM ledger.pool_counts('p', 'v1', %s, %s, %s)", (NOW, *limits)
+            "SELECT * FROM ledger.pool_counts('p', 'v1', %s, %s, %s)", (NOW, oldest, newest)
         ).fetchone()
         expected = rules.count(entries, "v1", NOW, min_age, S)
         assert counts == (expected.available, expected.warming)
