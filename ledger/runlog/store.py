@@ -12,8 +12,9 @@ transaction even when the ingestion calls `append_in_transaction` several times 
 it threads through remembers that it was sent.
 
 The `*_in_transaction` functions are the building blocks other operations (status ingestion, the
-watchdog) call inside their own transaction after `lock_run`; `RunLog` wraps them for one call =
-one transaction. Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
+watchdog) call inside their own transaction after `lock_run`; they and `RunLog.append` /
+`RunLog.set_terminal` (which need no `lock_run`: one call, one transaction, one round trip) all
+call the same function. Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
 always agree.
 """
 
