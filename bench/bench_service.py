@@ -7,6 +7,8 @@ migrated (bench/common.py), runs `ledger serve` on it as a subprocess, and measu
 (httpx, one process):
 
 - appends/s (one event per request) with 1 and 8 concurrent clients, and GET /v1/runs/{id} per s;
+  appends/s with 8 clients again from a bare asyncio HTTP/1.1 client (`light_appends`), which
+  costs the shared cores far less than httpx;
 - fan-out: `--readers` concurrent long-polls on one run (bare asyncio HTTP/1.1 connections), then
   one append; latency from the append's answer to each long-poll's answer (p50/p99/max), and the
   server's Postgres connections while all readers wait (the point: waiting holds none);
@@ -67,6 +69,49 @@ async def throughput(base: str, clients: int, seconds: float) -> tuple[float, fl
     return appends / seconds, reads / seconds
 
 
+async def light_appends(base: str, clients: int, seconds: float) -> float:
+    """Appends/s (one event per request) from `clients` keep-alive connections driven by a bare
+    asyncio HTTP/1.1 client: one prepared request, the answer read by its Content-Length.
+
+    httpx spends more CPU per request than the server does (several times this client's), and on a
+    machine of few cores it shares them with the server and Postgres: `throughput` then measures
+    httpx as much as the server. This measures the server.
+    """
+    async with httpx.AsyncClient(base_url=base, headers=HEADERS, timeout=30) as http:
+        runs = [f"light-{clients}-{n}-{time.time_ns()}" for n in range(clients)]
+        for run in runs:
+            (await http.post("/v1/runs", json={"run_id": run})).raise_for_status()
+    host, port = base.removeprefix("http://").split(":")
+    body = b'{"events":[{"type":"log","line":"x"}]}'
+
+    async def loop(run: str) -> int:
+        request = (
+            f"POST /v1/runs/{run}/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        reader, writer = await asyncio.open_connection(host, int(port))
+        done, deadline = 0, time.perf_counter() + seconds
+        try:
+            while time.perf_counter() < deadline:
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200 "), head
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                done += 1
+        finally:
+            writer.close()
+        return done
+
+    started = time.perf_counter()
+    done = sum(await asyncio.gather(*(loop(run) for run in runs)))
+    return done / (time.perf_counter() - started)
+
+
 async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, float]:
     limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=readers + 10)
     async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=60) as http:
@@ -123,6 +168,8 @@ async def measure(base: str, url: str, readers: int, seconds: float) -> list[tup
         appends, reads = await throughput(base, clients, seconds)
         rows.append((f"appends/s, {clients} client(s)", f"{appends:.0f}"))
         rows.append((f"GET run/s, {clients} client(s)", f"{reads:.0f}"))
+    light = await light_appends(base, 8, seconds)
+    rows.append(("appends/s, 8 clients, bare asyncio client", f"{light:.0f}"))
     for sse, count in ((False, readers), (True, max(1, readers // 10))):
         kind = "SSE streams" if sse else "long-polls"
         result = await fanout(base, url, count, sse=sse)

@@ -178,6 +178,18 @@ class Suite:
                         "ours in-process, 8 runs (row above)",
                     )
                 )
+                # httpx costs more CPU per request than the server: on few cores it measures both.
+                light = await bench_service.light_appends(base, 8, self.profile.seconds)
+                self.add(
+                    Measure(
+                        "HTTP append, 8 clients, bare asyncio client",
+                        "appends/s",
+                        "rate",
+                        light,
+                        in_process_8.ours,
+                        "ours in-process, 8 runs (row above)",
+                    )
+                )
                 readers = self.profile.many_waiters
                 fan = await bench_service.fanout(base, self.url, readers, sse=False)
                 label = f"HTTP: {readers:,} long-polls woken by one append"

@@ -29,7 +29,6 @@ from typing import Any, Final
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ledger import shapes
@@ -45,6 +44,7 @@ from ledger.errors import (
     RunTerminal,
     StaleAttempt,
 )
+from ledger.service.json_answer import JsonAnswer
 
 log = logging.getLogger("ledger.service")
 
@@ -95,11 +95,11 @@ def error_responses(
     return documented
 
 
-def error_response(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
+def error_response(status: int, message: str, **extra: Any) -> JsonAnswer:
+    return JsonAnswer({"error": message, **extra}, status_code=status)
 
 
-def unavailable_response(exc: BaseException) -> JSONResponse:
+def unavailable_response(exc: BaseException) -> JsonAnswer:
     """The 503 answer to a database fault (`DB_FAULTS`)."""
     response = error_response(503, unavailable_message(exc))
     response.headers["Retry-After"] = str(RETRY_AFTER_S)
@@ -154,7 +154,7 @@ def describe_validation_error(errors: Sequence[Any]) -> tuple[int, str]:
     return 422, f"{_field_name(loc)}: {problem}{more}"
 
 
-async def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
+async def _ledger_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, LedgerError)
     if isinstance(exc, CursorExpired):
         return error_response(410, exc.message, first_seq=exc.first_seq)
@@ -163,13 +163,13 @@ async def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(status_for(exc), exc.message)
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
     status, message = describe_validation_error(exc.errors())
     return error_response(status, message)
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404 and exc.detail == "Not Found":
         message = f"no such endpoint: {request.method} {request.url.path}"
@@ -183,7 +183,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+async def _database_error(request: Request, exc: Exception) -> JsonAnswer:
     # Backstop: input the library should have refused reached Postgres and was rejected there.
     assert isinstance(exc, psycopg.Error)
     first_line = (str(exc).strip().splitlines() or ["rejected"])[0]
@@ -199,7 +199,7 @@ async def _database_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, f"invalid input: {first_line}")
 
 
-async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+async def _unavailable(request: Request, exc: Exception) -> JsonAnswer:
     log.warning(
         "database unavailable: %s",
         unavailable_message(exc),
@@ -208,7 +208,7 @@ async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
     return unavailable_response(exc)
 
 
-async def _overflow(request: Request, exc: Exception) -> JSONResponse:
+async def _overflow(request: Request, exc: Exception) -> JsonAnswer:
     # Backstop: a number too large for a time or an integer column that the library did not refuse.
     log.warning(
         "number out of range reached the library",
@@ -218,7 +218,7 @@ async def _overflow(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, f"invalid input: a number is out of range ({exc})")
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _unexpected(request: Request, exc: Exception) -> JsonAnswer:
     log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal error (logged on the server)")
 

@@ -21,12 +21,13 @@ Answers written here are `{"error": ...}` like every other, with `Connection: cl
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ledger.service.json_answer import encode
 
 LIMITS_ATTRIBUTE = "ledger_http_limits"
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 400: b"Bad Request"}
@@ -156,7 +157,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._stop_request_timer()
         if self.transport.is_closing():
             return
-        body = json.dumps({"error": message}).encode()
+        body = encode({"error": message})
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, REASONS.get(status, b"Error"), len(body), body)

@@ -13,6 +13,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 current_run_id: ContextVar[str | None] = ContextVar("ledger_run_id", default=None)
 
 # Attributes every LogRecord has; anything else was passed with `extra=` and is logged as a field.
@@ -41,7 +43,12 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        try:
+            # One line per request is logged: orjson writes it in a fraction of json's time.
+            return orjson.dumps(entry, default=str).decode()
+        except orjson.JSONEncodeError:
+            # What orjson refuses (an integer beyond 64 bits, a lone surrogate) json still writes.
+            return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 def configure_json_logging(level: int = logging.INFO) -> None:

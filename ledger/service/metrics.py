@@ -90,10 +90,19 @@ class ServiceMetrics:
         )
         self.live = _LiveSources()
         self.registry.register(self.live)
+        # The labelled series of each (method, route template, status): `labels()` builds and
+        # looks them up under a lock on every call, a cost worth skipping on every request. The
+        # keys are bounded (route templates, not paths), so this stays small.
+        self._request_series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        series = self._request_series.get(key)
+        if series is None:
+            series = (self.requests.labels(method, route, str(status)), self.latency.labels(method, route))
+            self._request_series[key] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
     def bind_sources(
         self,

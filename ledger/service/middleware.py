@@ -7,7 +7,6 @@ untouched and a client disconnect still reaches the endpoint.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -17,6 +16,7 @@ from urllib.parse import unquote, unquote_to_bytes
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import validate
+from ledger.service.json_answer import encode
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
 
@@ -29,7 +29,7 @@ _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
 async def send_json_error(
     send: Send, status: int, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
-    body = json.dumps({"error": message}).encode()
+    body = encode({"error": message})
     await send(
         {
             "type": "http.response.start",

@@ -6,7 +6,7 @@ who wants the same list over HTTP.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
@@ -15,6 +15,7 @@ from ledger.runlog import overview
 from ledger.runlog.events import MAX_LIST_LIMIT
 from ledger.runlog.overview import MAX_RUNS_LIMIT
 from ledger.service.errors import error_responses
+from ledger.service.json_answer import JsonAnswer
 from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, RunId, SetTerminal, Version
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
@@ -46,7 +47,10 @@ async def list_runs(
     ] = 50,
     before: Annotated[
         str | None,
-        Query(description="the `next_before` of the previous page: the runs after it in the list"),
+        Query(
+            description="the `next_before` of the previous page: the runs after it in the list",
+            json_schema_extra={"pattern": overview.RUN_LIST_CURSOR_PATTERN},
+        ),
     ] = None,
 ) -> shapes.RunList:
     return await overview.runs_page(svc.db, limit, before)
@@ -81,11 +85,20 @@ async def get_logs(
     "/{run_id}/events",
     summary="Append events in one transaction (409 `terminal` once the run has ended)",
     responses=error_responses(400, 404, 409, 413),
+    response_model=shapes.AppendedEvents,
 )
-async def append_events(run_id: RunId, body: AppendEvents, svc: Svc) -> shapes.AppendedEvents:
-    events = await svc.runlog.append(run_id, body.events)
-    svc.metrics.events_appended.inc(len(events))
-    return {"events": events}
+async def append_events(run_id: RunId, body: AppendEvents, svc: Svc) -> JsonAnswer:
+    # Valid appends are served by `ledger.service.append_route` with `append_answer`; this route
+    # answers the rest (and is what the OpenAPI document describes).
+    return await append_answer(svc, run_id, body.events)
+
+
+async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]) -> JsonAnswer:
+    """Append `events` to the run; the answer holds them with the seq and ts they were given,
+    encoded as the library returned them (not validated against their own type first)."""
+    appended = await svc.runlog.append(run_id, events)
+    svc.metrics.events_appended.inc(len(appended))
+    return JsonAnswer({"events": appended})
 
 
 @router.put(

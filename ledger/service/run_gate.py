@@ -56,7 +56,11 @@ class RunWriteGate:
         slot.users += 1
         try:
             try:
-                async with asyncio.timeout(self.wait_s):
+                if slot.lock.locked():
+                    async with asyncio.timeout(self.wait_s):
+                        await slot.lock.acquire()
+                else:
+                    # Free: taken at once, without arming a timer for a wait that cannot happen.
                     await slot.lock.acquire()
             except TimeoutError:
                 self.refused += 1

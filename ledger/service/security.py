@@ -4,7 +4,8 @@ One dependency, `require_token`, sits on every protected router. It
 
 1. resolves the caller's credential (`resolve_credential`: the one place a request's credential is
    read: the bearer header, else on GET and HEAD the dashboard's session cookie; an admin API
-   token, else a minted token verified with the keyring, no database read), and
+   token, else a minted token verified with the keyring, no database read; one verified lately is
+   remembered, its expiry still checked on every use: `ledger.service.verified_tokens`), and
 2. decides the request against the route's entry in `ACCESS` (`ledger.tokens.refusal`): admin may
    everything, `read` every GET, `run` only its own run's open, append, uploads, reads and mapping.
 
@@ -20,13 +21,14 @@ import time
 from typing import Annotated, Any, Final
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from ledger import tokens
 from ledger.auth import token_matches
+from ledger.service.json_answer import JsonAnswer
+from ledger.service.verified_tokens import VerifiedTokens
 from ledger.tokens import (
     ADMIN_ONLY,
     OPEN_RUN,
@@ -113,9 +115,9 @@ class AccessDenied(HTTPException):
         self.code = code
 
 
-async def _access_denied(request: Request, exc: Exception) -> JSONResponse:
+async def _access_denied(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, AccessDenied)
-    return JSONResponse(
+    return JsonAnswer(
         {"error": exc.message, "code": exc.code}, status_code=exc.status_code, headers=exc.headers
     )
 
@@ -124,12 +126,19 @@ def install_security(app: FastAPI, admin_tokens: tuple[str, ...], keyring: Keyri
     """Give `app` the credentials it accepts and its 401/403 answers."""
     app.state.tokens = admin_tokens
     app.state.token_keys = keyring
+    app.state.verified_tokens = VerifiedTokens(keyring)
     app.add_exception_handler(AccessDenied, _access_denied)
 
 
 def keyring_of(request: Request) -> Keyring:
     found = request.app.state.token_keys
     assert isinstance(found, Keyring)
+    return found
+
+
+def verified_tokens_of(request: Request) -> VerifiedTokens:
+    found = request.app.state.verified_tokens
+    assert isinstance(found, VerifiedTokens)
     return found
 
 
@@ -152,12 +161,18 @@ async def resolve_credential(
         return tokens.ADMIN
     if tokens.looks_minted(presented):
         try:
-            return tokens.verify(keyring_of(request), presented, now_s=time.time())
+            return verified_tokens_of(request).verify(presented, now_s=time.time())
         except tokens.TokenExpired as exc:
             raise AccessDenied(401, str(exc), "token_expired") from None
         except tokens.TokenError as exc:
             raise AccessDenied(401, f"invalid bearer token: {exc}", "unauthorized") from None
     raise AccessDenied(401, "invalid bearer token", "unauthorized")
+
+
+async def bearer_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The request's `Authorization: Bearer` credentials, or None (the `require_token` dependency
+    gets them so, for a caller that invokes it directly)."""
+    return await _bearer(request)
 
 
 def session_credentials(request: Request) -> HTTPAuthorizationCredentials | None:

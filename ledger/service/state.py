@@ -66,7 +66,9 @@ class Services:
     drain: Drain = field(default_factory=Drain)
 
 
-def services(request: Request) -> Services:
+# A coroutine: FastAPI runs a plain-function dependency in a worker thread, a thread hop on every
+# request for an attribute lookup.
+async def services(request: Request) -> Services:
     found = request.app.state.services
     assert isinstance(found, Services)
     return found
