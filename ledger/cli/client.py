@@ -8,6 +8,7 @@ non-zero exit.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,7 +71,7 @@ def runs(limit: int, before: str | None) -> None:
         return
     _console().print(render.runs_table(page["runs"], _now_ms()))
     if page["next_before"] is not None:
-        click.echo(f"more: ledger runs --limit {limit} --before {page['next_before']}")
+        click.echo(f"more: ledger runs --limit {limit} --before {shlex.quote(page['next_before'])}")
 
 
 @click.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -283,7 +284,7 @@ def test_runs_prints_the_command_for_the_next_page(
     assert first.returncode == 0, first.stderr
     assert newer in first.stdout and older not in first.stdout
     more = next(line for line in first.stdout.splitlines() if line.startswith("more: ledger runs "))
-    second = ledger(*more.removeprefix("more: ledger ").split(), env=env)
+    second = ledger(*shlex.split(more.removeprefix("more: ledger ")), env=env)
     assert second.returncode == 0, second.stderr
     assert older in second.stdout and newer not in second.stdout
     refused = ledger("runs", "--before", "not-a-cursor", env=env)

@@ -158,6 +158,8 @@ def test_list_runs_pages_on_from_next_before(client: httpx.Client) -> None:
     bad = client.get("/v1/runs", params={"before": "not-a-cursor"})
     assert bad.status_code == 422
     assert bad.json()["error"].startswith("before: ")
+    # Any instant and run id make a cursor: nothing was opened before 1970.
+    assert client.get("/v1/runs", params={"before": "0:x"}).json() == {"runs": [], "next_before": None}
 
 
 def test_appending_to_an_ended_run_is_409_terminal_with_who_ended_it(client: httpx.Client) -> None:
