@@ -3,9 +3,11 @@
 One row per `(run_id, node_id, attempt, invocation_seq)`. An observation replaces the stored one
 only when it is at least as recent: recency is `settled_at`, else `started_at` (a settled record
 beats an unsettled one at the same instant), so a late `started` record never overwrites the
-`completed` one of the same invocation. The rule is the `WHERE` of `UPSERT_OBSERVATION_SQL`, the
-only place it is decided; observations of one batch are applied in order, one statement each, so
-a batch that carries the same invocation twice follows the same rule.
+`completed` one of the same invocation. The rule is the `WHERE` of `UPSERT_OBSERVATIONS_SQL`, the
+only place it is decided. A batch is one statement (its observations as arrays, `unnest`), or one
+per round when it carries the same invocation more than once: a statement may not update a row
+twice, so the n-th observation of each invocation goes in round n, and the rounds apply in batch
+order, each under the same rule.
 
 Like sheet rows, observations may arrive before the worker opened the run: recording opens it.
 Times are epoch milliseconds on the way in and out.
@@ -13,9 +15,9 @@ Times are epoch milliseconds on the way in and out.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
 from typing import Any, Final
-
-from psycopg.types.json import Jsonb
 
 from ledger import shapes, validate
 from ledger.clock import from_ms, to_ms
@@ -27,12 +29,18 @@ from ledger.validate import INT32_MAX
 
 OBSERVATION_STATUSES: Final = ("started", "completed", "failed")
 
-UPSERT_OBSERVATION_SQL: Final = """
+UPSERT_OBSERVATIONS_SQL: Final = """
 INSERT INTO ledger.node_observations AS o
     (run_id, node_id, attempt, invocation_seq, invocation_id, status, inputs, outputs, error,
      started_at, settled_at, recorded_at)
-VALUES (%(run_id)s, %(node_id)s, %(attempt)s, %(invocation_seq)s, %(invocation_id)s, %(status)s,
-        %(inputs)s, %(outputs)s, %(error)s, %(started_at)s, %(settled_at)s, now())
+SELECT %(run_id)s, b.node_id, b.attempt, b.invocation_seq, b.invocation_id, b.status,
+       b.inputs::jsonb, b.outputs::jsonb, b.error, b.started_at, b.settled_at, now()
+FROM unnest(%(node_ids)s::text[], %(attempts)s::int4[], %(invocation_seqs)s::int4[],
+            %(invocation_ids)s::text[], %(statuses)s::text[], %(inputs)s::text[], %(outputs)s::text[],
+            %(errors)s::text[], %(started_at)s::timestamptz[], %(settled_at)s::timestamptz[])
+    WITH ORDINALITY AS b(node_id, attempt, invocation_seq, invocation_id, status, inputs, outputs,
+                         error, started_at, settled_at, ord)
+ORDER BY b.ord
 ON CONFLICT (run_id, node_id, attempt, invocation_seq) DO UPDATE
 SET invocation_id = EXCLUDED.invocation_id, status = EXCLUDED.status, inputs = EXCLUDED.inputs,
     outputs = EXCLUDED.outputs, error = EXCLUDED.error, started_at = EXCLUDED.started_at,
@@ -101,14 +109,43 @@ def parse_observations(observations: object) -> list[dict[str, Any]]:
     return [parse_observation(f"observations[{i}]", raw) for i, raw in enumerate(batch)]
 
 
-def _params(run_id: str, obs: dict[str, Any]) -> dict[str, Any]:
+def _json_text(value: Any) -> str | None:
+    # Validated by `validate.json_value`: the standard encoder writes it as jsonb reads it.
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else from_ms(ms)
+
+
+def _rounds(parsed: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """`parsed` (sorted by key) split so that no round holds one invocation twice: the n-th
+    observation of each invocation goes in round n, so the rounds keep the batch's order."""
+    rounds: list[list[dict[str, Any]]] = []
+    seen: dict[tuple[str, int, int], int] = {}
+    for obs in parsed:
+        key = (obs["node_id"], obs["attempt"], obs["invocation_seq"])
+        index = seen.get(key, 0)
+        seen[key] = index + 1
+        if index == len(rounds):
+            rounds.append([])
+        rounds[index].append(obs)
+    return rounds
+
+
+def _batch_params(run_id: str, batch: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        **obs,
         "run_id": run_id,
-        "inputs": None if obs["inputs"] is None else Jsonb(obs["inputs"]),
-        "outputs": None if obs["outputs"] is None else Jsonb(obs["outputs"]),
-        "started_at": None if obs["started_at"] is None else from_ms(obs["started_at"]),
-        "settled_at": None if obs["settled_at"] is None else from_ms(obs["settled_at"]),
+        "node_ids": [obs["node_id"] for obs in batch],
+        "attempts": [obs["attempt"] for obs in batch],
+        "invocation_seqs": [obs["invocation_seq"] for obs in batch],
+        "invocation_ids": [obs["invocation_id"] for obs in batch],
+        "statuses": [obs["status"] for obs in batch],
+        "inputs": [_json_text(obs["inputs"]) for obs in batch],
+        "outputs": [_json_text(obs["outputs"]) for obs in batch],
+        "errors": [obs["error"] for obs in batch],
+        "started_at": [_time(obs["started_at"]) for obs in batch],
+        "settled_at": [_time(obs["settled_at"]) for obs in batch],
     }
 
 
@@ -128,8 +165,8 @@ async def record_observations(db: Database, run_id: str, observations: list[dict
     stored = 0
     async with db.transaction() as conn:
         await ensure_run_in_transaction(conn, run_id)
-        for obs in parsed:
-            cur = await conn.execute(UPSERT_OBSERVATION_SQL, _params(run_id, obs))
+        for batch in _rounds(parsed):
+            cur = await conn.execute(UPSERT_OBSERVATIONS_SQL, _batch_params(run_id, batch))
             stored += max(cur.rowcount, 0)
     return stored
 
