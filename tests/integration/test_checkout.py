@@ -34,7 +34,7 @@ async def terminate(admin_url: str, pid: int) -> None:
     async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
         # With a timeout it returns once the backend has exited: the server has said FATAL and
         # closed the socket, as after a restart.
-        cur = await admin.execute("SELECT pg_terminate_backend(%s, 5000) AS gone", (pid,))
+        cur = await admin.execute("SELECT pg_terminate_backend(%s, 60000) AS gone", (pid,))
         row = await cur.fetchone()
     assert row is not None and row[0] is True
 
