@@ -1,8 +1,11 @@
 """Reading a run's events: long-poll `GET .../events` and the SSE tail `.../events/stream`.
 
-Both wait through `RunLog.list_events`, which registers with the process's single listener and holds
-no database connection while it waits. Both give way to `Drain`: at shutdown a long-poll answers
-what it has and a stream ends (the client resumes with its cursor or `Last-Event-ID`).
+Both wait through the run log, which registers with the process's single listener and holds no
+database connection while it waits. Long-polls woken together with the same cursor and limit are
+answered by one read and one encoding: the page's JSON is written once, for the first of them, and
+the same bytes go to every other (`SharedPage.encoded`). Both give way to `Drain`: at shutdown a
+long-poll answers what it has and a stream ends (the client resumes with its cursor or
+`Last-Event-ID`).
 
 The stream: `id: <seq>`, `event: <type>`, `data: <the event as JSON>` per event; `Last-Event-ID`
 wins over `after`; a comment every keep-alive interval while idle; it ends after the terminal event,
@@ -24,6 +27,7 @@ from ledger import shapes, validate
 from ledger.errors import LedgerError
 from ledger.runlog.events import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_LIST_TIMEOUT_MS
 from ledger.service.errors import error_responses
+from ledger.service.json_answer import encode
 from ledger.service.models import CURSOR_PATTERN, RunId
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
@@ -70,16 +74,18 @@ PAGE = DEFAULT_LIST_LIMIT
 @router.get(
     "/events",
     summary="Events after a cursor; waits up to timeout_ms (max 30 s) when there are none",
+    response_model=shapes.EventPage,
 )
 async def list_events(
     run_id: RunId, svc: Svc, after: After = "-1", timeout_ms: TimeoutMs = 0, limit: Limit = PAGE
-) -> shapes.EventPage:
-    finished, page = await svc.drain.race(svc.runlog.list_events(run_id, after, timeout_ms, limit))
+) -> Response:
+    finished, page = await svc.drain.race(svc.runlog.wait_page(run_id, after, timeout_ms, limit))
     if not finished:
         # Shutting down: answer what is there now instead of waiting out the timeout.
-        return await svc.runlog.list_events(run_id, after, 0, limit)
+        page = await svc.runlog.wait_page(run_id, after, 0, limit)
     assert page is not None
-    return page
+    # The library built the page to its type: encoded as the response model would write it, once.
+    return Response(page.encoded(encode), media_type="application/json")
 
 
 def sse_event(event: Mapping[str, Any]) -> str:
