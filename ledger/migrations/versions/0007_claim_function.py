@@ -223,7 +223,12 @@ CREATE FUNCTION ledger.pool_claim(
     p_min_age_ms bigint, p_ready_max_age_ms bigint, p_mapping_ttl_ms bigint, p_collect boolean,
     OUT claimed text, OUT available bigint, OUT warming bigint
 )
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+-- Generic plans: each statement's plan is the same whatever the arguments (equality on pool,
+-- version and run, ranges bounded by garbage), and planning the counts afresh on every call (what
+-- plpgsql does while a custom plan looks cheaper) cost more than the rest of the claim.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
     v_oldest timestamptz := v_now - p_ready_max_age_ms * interval '1 millisecond';
