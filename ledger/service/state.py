@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 
@@ -25,6 +25,7 @@ class Drain:
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self._racing: set[asyncio.Future[Any]] = set()
 
     @property
     def draining(self) -> bool:
@@ -32,25 +33,32 @@ class Drain:
 
     def start(self) -> None:
         self.event.set()
+        # Every race under way gives way: its work is cancelled (on the loop's next turn, so work
+        # already scheduled starts first and sees its cancellation), the race answers (False, None).
+        loop = asyncio.get_running_loop()
+        for task in list(self._racing):
+            loop.call_soon(task.cancel)
 
     async def race(self, work: Awaitable[T]) -> tuple[bool, T | None]:
-        """Run `work` until it finishes or draining starts: `(True, result)` or `(False, None)`."""
+        """Run `work` until it finishes or draining starts: `(True, result)` or `(False, None)`.
+
+        The work is awaited directly (no watcher task per race): a thousand long-polls woken at
+        once each resume one step sooner."""
         task = asyncio.ensure_future(work)
         if self.draining:
             task.cancel()
             return False, None
-        stopper = asyncio.ensure_future(self.event.wait())
+        self._racing.add(task)
         try:
-            done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            task.cancel()
+            return True, await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            # Cancelled by `start`, not by our own caller going away: give way.
+            if self.event.is_set() and task.cancelled() and (current is None or current.cancelling() == 0):
+                return False, None
             raise
         finally:
-            stopper.cancel()
-        if task in done:
-            return True, task.result()
-        task.cancel()
-        return False, None
+            self._racing.discard(task)
 
 
 @dataclass
