@@ -94,7 +94,9 @@ async def test_connections_killed_under_the_pool_are_replaced_not_handed_out(
     assert len(pids) >= 2
     async with await psycopg.AsyncConnection.connect(pg_admin_url, autocommit=True) as admin:
         for pid in pids:
-            await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            # With a timeout it waits for the backend to exit (its socket closed): a checkout
+            # may skip the check for a connection whose socket has nothing to read yet.
+            await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
     # Every request still succeeds: each dead connection fails its checkout check and is replaced.
     for _ in range(5):
         async with bounded.connection() as conn:
