@@ -224,10 +224,12 @@ CREATE FUNCTION ledger.pool_claim(
     OUT claimed text, OUT available bigint, OUT warming bigint
 )
 LANGUAGE plpgsql VOLATILE
--- Generic plans: each statement's plan is the same whatever the arguments (equality on pool,
--- version and run, ranges bounded by garbage), and planning the counts afresh on every call (what
--- plpgsql does while a custom plan looks cheaper) cost more than the rest of the claim.
+-- Generic plans: planning the counts afresh on every call (what plpgsql does while a custom plan
+-- looks cheaper) cost more than the rest of the claim. A generic plan cannot see how narrow the
+-- garbage and young ranges are and, in a pool that fills the table, preferred reading it whole:
+-- without sequential scans every statement reads by index, bounded by what it matches.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now timestamptz := coalesce(p_now, now());
