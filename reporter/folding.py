@@ -32,6 +32,9 @@ from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_seq
 
 _MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
 MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
+DOCFLOW_EVENT_KINDS = frozenset(
+    ("docflow.node.hit", "docflow.node.started", "docflow.node.completed", "docflow.node.failed")
+)
 
 
 class MapFacts(NamedTuple):
@@ -67,6 +70,7 @@ class EventFolder:
         self.schedule: Callable[[bool], None] = lambda force: None
         self.lifecycle.mark_pre_dataset_steps_started()
         self.schedule = schedule
+        self._execution_handlers = self._execution_handler_table()
 
     def _on_transition(self, event: StepTransition) -> None:
         if event.transition == "started":
@@ -134,11 +138,23 @@ class EventFolder:
 
     def on_runner_event(self, event: object) -> None:
         """Fold one runner event; never raises on malformed input, never awaits."""
-        if not isinstance(event, Mapping):
+        # `type(...) is dict` first: the runner's events are plain dicts, and the ABC check is
+        # the slow way to say yes to one.
+        if type(event) is not dict and not isinstance(event, Mapping):
             return
         kind = event.get("type")
         try:
-            if kind == "log":
+            if kind == "execution_event":
+                inner = event.get("event")
+                if type(inner) is not dict and not isinstance(inner, Mapping):
+                    return
+                inner_kind = inner.get("type")
+                if isinstance(inner_kind, str):
+                    handler = self._execution_handlers.get(inner_kind)
+                    if handler is not None:
+                        handler(inner_kind, inner)
+                    self.schedule(False)
+            elif kind == "log":
                 line = event.get("line")
                 if not isinstance(line, str) or not line:
                     return
@@ -146,11 +162,6 @@ class EventFolder:
                     self.state.append_log(line)
                 self._fold_log_line(line)
                 self.schedule(False)
-            elif kind == "execution_event":
-                inner = event.get("event")
-                if isinstance(inner, Mapping) and isinstance(inner.get("type"), str):
-                    self._fold_execution_event(inner)
-                    self.schedule(False)
             # "row_update": sheet rows belong to the data plane's writer, never to progress.
         except (TypeError, ValueError, KeyError, AttributeError):
             # Junk of a shape we did not foresee; progress is best-effort, the run goes on.
@@ -159,13 +170,17 @@ class EventFolder:
     # -- log lines --------------------------------------------------------------------------------
 
     def _fold_log_line(self, line: str) -> None:
-        start = wire.parse_map_start(line)
-        if start is not None:
-            self._map_started_from_log(start.table_namespace, start.total, start.already_satisfied)
-        setup = wire.parse_map_setup(line)
-        if setup is not None:
-            self._map_started_from_log(setup.table_namespace, setup.rows, 0)
-        if self.active_map_node_id is not None:
+        # Most lines carry no fact: a diagnostic's regex runs only on a line with its marker.
+        lowered = line.lower()
+        if wire.MAP_START_MARKER in lowered:
+            start = wire.parse_map_start(line)
+            if start is not None:
+                self._map_started_from_log(start.table_namespace, start.total, start.already_satisfied)
+        if wire.PERF_MAP_SETUP_MARKER in lowered:
+            setup = wire.parse_map_setup(line)
+            if setup is not None:
+                self._map_started_from_log(setup.table_namespace, setup.rows, 0)
+        if self.active_map_node_id is not None and wire.TOOL_BATCH_MARKER in lowered:
             batch = wire.parse_tool_batch(line)
             if batch is not None:
                 self._tool_batch_in_flight(self.active_map_node_id, batch.calls)
@@ -207,52 +222,68 @@ class EventFolder:
         completed = current.completed or 0
         total = current.total or 0
         settled = completed + (current.failed or 0)
-        active = min(calls, max(0, total - settled)) if total > 0 else calls
-        started = max(current.started_rows or 0, settled + active)
-        self.state.set_node_progress(
+        # Conditional expressions, not min()/max(): this runs for every tool-batch line.
+        room = total - settled if total > settled else 0
+        active = (calls if calls < room else room) if total > 0 else calls
+        started = current.started_rows or 0
+        if settled + active > started:
+            started = settled + active
+        waiting = total - settled - active
+        self.state.merge_row_counts(
             node_id,
-            {
-                "started_rows": min(total, started) if total > 0 else started,
-                "active_rows": active,
-                "waiting_rows": max(0, total - settled - active) if total > 0 else None,
-                "completed_rows": completed,
-                "message": calls_in_flight_message(active, completed, total),
-            },
+            None,
+            None,
+            None,
+            started if total <= 0 or started < total else total,
+            active,
+            (waiting if waiting > 0 else 0) if total > 0 else None,
+            completed,
+            None,
+            calls_in_flight_message(active, completed, total),
         )
 
     # -- execution events -------------------------------------------------------------------------
 
-    def _fold_execution_event(self, event: Mapping[str, Any]) -> None:
-        kind = str(event["type"])
-        if kind.startswith("map."):
-            self._fold_map_event(kind, event)
-        elif kind.startswith("docflow.node."):
-            self._fold_docflow_event(kind, event)
-        elif kind == "tool.call.started":
-            tool_id = event.get("toolId")
-            if isinstance(tool_id, str) and tool_id:
-                self.lifecycle.on_tool_called(tool_id)
-        elif kind == "tool.call.settled":
-            tool_id = event.get("toolId")
-            if isinstance(tool_id, str) and tool_id:
-                # Any settlement but a failure ("succeeded", "completed") completes the step.
-                if event.get("outcome") == "failed":
-                    self.lifecycle.on_tool_failed(tool_id)
-                    self.schedule(True)
-                else:
-                    self.lifecycle.on_tool_completed(tool_id)
-        elif kind == "activity.observed":
-            observation = self.sanitizer.kept(
-                "activity observation", validate.activity_observation, event.get("observation")
-            )
-            if observation is not None:
-                self.state.add_activity_observation(observation)
+    def _execution_handler_table(self) -> dict[str, Callable[[str, Mapping[str, Any]], None]]:
+        """Which method folds which execution event type; any other type is ignored."""
+        table: dict[str, Callable[[str, Mapping[str, Any]], None]] = dict.fromkeys(
+            MAP_EVENT_KINDS, self._fold_map_event
+        )
+        table.update(dict.fromkeys(DOCFLOW_EVENT_KINDS, self._fold_docflow_event))
+        table["tool.call.started"] = self._tool_call_started
+        table["tool.call.settled"] = self._tool_call_settled
+        table["activity.observed"] = self._activity_observed
+        table["dataset.lifecycle"] = self._dataset_lifecycle
+        return table
+
+    def _tool_call_started(self, kind: str, event: Mapping[str, Any]) -> None:
+        tool_id = event.get("toolId")
+        if isinstance(tool_id, str) and tool_id:
+            self.lifecycle.on_tool_called(tool_id)
+
+    def _tool_call_settled(self, kind: str, event: Mapping[str, Any]) -> None:
+        tool_id = event.get("toolId")
+        if isinstance(tool_id, str) and tool_id:
+            # Any settlement but a failure ("succeeded", "completed") completes the step.
+            if event.get("outcome") == "failed":
+                self.lifecycle.on_tool_failed(tool_id)
                 self.schedule(True)
-        elif kind == "dataset.lifecycle":
-            lifecycle = self.sanitizer.kept("dataset lifecycle event", validate.json_object, dict(event))
-            if lifecycle is not None:
-                self.state.add_lifecycle_event(lifecycle)
-                self.schedule(True)
+            else:
+                self.lifecycle.on_tool_completed(tool_id)
+
+    def _activity_observed(self, kind: str, event: Mapping[str, Any]) -> None:
+        observation = self.sanitizer.kept(
+            "activity observation", validate.activity_observation, event.get("observation")
+        )
+        if observation is not None:
+            self.state.add_activity_observation(observation)
+            self.schedule(True)
+
+    def _dataset_lifecycle(self, kind: str, event: Mapping[str, Any]) -> None:
+        lifecycle = self.sanitizer.kept("dataset lifecycle event", validate.json_object, dict(event))
+        if lifecycle is not None:
+            self.state.add_lifecycle_event(lifecycle)
+            self.schedule(True)
 
     def _fold_docflow_event(self, kind: str, event: Mapping[str, Any]) -> None:
         node_id = event.get("nodeId")
@@ -309,24 +340,26 @@ class EventFolder:
 
     def _fold_map_event(self, kind: str, event: Mapping[str, Any]) -> None:
         node_id = self.pipeline.map_node_id(event)
-        if kind not in MAP_EVENT_KINDS or node_id is None:
+        if node_id is None:
             return
-        namespace = event.get("artifactTableNamespace")
-        facts = MapFacts(
-            node_id=node_id,
-            total=as_count(event.get("totalRows")),
-            completed=as_count(event.get("completedRows")),
-            failed=as_count(event.get("failedRows")) or 0,
-            namespace=namespace if isinstance(namespace, str) and namespace and storable(namespace) else None,
-        )
-        if kind not in _MAP_STARTS and facts.completed is None:
+        completed = as_count(event.get("completedRows"))
+        if completed is None and kind not in _MAP_STARTS:
             return  # a count-carrying event without its counts says nothing
+        total = as_count(event.get("totalRows"))
+        failed = as_count(event.get("failedRows")) or 0
+        namespace = event.get("artifactTableNamespace")
+        if not (isinstance(namespace, str) and namespace and storable(namespace)):
+            namespace = None
         self.active_map_node_id = node_id
-        self.state.note_total_rows(facts.total)
+        self.state.note_total_rows(total)
+        if kind == "map.progress":  # by far the most frequent event: no facts record for it
+            self._map_progress(node_id, completed or 0, failed, total, namespace)
+            return
+        facts = MapFacts(
+            node_id=node_id, total=total, completed=completed, failed=failed, namespace=namespace
+        )
         if kind in _MAP_STARTS:
             self._map_started(kind, facts)
-        elif kind == "map.progress":
-            self._map_progress(node_id, facts.completed or 0, facts.failed, facts.total, facts.namespace)
         elif kind == "map.suspended":
             self._map_suspended(facts)
         else:
@@ -386,20 +419,24 @@ class EventFolder:
         current = self.state.nodes.get(node_id)
         current_total = current.total if current is not None and current.total else 0
         current_started = current.started_rows if current is not None and current.started_rows else 0
-        settled = max(0, completed + failed)
-        progress_total = max(total or 0, current_total)
-        started = max(settled, current_started)
-        self.state.set_node_progress(
+        # Conditional expressions, not max(): this runs for every progress event.
+        settled = completed + failed
+        if settled < 0:
+            settled = 0
+        progress_total = total or 0
+        if current_total > progress_total:
+            progress_total = current_total
+        started = settled if settled > current_started else current_started
+        waiting = progress_total - started if progress_total > started else 0
+        self.state.merge_row_counts(
             node_id,
-            {
-                "completed": completed,
-                "failed": failed,
-                "total": progress_total if progress_total > 0 else None,
-                "started_rows": started,
-                "active_rows": max(0, started - settled),
-                "waiting_rows": max(0, progress_total - started) if progress_total > 0 else None,
-                "completed_rows": completed,
-                "artifact_table_namespace": namespace,
-                "message": rows_processed_message(completed, progress_total),
-            },
+            completed,
+            failed,
+            progress_total if progress_total > 0 else None,
+            started,
+            started - settled if started > settled else 0,
+            waiting if progress_total > 0 else None,
+            completed,
+            namespace,
+            rows_processed_message(completed, progress_total),
         )

@@ -35,6 +35,8 @@ class DatasetRef:
 def storable(name: str) -> bool:
     """Whether the ledger can store `name` as text (no NUL, no lone surrogate): a name it could
     not store is junk, and a step must not be tracked under it."""
+    if name.isascii():  # O(1) in CPython; an ASCII string holds no surrogate, so only NUL is left
+        return "\x00" not in name
     try:
         validate.required_text("name", name)
     except validate.InvalidInput:
@@ -95,19 +97,25 @@ class StaticPipeline:
 
     def resolve_namespace(self, physical: object) -> DatasetRef | None:
         """The dataset step a physical table namespace belongs to, or None."""
+        # Every map event names its namespace: the answer is remembered per name as sent.
+        if isinstance(physical, str):
+            try:
+                return self._cache[physical]
+            except KeyError:
+                pass
+        found = self._resolve(physical)
+        if isinstance(physical, str) and len(self._cache) < 10_000:  # runner namespaces are few
+            self._cache[physical] = found
+        return found
+
+    def _resolve(self, physical: object) -> DatasetRef | None:
         name = _text(physical)
         if not name or not storable(name):
             return None
-        if name in self._cache:
-            return self._cache[name]
-        found = None
         for logical, node_id in self._datasets:
             if name == logical or name.startswith(logical + "_"):
-                found = DatasetRef(node_id, logical, name)
-                break
-        if len(self._cache) < 10_000:  # runner namespaces are few; bound it against junk anyway
-            self._cache[name] = found
-        return found
+                return DatasetRef(node_id, logical, name)
+        return None
 
     def map_node_id(self, record: Mapping[str, Any]) -> str | None:
         """The node a map event or checkpoint frame names: its ``mapNodeId``, else the dataset step

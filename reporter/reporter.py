@@ -107,11 +107,12 @@ class ProgressReporter:
         self._sleep = sleep
         self._sheet_outcomes: list[Mapping[str, Any]] = []
         self.folder = EventFolder(
-            self.state, self.pipeline, mode=mode, schedule=self._schedule, sanitizer=self.uploader.sanitizer
+            self.state,
+            self.pipeline,
+            mode=mode,
+            schedule=self.uploader.schedule,
+            sanitizer=self.uploader.sanitizer,
         )
-
-    def _schedule(self, force: bool) -> None:
-        self.uploader.schedule(force)
 
     # -- the hot path -----------------------------------------------------------------------------
 

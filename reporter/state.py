@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.validate import LIVE_LOG_TAIL_LIMIT, is_number, repair_text
-from reporter.progress import NodeProgress, merge_patch
+from reporter.progress import NodeProgress, merge_patch, merge_row_counts
 
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
 
@@ -70,6 +70,38 @@ class ProgressState:
         if node is None:
             node = self.nodes[node_id] = NodeProgress()
         merge_patch(node, patch, self.now_ms())
+        self.progress_dirty = True
+
+    def merge_row_counts(
+        self,
+        node_id: str,
+        completed: int | None,
+        failed: int | None,
+        total: int | None,
+        started_rows: int | None,
+        active_rows: int | None,
+        waiting_rows: int | None,
+        completed_rows: int | None,
+        artifact_table_namespace: str | None,
+        message: str | None,
+    ) -> None:
+        """`set_node_progress` with a patch of these fields (`progress.merge_row_counts`)."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            node = self.nodes[node_id] = NodeProgress()
+        merge_row_counts(
+            node,
+            self.now_ms(),
+            completed,
+            failed,
+            total,
+            started_rows,
+            active_rows,
+            waiting_rows,
+            completed_rows,
+            artifact_table_namespace,
+            message,
+        )
         self.progress_dirty = True
 
     def replace_node(self, node_id: str, node: NodeProgress) -> None:

@@ -158,6 +158,16 @@ class CoalescingUploader:
         Without a running event loop (a synchronous caller) it does nothing: the state keeps the
         change and the next flush from async code, or finalize, sends it.
         """
+        # The common case on the event path, decided without the loop: a flush was made within
+        # the interval and the trailing flush that will carry this change is already armed.
+        last = self._last_flush_at
+        if (
+            not force
+            and self._trailing_task is not None
+            and last is not None
+            and self._clock() - last < self._interval(self.state.total_rows)
+        ):
+            return
         try:
             asyncio.get_running_loop()
         except RuntimeError:

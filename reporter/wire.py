@@ -40,6 +40,12 @@ PERF_MAP_SETUP_PATTERN = re.compile(r"^\[perf\] runtime map setup table=(\S+) ro
 TOOL_BATCH_PATTERN = re.compile(
     r"(?:^|\]\s*)Executing tool batch\s+([A-Za-z0-9_:-]+):\s+(\d+)\s+calls\b", _FLAGS
 )
+# A literal each pattern above holds (lower-cased): a line whose `str.lower()` lacks it cannot
+# match, and testing for it costs a fraction of a case-insensitive regex search. (`lower()` maps
+# every ASCII letter to its ASCII lower case, so it can add candidates, never lose one.)
+MAP_START_MARKER = "starting map over"
+PERF_MAP_SETUP_MARKER = "[perf] runtime map setup"
+TOOL_BATCH_MARKER = "executing tool batch"
 TIMESTAMP_PREFIX_PATTERN = re.compile(r"^\[\d{4}-\d{2}-\d{2}T[\d:.]+Z\]\s+", re.ASCII)
 PERF_TRACE_MARKER = "[perf-trace] "
 
@@ -125,6 +131,8 @@ def invocation_sequence(invocation_id: object) -> int:
 def as_count(value: object) -> int | None:
     """A count the ledger can store (an int from 0 to the bigint maximum), else None: a value out
     of bounds would be dropped at upload, and must not steer the fold meanwhile either."""
+    if type(value) is int:  # the usual case, answered without a call (an exact int is no bool)
+        return value if 0 <= value <= INT64_MAX else None
     number = as_int(value)
     return number if number is not None and 0 <= number <= INT64_MAX else None
 
