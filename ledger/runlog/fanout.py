@@ -74,6 +74,7 @@ class _Tail:
     key: Key
     members: list[asyncio.Future[tuple[int, SharedPage] | None]] = field(default_factory=list)
     live: int = 0
+    on_wake: Callable[[int], None] | None = None
 
 
 def _expire(future: asyncio.Future[tuple[int, SharedPage] | None]) -> None:
@@ -120,7 +121,8 @@ class Fanout:
         tail = self._tails.get(key)
         if tail is None:
             tail = self._tails[key] = _Tail(key)
-            watch.on_next_wake(partial(self._serve, tail))
+            tail.on_wake = partial(self._serve, tail)
+            watch.on_next_wake(tail.on_wake)
         future: asyncio.Future[tuple[int, SharedPage] | None] = loop.create_future()
         tail.members.append(future)
         tail.live += 1
@@ -133,9 +135,12 @@ class Fanout:
             timer.cancel()
             watch.waiting -= 1
             tail.live -= 1
-            # The last member gone before a wake-up: nobody is left to read for.
+            # The last member gone before a wake-up: nobody is left to read for (and a run whose
+            # readers time out in turn must not pile up callbacks until its next commit).
             if tail.live == 0 and self._tails.get(key) is tail:
                 del self._tails[key]
+                assert tail.on_wake is not None
+                watch.forget(tail.on_wake)
 
     def _serve(self, tail: _Tail, tick: int) -> None:
         """At a wake-up (tick `tick`): seal the tail and start (or share) one read for its members."""

@@ -122,7 +122,8 @@ class RunWatch:
 
     `woken_at` is the listener tick of the run's last wake-up: a reader whose last read started
     before it must read again. `on_next_wake` queues a callback for the next wake-up only; it is
-    called with that wake-up's tick. `waiting` counts the readers waiting right now (metrics).
+    called with that wake-up's tick (`forget` drops it before then). `waiting` counts the readers
+    waiting right now (metrics).
     """
 
     __slots__ = ("_callbacks", "readers", "run_id", "waiting", "woken_at")
@@ -136,6 +137,16 @@ class RunWatch:
 
     def on_next_wake(self, callback: Callable[[int], None]) -> None:
         self._callbacks.append(callback)
+
+    def forget(self, callback: Callable[[int], None]) -> None:
+        """Drop a callback queued by `on_next_wake` that is no longer wanted (if still queued)."""
+        with contextlib.suppress(ValueError):
+            self._callbacks.remove(callback)
+
+    @property
+    def pending(self) -> int:
+        """Callbacks queued for the next wake-up."""
+        return len(self._callbacks)
 
     def _wake(self, tick: int) -> None:
         self.woken_at = tick

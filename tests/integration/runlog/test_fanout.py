@@ -117,7 +117,9 @@ async def test_a_reader_going_away_leaves_the_others_their_wake_up(
 ) -> None:
     staying = [asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS)) for _ in range(5)]
     leaving = [asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS)) for _ in range(5)]
-    impatient = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=50))
+    await until(lambda: listener.waits >= 10)
+    # Long enough to be sure to wait (its first read done well within it) before timing out.
+    impatient = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=1000))
     await until(lambda: listener.waits >= 11)
     for task in leaving:
         task.cancel()
@@ -147,3 +149,19 @@ async def test_readers_woken_together_share_one_page_object_and_get_copies_of_it
     mine, theirs = await asyncio.gather(*copies)
     mine["events"].clear()
     assert lines(theirs) == ["x"] and lines(pages[0].page) == ["x"]
+
+
+async def test_readers_timing_out_in_turn_leave_nothing_queued_for_the_next_wake_up(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    # One reader keeps the run watched throughout; others of another page come and time out.
+    holding = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS, limit=10))
+    await until(lambda: listener.waits >= 1)
+    for _ in range(5):
+        assert (await runlog.list_events("r1", after=0, timeout_ms=200))["events"] == []
+    watch = listener.watch("r1")
+    listener.unwatch(watch)
+    # Only the holding reader's page waits for the next wake-up.
+    assert watch.pending == 1 and listener.timeouts >= 1
+    await writer.append("r1", [{"type": "log", "line": "at last"}])
+    assert lines(await holding) == ["at last"]
