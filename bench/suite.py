@@ -19,6 +19,7 @@ from typing import Any, Literal
 import baselines
 import bench_ingest
 import bench_pool
+import bench_reporter
 import bench_runlog
 import bench_service
 import common
@@ -40,10 +41,19 @@ class Profile:
     many_waiters: int  # waiters on one run for the fan-out rows
     many_rounds: int  # appends timed with `many_waiters`
     http: bool = True
+    reporter_events: int = 20_000  # runner events per repeat of each reporter row (7 repeats)
 
 
 FULL = Profile("full", seconds=5.0, pool_entries=2000, wake_rounds=200, many_waiters=1000, many_rounds=15)
-QUICK = Profile("quick", seconds=1.0, pool_entries=200, wake_rounds=20, many_waiters=100, many_rounds=3)
+QUICK = Profile(
+    "quick",
+    seconds=1.0,
+    pool_entries=200,
+    wake_rounds=20,
+    many_waiters=100,
+    many_rounds=3,
+    reporter_events=2_000,
+)
 
 
 @dataclass(frozen=True)
@@ -219,7 +229,14 @@ class Suite:
                 proc.terminate()
                 await asyncio.to_thread(proc.wait, 30)
 
+    async def reporter(self) -> None:
+        for kind in bench_reporter.HOT_KINDS:
+            ours, decode = await bench_reporter.hot_path(kind, self.profile.reporter_events, 7)
+            what = "json.loads of the same runner event's JSON line"
+            self.add(Measure(f"reporter: {kind}", "µs/event", "latency", ours, decode, what))
+
     async def run(self) -> list[Measure]:
+        await self.reporter()
         eight = await self.appends()
         await self.claims()
         raw_wake = await self.wakes()
@@ -230,8 +247,8 @@ class Suite:
 
 
 def _figure(value: float, unit: str) -> str:
-    if unit == "ms":
-        return f"{value:,.2f} ms"
+    if unit in ("ms", "µs/event"):
+        return f"{value:,.2f} {unit}"
     return f"{value:,.0f} {unit}"
 
 
