@@ -106,10 +106,11 @@ def parse_map_setup(line: str) -> MapSetup | None:
 def parse_tool_batch(line: str) -> ToolBatch | None:
     """The tool-batch diagnostic, or None."""
     match = TOOL_BATCH_PATTERN.search(line)
-    calls = _digits(match.group(2)) if match is not None else None
-    if match is None or calls is None:
+    if match is None:
         return None
-    return ToolBatch(batch_id=match.group(1), calls=calls)
+    batch_id, digits = match.groups()
+    calls = _digits(digits)
+    return None if calls is None else ToolBatch(batch_id, calls)
 
 
 def as_int(value: object) -> int | None:
