@@ -15,11 +15,10 @@ Times are epoch milliseconds on the way in and out.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any, Final
 
-from ledger import shapes, validate
+from ledger import jsonb, shapes, validate
 from ledger.clock import from_ms, to_ms
 from ledger.db import Database
 from ledger.errors import InvalidInput
@@ -110,8 +109,7 @@ def parse_observations(observations: object) -> list[dict[str, Any]]:
 
 
 def _json_text(value: Any) -> str | None:
-    # Validated by `validate.json_value`: the standard encoder writes it as jsonb reads it.
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else jsonb.dumps(value)
 
 
 def _time(ms: int | None) -> datetime | None:

@@ -32,14 +32,12 @@ attempt continues its numbering after them.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any, Final
 
-import orjson
 from psycopg.types.json import Jsonb
 
-from ledger import shapes
+from ledger import jsonb, shapes
 from ledger.db import Conn, Database, Row
 from ledger.errors import NotFound
 from ledger.ingest.rules import (
@@ -89,16 +87,6 @@ WHERE run_id = %(run_id)s AND producer_attempt = %(producer_attempt)s
 """
 
 
-def _json(value: Any) -> bytes | str:
-    """`value` as JSON for a jsonb column: orjson, several times the standard encoder's speed on a
-    large progress snapshot, or the standard encoder for what orjson refuses (an integer beyond 64
-    bits, which a node's `node_io` may hold and jsonb keeps exactly)."""
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        return json.dumps(value)
-
-
 def state_from_row(row: dict[str, Any]) -> IngestState:
     """The ingestion state held by a runs row."""
     return IngestState(
@@ -120,8 +108,8 @@ async def _store_state(conn: Conn, run_id: str, plan: IngestPlan, status: str) -
             "producer_attempt": state.producer_attempt,
             "last_upload_seq": state.last_upload_seq,
             "live_log_count": state.live_log_count,
-            "live_node_progress": Jsonb(state.live_node_progress, dumps=_json),
-            "activity_watermarks": Jsonb(state.activity_watermarks, dumps=_json),
+            "live_node_progress": Jsonb(state.live_node_progress, dumps=jsonb.dumps),
+            "activity_watermarks": Jsonb(state.activity_watermarks, dumps=jsonb.dumps),
             "replay_digest": state.replay_digest,
             "status": status,
         },
