@@ -34,6 +34,7 @@ EXPECTED = (
     "ingestion: late duplicate of a 1,000-node upload",
     "ingestion: 50-node upload, every node changed",
     "HTTP append, 8 clients (one event per request)",
+    "HTTP append, 8 clients, bare asyncio client",
     "HTTP: 100 long-polls woken by one append, p50",
     "HTTP: 100 long-polls woken by one append, p99",
     "HTTP: 50-node upload, every node changed, 4 clients",
