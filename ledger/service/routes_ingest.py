@@ -1,12 +1,12 @@
 """Ingestion endpoints: the reporter's status upload, sheet row outcomes, node
 observations.
 
-The upload body is read as raw bytes and decoded here (orjson first), then passed whole to
-`ledger.ingest.store`, which owns its validation: a late duplicate is answered before its body is
-validated, so no request model is built from it first. The decoding keeps the answers the
-framework's own body reading gives (400 for malformed or non-JSON bodies, 422 for a missing body
-or one that is not an object); the request body's schema is documented by hand for the same
-reason."""
+The upload body is read as raw bytes and decoded here (`ledger.jsonb.loads`: orjson, every
+integer exact), then passed whole to `ledger.ingest.store`, which owns its validation: a late
+duplicate is answered before its body is validated, so no request model is built from it first.
+The decoding keeps the answers the framework's own body reading gives (400 for malformed or
+non-JSON bodies, 422 for a missing body or one that is not an object); the request body's schema
+is documented by hand for the same reason."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ import email.message
 import json
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 
-from ledger import shapes
+from ledger import jsonb, shapes
 from ledger.ingest.observations import list_observations, record_observations
 from ledger.ingest.sheets import record_sheet_rows, sheet_outcomes
 from ledger.ingest.store import apply_status_upload
@@ -88,26 +87,21 @@ async def json_object_body(request: Request) -> dict[str, Any]:
     if not _is_json(request.headers.get("content-type")):
         raise _body_error("dict_type", "Input should be a valid dictionary", raw)
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        # What orjson refuses and the standard decoder reads (a lone surrogate escape, which log
-        # lines repair; an integer beyond 64 bits; UTF-16) is read the standard way.
-        try:
-            body = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise RequestValidationError(
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ("body", exc.pos),
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": exc.msg},
-                    }
-                ]
-            ) from None
-        except ValueError:  # not decodable text at all
-            raise HTTPException(400, "There was an error parsing the body") from None
+        body = jsonb.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "json_invalid",
+                    "loc": ("body", exc.pos),
+                    "msg": "JSON decode error",
+                    "input": {},
+                    "ctx": {"error": exc.msg},
+                }
+            ]
+        ) from None
+    except ValueError:  # not decodable text at all
+        raise HTTPException(400, "There was an error parsing the body") from None
     if not isinstance(body, dict):
         raise _body_error("dict_type", "Input should be a valid dictionary", body)
     return body

@@ -28,3 +28,26 @@ def test_dumps_refuses_nan_like_the_standard_encoder_when_orjson_cannot_say() ->
     # A big int makes orjson give up; the standard encoder then refuses NaN instead of writing null.
     with pytest.raises(ValueError):
         jsonb.dumps([2**70, float("nan")])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 100000000000000000000000, "b": -18446744073709551617, "c": 18446744073709551615}',
+        b'[9223372036854775807, -9223372036854775808, 1.5e300, "\\u00e9"]',
+        b'{"line": "\\ud800 lone surrogate", "n": 1}',
+        '{"utf16": 1}'.encode("utf-16"),
+    ],
+)
+def test_loads_reads_what_the_standard_decoder_reads_every_integer_exact(raw: bytes) -> None:
+    # orjson alone reads an integer beyond 64 bits as a float (10**23 as 1e+23).
+    decoded = jsonb.loads(raw)
+    assert decoded == json.loads(raw)
+    assert repr(decoded) == repr(json.loads(raw))
+
+
+def test_loads_refuses_what_the_standard_decoder_refuses() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        jsonb.loads(b'{"a": ')
+    with pytest.raises(ValueError):
+        jsonb.loads(b"\xff\xfe\xff")
