@@ -236,13 +236,13 @@ class Suite:
             self.add(Measure(f"reporter: {kind}", "µs/event", "latency", ours, decode, what))
 
     async def run(self) -> list[Measure]:
-        await self.reporter()
         eight = await self.appends()
         await self.claims()
         raw_wake = await self.wakes()
         await self.ingestion()
         if self.profile.http:
             await self.http(eight, raw_wake)
+        await self.reporter()
         return self.rows
 
 
