@@ -68,12 +68,14 @@ pool_entries = Table(
     CheckConstraint("(state = 'ready') = (ready_at IS NOT NULL)", name="ready_at_iff_ready"),
     CheckConstraint("version <> ''", name="version_not_empty"),
     CheckConstraint("id <> ''", name="id_not_empty"),
-    # A claim takes the newest ready entry of a version: served by this index in order.
+    # A claim takes the newest ready entry of a version, ties by id: served by this index in order
+    # (an add makes its whole batch ready at one instant, so without `id` a claim sorted the tie).
     Index(
         "ix_pool_entries_ready_newest",
         "pool",
         "version",
         text("ready_at DESC"),
+        "id",
         postgresql_where=text("state = 'ready'"),
     ),
     Index("ix_pool_entries_pool_expires_at", "pool", "expires_at"),

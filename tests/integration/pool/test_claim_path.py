@@ -211,3 +211,25 @@ async def test_tallies_stay_exact_while_claims_fold_them_and_adds_write_them(db:
     assert counted["available"] == len([e for e in listed if e["state"] == "ready"])
     # Folded: at most a row per connection that wrote.
     assert tallies is not None and tallies["n"] <= 2 * 20
+
+
+async def test_the_claim_order_is_read_from_the_index_with_a_whole_batch_ready_at_one_instant(
+    db: Database,
+) -> None:
+    # An add makes its batch ready at one instant: newest-first then ties on every entry, and the
+    # claim's order (ready_at DESC, id) must still come from the index, not a sort of the tie.
+    pool = WarmPool(db)
+    await pool.add("tied", V, [f"i{n:05}" for n in range(3000)], ready=True)
+    async with db.connection() as conn:
+        await conn.execute("ANALYZE ledger.pool_entries")
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        cur = await conn.execute(
+            "EXPLAIN SELECT pool, id FROM ledger.pool_entries"
+            " WHERE pool = 'tied' AND version = %s AND state = 'ready' AND expires_at > now()"
+            " ORDER BY ready_at DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            (V,),
+        )
+        plan = "\n".join(row["QUERY PLAN"] for row in await cur.fetchall())
+    assert "ix_pool_entries_ready_newest" in plan, plan
+    assert "Sort" not in plan, plan
+    assert (await pool.claim("tied", V, "r-tied"))["id"] == "i00000"
