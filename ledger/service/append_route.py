@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.service import routes_runs
-from ledger.service.middleware import replaying
+from ledger.service.middleware import read_body, replaying
 from ledger.service.models import AppendEvents
 from ledger.service.security import bearer_credentials, require_token
 from ledger.service.state import Services
@@ -63,18 +63,6 @@ def _is_json(scope: Scope) -> bool:
     return True
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body (already bounded by the body limit), or None when the client left."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 def _events(body: bytes) -> list[dict[str, Any]] | None:
     """The events of a body the route's model accepts, else None (the route answers it)."""
     try:
@@ -96,7 +84,7 @@ class AppendRoute:
         if match is None or not isinstance(svc, Services) or not _is_json(scope):
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return
         events = _events(body) if body else None

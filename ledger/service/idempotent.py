@@ -33,7 +33,7 @@ from ledger import idempotency
 from ledger.db import DB_FAULTS, Database
 from ledger.service.errors import RETRY_AFTER_S, unavailable_message
 from ledger.service.metrics import ServiceMetrics
-from ledger.service.middleware import replaying, send_json_error
+from ledger.service.middleware import read_body, replaying, send_json_error
 
 log = logging.getLogger("ledger.service.idempotency")
 
@@ -131,18 +131,6 @@ async def _send_stored(send: Send, stored: idempotency.StoredAnswer) -> None:
     await send({"type": "http.response.body", "body": stored.body})
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when the client went away first."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 class IdempotencyMiddleware:
     """Honour `Idempotency-Key` on POST and PUT (see the module docstring).
 
@@ -182,7 +170,7 @@ class IdempotencyMiddleware:
             # No token: the endpoint answers 401, and there is no scope to keep an answer in.
             await self.app(scope, receive, send)
             return
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return
         key_scope = idempotency.Scope(

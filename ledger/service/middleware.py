@@ -44,6 +44,19 @@ async def send_json_error(
     await send({"type": "http.response.body", "body": body})
 
 
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body (bounded by the body limit middleware), or None when the client
+    went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
 def replaying(body: bytes, receive: Receive) -> Receive:
     """A `receive` that hands the app the body a middleware already read, then the rest of the
     connection's messages (a disconnect) from `receive`."""
