@@ -77,6 +77,8 @@ pool_entries = Table(
         text("ready_at DESC"),
         "id",
         postgresql_where=text("state = 'ready'"),
+        # The claim's count of stale entries reads whether they expired from the index alone.
+        postgresql_include=["expires_at"],
     ),
     Index("ix_pool_entries_pool_expires_at", "pool", "expires_at"),
     # The counts a claim answers with read a version's live entries from this index alone.

@@ -33,6 +33,8 @@ Create Date: 2026-12-01 05:30:00.000000
 - `ix_pool_entries_ready_newest` gains `id` after `ready_at DESC`: the claim's order (newest
   ready first, ties by id) read from the index alone. An add makes its whole batch ready at one
   instant, and the claim sorted that tie on every call (1,667 entries at a 100,000-entry pool).
+  It includes `expires_at`, so the counts' scan of stale entries needs no heap: with the heap
+  needed, a generic plan could read the whole pool instead (16 ms at 100,000 entries).
 
 Limits travel as milliseconds and become `n * interval '1 millisecond'`: an interval of that form
 has no day part, so `now - limit` is exact elapsed time in any session time zone; each function
@@ -292,7 +294,7 @@ FUNCTIONS = (
 )
 
 
-def _newest_first_index(columns: list[str | sa.TextClause]) -> None:
+def _newest_first_index(columns: list[str | sa.TextClause], include: list[str]) -> None:
     op.drop_index("ix_pool_entries_ready_newest", table_name="pool_entries", schema="ledger")
     op.create_index(
         "ix_pool_entries_ready_newest",
@@ -301,11 +303,12 @@ def _newest_first_index(columns: list[str | sa.TextClause]) -> None:
         unique=False,
         schema="ledger",
         postgresql_where=sa.text("state = 'ready'"),
+        postgresql_include=include,
     )
 
 
 def upgrade() -> None:
-    _newest_first_index(["pool", "version", sa.text("ready_at DESC"), "id"])
+    _newest_first_index(["pool", "version", sa.text("ready_at DESC"), "id"], ["expires_at"])
     op.create_index(
         "ix_pool_entries_version_expires_at",
         "pool_entries",
@@ -333,4 +336,4 @@ def downgrade() -> None:
         op.execute(f"DROP FUNCTION IF EXISTS {signature}")
     op.execute("DROP TABLE IF EXISTS ledger.pool_tallies")
     op.drop_index("ix_pool_entries_version_expires_at", table_name="pool_entries", schema="ledger")
-    _newest_first_index(["pool", "version", sa.text("ready_at DESC")])
+    _newest_first_index(["pool", "version", sa.text("ready_at DESC")], [])
