@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-async def get_json(base_url: str, path_and_query: str, token: str) -> tuple[int, Any]:
-    """GET and return `(status, parsed JSON body)`."""
+async def get_raw(base_url: str, path_and_query: str, token: str) -> tuple[int, bytes]:
+    """GET and return `(status, the body's exact bytes)`."""
     parts = urlsplit(base_url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     reader, writer = await asyncio.open_connection(host, port)
@@ -28,5 +28,10 @@ async def get_json(base_url: str, path_and_query: str, token: str) -> tuple[int,
     finally:
         writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
+    return int(head.split(b" ", 2)[1]), body
+
+
+async def get_json(base_url: str, path_and_query: str, token: str) -> tuple[int, Any]:
+    """GET and return `(status, parsed JSON body)`."""
+    status, body = await get_raw(base_url, path_and_query, token)
     return status, json.loads(body)

@@ -6,33 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import TypeAdapter
 
 from ledger import shapes
 from tests.acceptance.conftest import Server, new_id
+from tests.acceptance.rawhttp import get_raw
 
 PAGE = TypeAdapter(shapes.EventPage)
-
-
-async def get_raw(server: Server, path_and_query: str) -> tuple[int, bytes]:
-    """A bare GET (one socket, `Connection: close`): the status and the body's exact bytes."""
-    parts = urlsplit(server.base_url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    reader, writer = await asyncio.open_connection(host, port)
-    try:
-        writer.write(
-            (
-                f"GET {path_and_query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {server.token}\r\n"
-                "Connection: close\r\n\r\n"
-            ).encode()
-        )
-        raw = await reader.read()
-    finally:
-        writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    return int(head.split(b" ", 2)[1]), body
 
 
 async def waiting(server: Server) -> float:
@@ -49,7 +30,11 @@ async def wake_groups(
     polls = {
         key: [
             asyncio.create_task(
-                get_raw(server, f"/v1/runs/{run_id}/events?after={key[0]}&limit={key[1]}&timeout_ms=30000")
+                get_raw(
+                    server.base_url,
+                    f"/v1/runs/{run_id}/events?after={key[0]}&limit={key[1]}&timeout_ms=30000",
+                    server.token,
+                )
             )
             for _ in range(per_group)
         ]
