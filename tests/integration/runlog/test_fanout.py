@@ -42,13 +42,6 @@ class HeldRunLog(RunLog):
 
 
 @pytest.fixture
-async def listener(clean_database_url: str) -> AsyncIterator[Listener]:
-    async with Listener(clean_database_url, fallback_poll_s=0.2, keepalive_s=1.0) as listener:
-        assert listener.connected
-        yield listener
-
-
-@pytest.fixture
 async def runlog(db: Database, listener: Listener) -> HeldRunLog:
     log = HeldRunLog(db, listener)
     await log.open_run("r1")

@@ -47,13 +47,6 @@ def database_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
 
 
 @pytest.fixture
-async def listener(clean_database_url: str) -> AsyncIterator[Listener]:
-    async with Listener(clean_database_url, fallback_poll_s=0.2, keepalive_s=1.0) as listener:
-        assert listener.connected
-        yield listener
-
-
-@pytest.fixture
 async def runlog(db: Database, listener: Listener) -> RunLog:
     log = RunLog(db, listener=listener)
     await log.open_run("r1")
