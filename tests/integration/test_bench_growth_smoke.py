@@ -7,19 +7,11 @@ off its index.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-import psycopg
 import pytest
 
-from ledger.testing import clone_database, drop_database, ensure_template
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.bench_runs import database_of_its_own, quick_json
 
 # The quick profile's sizes (bench/growth.py QUICK), per path.
 EXPECTED = {
@@ -36,28 +28,14 @@ VERDICTS = {"flat", "~log n", "> log n", "~linear", "superlinear"}
 
 @pytest.fixture
 def growth_database_url(pg_admin_url: str) -> Iterator[str]:
-    # A database of its own: the bench leaves ten thousand runs behind.
-    name = f"ledger_growth_{os.getpid()}"
-    yield clone_database(pg_admin_url, ensure_template(pg_admin_url), name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        drop_database(conn, name)
+    # The bench leaves ten thousand runs behind.
+    with database_of_its_own(pg_admin_url, "ledger_growth") as url:
+        yield url
 
 
 @pytest.mark.timeout(300)
 def test_quick_growth_prints_every_path_at_every_size(growth_database_url: str) -> None:
-    env = {**os.environ, "LEDGER_DATABASE_URL": growth_database_url}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--growth", "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
-    assert document["profile"] == "quick"
-    assert document["where"] == "LEDGER_DATABASE_URL"
+    document = quick_json(growth_database_url, ["-m", "bench", "--growth"], timeout_s=240)
     curves = document["curves"]
     assert {curve["path"]: [p["size"] for p in curve["points"]] for curve in curves} == EXPECTED
     for curve in curves:

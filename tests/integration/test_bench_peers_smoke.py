@@ -11,19 +11,16 @@ a ratio that reads "how many times ours" the same way for rates and latencies. W
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from ledger.testing import clone_database, drop_database, ensure_template
+from tests.integration.bench_runs import ROOT, database_of_its_own, quick_json
 
-ROOT = Path(__file__).resolve().parents[2]
 PEERS = ("dbos", "procrastinate", "pgmq")
 ABSENT = [name for name in PEERS if importlib.util.find_spec(name) is None]
 
@@ -48,11 +45,10 @@ EXPECTED = (
 
 @pytest.fixture
 def bench_database_url(pg_admin_url: str) -> Iterator[str]:
-    name = f"ledger_peers_{os.getpid()}"
-    yield clone_database(pg_admin_url, ensure_template(pg_admin_url), name)
+    with database_of_its_own(pg_admin_url, "ledger_peers") as url:
+        yield url
+    # The bench drops the peers' databases itself; none may be left behind.
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        drop_database(conn, name)
-        # The bench drops the peers' databases itself; none may be left behind.
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'peers\\_%'").fetchall()
     assert left == []
 
@@ -60,19 +56,7 @@ def bench_database_url(pg_admin_url: str) -> Iterator[str]:
 @pytest.mark.skipif(bool(ABSENT), reason=f"the `bench` extra is not installed (no {', '.join(ABSENT)})")
 @pytest.mark.timeout(600)
 def test_quick_peers_bench_prints_every_peer_row_beside_ours(bench_database_url: str) -> None:
-    env = {**os.environ, "LEDGER_DATABASE_URL": bench_database_url}
-    done = subprocess.run(
-        [sys.executable, "bench/peers.py", "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
-    assert document["profile"] == "quick"
-    assert document["where"] == "LEDGER_DATABASE_URL"
+    document = quick_json(bench_database_url, ["bench/peers.py"], timeout_s=540)
     assert sorted(document["peers"]) == sorted(PEERS)
     rows = document["measures"]
     assert [row["measure"] for row in rows] == list(EXPECTED)

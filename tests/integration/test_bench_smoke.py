@@ -7,19 +7,11 @@ shows is there, with a positive figure for ours and for the baseline, and a rati
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-import psycopg
 import pytest
 
-from ledger.testing import clone_database, drop_database, ensure_template
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.bench_runs import database_of_its_own, quick_json
 
 EXPECTED = (
     "append, 1 run",
@@ -46,29 +38,13 @@ EXPECTED = (
 
 @pytest.fixture
 def bench_database_url(pg_admin_url: str) -> Iterator[str]:
-    # A database of its own: the bench leaves runs and pool entries behind that other tests on
-    # this worker's database would see.
-    name = f"ledger_bench_{os.getpid()}"
-    yield clone_database(pg_admin_url, ensure_template(pg_admin_url), name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        drop_database(conn, name)
+    with database_of_its_own(pg_admin_url, "ledger_bench") as url:
+        yield url
 
 
 @pytest.mark.timeout(600)
 def test_quick_bench_prints_every_measure_beside_its_baseline(bench_database_url: str) -> None:
-    env = {**os.environ, "LEDGER_DATABASE_URL": bench_database_url}
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
-    assert document["profile"] == "quick"
-    assert document["where"] == "LEDGER_DATABASE_URL"
+    document = quick_json(bench_database_url, ["-m", "bench"], timeout_s=540)
     rows = document["measures"]
     assert [row["measure"] for row in rows] == list(EXPECTED)
     for row in rows:
