@@ -429,13 +429,6 @@ class RunLog:
             finally:
                 await conn.set_autocommit(False)
 
-    async def _shared_read(
-        self, run_id: str, cursor: int | None, limit: int, visible_after: int
-    ) -> shapes.EventPage:
-        """A read started after tick `visible_after`, shared with concurrent readers of the page."""
-        assert self._fanout is not None
-        return (await self._fanout.read((run_id, cursor, limit), visible_after)).copy()
-
     async def _now(self, conn: Conn) -> datetime | None:
         return await self.clock.now(conn) if self.clock is not None else None
 

@@ -246,17 +246,19 @@ async def test_a_shared_read_serves_only_readers_woken_before_it_started(
     runlog: RunLog, listener: Listener
 ) -> None:
     await runlog.append("r1", [{"type": "log", "line": "a"}])
+    fanout = runlog._fanout
+    assert fanout is not None
     woken_early = listener.tick()
     reads = runlog.reads
-    first = asyncio.create_task(runlog._shared_read("r1", 0, 1000, woken_early))
+    first = asyncio.create_task(fanout.read(("r1", 0, 1000), woken_early))
     await asyncio.sleep(0)  # the first reader has started the read
-    early = asyncio.create_task(runlog._shared_read("r1", 0, 1000, woken_early))
+    early = asyncio.create_task(fanout.read(("r1", 0, 1000), woken_early))
     # Woken after the read started: that read may predate the commit that woke it, so it reads again.
-    late = asyncio.create_task(runlog._shared_read("r1", 0, 1000, listener.tick()))
+    late = asyncio.create_task(fanout.read(("r1", 0, 1000), listener.tick()))
     first.cancel()  # one reader going away does not cancel the read the others share
     pages = await asyncio.gather(early, late)
     assert runlog.reads == reads + 2
-    assert all([e["line"] for e in page["events"]] == ["a"] for page in pages)
+    assert all([e["line"] for e in page.page["events"]] == ["a"] for page in pages)
     with pytest.raises(asyncio.CancelledError):
         await first
 
