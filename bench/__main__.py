@@ -2,6 +2,7 @@
 
     python -m bench [--quick] [--json] [--peers]
     python -m bench --growth [--quick] [--json]
+    python -m bench --load [--seconds 60] [--workers 1 2] [--json]
 
 Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
 synchronous_commit on), migrated; the baselines run on the same server in the same run, with the
@@ -12,7 +13,9 @@ Procrastinate, pgmq; bench/peers.py) on the same server after the suite, as a se
 "peers" in the JSON); they are the optional `bench` extra, and without it `--peers` says how to
 install it and exits with code 2. `--growth` prints, instead of the table, how each hot path's
 latency grows with the size of what it works on (bench/growth.py: events retained, pool size,
-runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds).
+runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds). `--load` prints,
+instead, the mixed-load table (bench/load.py): 100 bare clients appending, uploading, long-polling
+and tailing at once against `ledger serve`, once per `--workers` value.
 """
 
 from __future__ import annotations
@@ -45,7 +48,31 @@ def main() -> None:
     parser.add_argument(
         "--growth", action="store_true", help="instead: latency vs size per hot path (bench/growth.py)"
     )
+    parser.add_argument("--load", action="store_true", help="instead: the mixed load (bench/load.py)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="--load: seconds per --workers value")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="--load: `ledger serve --workers`"
+    )
     args = parser.parse_args()
+    if args.load:
+        import load
+
+        mix = load.Mix(seconds=5.0 if args.quick else args.seconds)
+        with common.bench_database("bench-load-") as database:
+            started = time.perf_counter()
+            load_rows = load.run(database.url, args.workers, mix)
+            if args.json:
+                load_document = {
+                    "profile": "quick" if args.quick else "full",
+                    "where": database.where,
+                    "cores": os.cpu_count(),
+                    "load": load_rows,
+                }
+                print(json.dumps(load_document, indent=2))
+                return
+            load.print_rows(load_rows, mix)
+            common.print_footer(started, database.where)
+        return
     if args.growth:
         import growth
 
