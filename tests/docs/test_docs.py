@@ -129,6 +129,8 @@ def failing_block(output: str) -> str:
     return started[-1][len(STARTED) :].strip() if started else "before the first block"
 
 
+# Above the project's per-test default: the service's start comes before the page's own time.
+@pytest.mark.timeout(PAGE_TIMEOUT_S + 60)
 @pytest.mark.parametrize("page", pages(), ids=page_id)
 def test_page_blocks_run(page: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     runnable = [block for block in blocks(page) if block.runs]
