@@ -5,12 +5,18 @@ token (a setup file adds it to every request), then the counts from vitest's JSO
 The gate: every test passes but the known failures listed below, each with its reason; a known
 failure that starts passing fails this test too, so the list stays true.
 
+The suite's npm packages are installed by the test itself (`install_suite`): `npm ci` once per
+checkout, again only when package-lock.json changes, under a file lock so xdist workers and
+concurrent sessions never run two installs into one node_modules.
+
 The folder's package.json overrides vite to 8.3.8: vite 8.4.0 (which vitest 4 would take) names an
 optional dependency the registry does not have, and `npm ci` refuses such a lock file.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -22,12 +28,18 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Server, start_server, stop_server
+from tests.prerequisites import unavailable
 
 SUITE_DIR = Path(__file__).resolve().parents[1] / "conformance" / "streams"
 # The server's long-poll wait, short so the suite's timeout tests do not wait 20 s each.
 LONG_POLL_S = 2
 # Generous: the suite takes well under a minute here; this only stops a hung run.
 SUITE_TIMEOUT_S = 600
+# `npm ci` downloads about 30 MB on a cold cache; a hung registry stops here.
+INSTALL_TIMEOUT_S = 300
+# Both ignored by git: the lock beside package.json, the stamp inside node_modules.
+INSTALL_LOCK = ".install.lock"
+INSTALLED_STAMP = ".run-ledger-installed"
 # The suite holds 338 tests; its 6 subscription tests are opt-in (off here), so 332 run.
 SUITE_TOTAL = 338
 SUITE_SKIPPED = 6
@@ -36,10 +48,34 @@ SUITE_SKIPPED = 6
 KNOWN_FAILURES: dict[str, str] = {}
 
 
-def require_suite() -> None:
-    """The suite is installed by `npm ci` in its folder (`.ci/run` does it); without it, fail loudly."""
-    if shutil.which("npx") is None or not (SUITE_DIR / "node_modules" / ".bin" / "vitest").exists():
-        pytest.fail(f"the conformance suite is not installed: run `npm ci` in {SUITE_DIR}")
+def install_suite() -> None:
+    """`npm ci` in the suite's folder unless this package-lock.json is already installed there.
+
+    The stamp is written inside node_modules after a successful install (`npm ci` deletes the folder
+    first, so a failed or interrupted install leaves no stamp and is run again next time). Without
+    npm the test is skipped, or fails under CI.
+    """
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("npx") is None:
+        unavailable("the Durable Streams conformance suite", "npm is not installed (Node 20 and npm)")
+    wanted = hashlib.sha256((SUITE_DIR / "package-lock.json").read_bytes()).hexdigest()
+    stamp = SUITE_DIR / "node_modules" / INSTALLED_STAMP
+    with (SUITE_DIR / INSTALL_LOCK).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.exists() and stamp.read_text() == wanted:
+            return
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"],
+            cwd=SUITE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+            pytest.fail(f"`npm ci` in {SUITE_DIR} failed (exit {done.returncode}):\n{tail}", pytrace=False)
+        stamp.write_text(wanted)
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +129,9 @@ def outcomes(report: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 # Above the project's per-test default: the suite takes about a minute, more on a loaded machine.
-@pytest.mark.timeout(SUITE_TIMEOUT_S + 120)
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + SUITE_TIMEOUT_S + 120)
 def test_conformance_suite_passes(streams_server: Server, tmp_path: Path) -> None:
-    require_suite()
+    install_suite()
     report = run_suite(streams_server, tmp_path / "report.json")
     results = outcomes(report)
     passed = sorted(name for name, (status, _) in results.items() if status == "passed")

@@ -20,6 +20,7 @@ import pytest
 
 from tests.acceptance.conftest import ROOT, TOKENS, Server, start_server, stop_server
 from tests.browser.proxy import DroppingProxy
+from tests.prerequisites import unavailable
 
 # Flags for a closed network: without the background ones Chromium keeps calling home, refused.
 CHROMIUM_ARGS = [
@@ -38,9 +39,7 @@ UI_TIMEOUT_MS = 15_000
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"browser tests cannot run in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
+    unavailable("browser tests", reason)
 
 
 def chromium_path() -> str:
