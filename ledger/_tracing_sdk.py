@@ -18,12 +18,14 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -89,6 +91,31 @@ def instrument_app(app: FastAPI) -> None:
         # A span per ASGI message would give an SSE tail one per frame; the waits are spanned instead.
         exclude_spans=["receive", "send"],
     )
+    # Each request starts from an empty context, so one without `traceparent` starts a trace of its
+    # own. The server's task for a request inherits the context its connection's read callback was
+    # registered in, and uvicorn re-registers it (resuming a paused read) from inside the previous
+    # request on that connection: without this, that request's span became the next one's parent.
+    build = app.build_middleware_stack
+
+    def build_fresh() -> ASGIApp:
+        return _FreshContext(build())
+
+    app.build_middleware_stack = build_fresh  # type: ignore[method-assign]
+
+
+class _FreshContext:
+    """Run the request in an empty context (see `instrument_app`). It keeps the wrapped app as `.app`,
+    where FastAPI looks for this instrumentation (and then adds no request span of its own)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = context.attach(Context())
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            context.detach(token)
 
 
 def _clean(attributes: Mapping[str, Attribute | None]) -> dict[str, Attribute]:

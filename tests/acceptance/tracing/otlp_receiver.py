@@ -21,6 +21,8 @@ class Span:
     span_id: str
     parent_id: str
     attributes: dict[str, Any]
+    start_ns: int
+    end_ns: int
 
 
 def _value(value: AnyValue) -> Any:
@@ -43,6 +45,8 @@ def decode(body: bytes) -> list[Span]:
                         span_id=span.span_id.hex(),
                         parent_id=span.parent_span_id.hex(),
                         attributes={kv.key: _value(kv.value) for kv in span.attributes},
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
                     )
                 )
     return spans
@@ -57,6 +61,10 @@ class Receiver:
     def add(self, spans: list[Span]) -> None:
         with self._lock:
             self.spans.extend(spans)
+
+    def all(self) -> list[Span]:
+        with self._lock:
+            return list(self.spans)
 
     def of_trace(self, trace_id: str) -> list[Span]:
         with self._lock:

@@ -21,6 +21,7 @@ import pytest
 
 from tests.acceptance.conftest import ROOT, Server, new_id, start_server, stop_server
 from tests.acceptance.tracing.otlp_receiver import Receiver, Span, receiving
+from tests.acceptance.tracing.waterfall import demo_trace
 
 # Spans reach the receiver within a batch delay; the tests wait for them up to this long.
 ARRIVAL_TIMEOUT_S = 30.0
@@ -187,3 +188,20 @@ def test_a_long_poll_wait_is_a_span_of_its_own(traced_server: Server, receiver: 
     served = next(s for s in spans if s.name == "GET /v1/runs/{run_id}/events")
     assert wait.parent_id == served.span_id
     assert wait.attributes == {"ledger.run_id": run_id, "ledger.after": "1", "ledger.timeout_ms": 50}
+
+
+def test_ledger_demo_is_one_trace_each_request_under_the_call_that_sent_it(tmp_path: Path) -> None:
+    # The demo serves and reports in one process on the plain asyncio loop, where a request's task
+    # inherits the context its connection's reads were last resumed in: the previous request's.
+    spans = demo_trace(["--rows", "1000"], tmp_path)
+    by_id = {span.span_id: span for span in spans}
+    served = [span for span in spans if "/v1/" in span.name]
+    assert served
+    for span in served:
+        caller = by_id[span.parent_id]
+        assert caller.name in ("POST", "GET"), (span.name, caller.name)
+    # And each call the worker made is served in this trace, not adopted by another request's.
+    calls = [span for span in spans if span.name in ("POST", "GET")]
+    assert calls and {span.span_id for span in calls} == {span.parent_id for span in served}
+    uploads = [span for span in spans if span.name == "reporter upload"]
+    assert uploads and all(by_id[span.parent_id].name == "ledger demo run" for span in uploads)
