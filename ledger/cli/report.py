@@ -29,6 +29,7 @@ from typing import IO, Any
 
 import click
 
+from ledger import tracing
 from ledger.auth import client_token
 from ledger.client import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
@@ -175,15 +176,22 @@ async def _main(
     resume: bool,
     finalize: bool,
 ) -> int:
-    async with HttpTransport(service_url(), client_token()) as transport:
-        reporter = ProgressReporter(
-            run_id,
-            transport,
-            contract=contract,
-            producer_attempt=attempt,
-            mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
-        )
-        return await report(reporter, read_lines(stream), warn, resume=resume, finalize=finalize)
+    # The uploads below are this span's children (the uploader's task inherits the context), and
+    # the service continues each one: the run's story in one trace, the worker's if it passed one.
+    tracing.setup("ledger-report")
+    with (
+        tracing.joined_from_environment(),
+        tracing.span("ledger report", run_id=run_id, producer_attempt=attempt),
+    ):
+        async with HttpTransport(service_url(), client_token()) as transport:
+            reporter = ProgressReporter(
+                run_id,
+                transport,
+                contract=contract,
+                producer_attempt=attempt,
+                mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
+            )
+            return await report(reporter, read_lines(stream), warn, resume=resume, finalize=finalize)
 
 
 @click.command("report")

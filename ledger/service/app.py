@@ -19,6 +19,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from starlette.types import Scope
 
+from ledger import tracing
 from ledger.db import Database
 from ledger.pool.store import WarmPool
 from ledger.runlog.listener import Listener
@@ -64,6 +65,8 @@ def create_app(
     transaction-mode pooler."""
     if not tokens:
         raise ValueError("the service needs at least one API token")
+    # Before the pool opens: the database instrumentation wraps how connections are made.
+    tracing.setup("run-ledger")
     metrics = ServiceMetrics()
 
     @asynccontextmanager
@@ -167,6 +170,8 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
     # Outermost: the protocol's security headers on every stream answer, errors included.
     app.add_middleware(routes_streams.StreamHeadersMiddleware)
+    # Around all of it, when the OTEL_* variables ask for traces: a request continues its caller's.
+    tracing.instrument_app(app)
     return app
 
 

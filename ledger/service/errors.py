@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
-from ledger import shapes
+from ledger import shapes, tracing
 from ledger.db import DB_FAULTS
 from ledger.errors import (
     Conflict,
@@ -96,6 +96,8 @@ def error_responses(
 
 
 def error_response(status: int, message: str, **extra: Any) -> JsonAnswer:
+    # What a person looking at the trace needs: why the request was refused (409 `code`, 503 reason).
+    tracing.annotate(error=message, error_code=extra.get("code"))
     return JsonAnswer({"error": message, **extra}, status_code=status)
 
 

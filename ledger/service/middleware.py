@@ -15,7 +15,7 @@ from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger import validate
+from ledger import tracing, validate
 from ledger.service.json_answer import encode
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
@@ -29,6 +29,7 @@ _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
 async def send_json_error(
     send: Send, status: int, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
+    tracing.annotate(error=message)
     body = encode({"error": message})
     await send(
         {

@@ -23,7 +23,7 @@ import psycopg
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
-from ledger import shapes, validate
+from ledger import shapes, tracing, validate
 from ledger.errors import LedgerError
 from ledger.runlog.events import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_LIST_TIMEOUT_MS
 from ledger.service.errors import error_responses
@@ -79,7 +79,8 @@ PAGE = DEFAULT_LIST_LIMIT
 async def list_events(
     run_id: RunId, svc: Svc, after: After = "-1", timeout_ms: TimeoutMs = 0, limit: Limit = PAGE
 ) -> Response:
-    finished, page = await svc.drain.race(svc.runlog.wait_page(run_id, after, timeout_ms, limit))
+    with tracing.span("events long-poll wait", run_id=run_id, after=after, timeout_ms=timeout_ms):
+        finished, page = await svc.drain.race(svc.runlog.wait_page(run_id, after, timeout_ms, limit))
     if not finished:
         # Shutting down: answer what is there now instead of waiting out the timeout.
         page = await svc.runlog.wait_page(run_id, after, 0, limit)
@@ -164,9 +165,10 @@ async def _tail(svc: Services, run_id: str, cursor: int, page: shapes.EventPage)
                 # Maybe more pages behind this one: read on without waiting.
                 page = await svc.runlog.list_events(run_id, cursor, 0, PAGE)
                 continue
-            finished, waited = await svc.drain.race(
-                svc.runlog.list_events(run_id, cursor, keepalive_ms, PAGE)
-            )
+            with tracing.span("events stream wait", run_id=run_id, after=cursor):
+                finished, waited = await svc.drain.race(
+                    svc.runlog.list_events(run_id, cursor, keepalive_ms, PAGE)
+                )
             if not finished:
                 return
             assert waited is not None

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 
-from ledger import jsonb, shapes
+from ledger import jsonb, shapes, tracing
 from ledger.ingest.observations import list_observations, record_observations
 from ledger.ingest.sheets import record_sheet_rows, sheet_outcomes
 from ledger.ingest.store import apply_status_upload
@@ -123,7 +123,15 @@ async def status_upload(run_id: RunId, request: Request, svc: Svc) -> shapes.Upl
         max_attempt_step=svc.settings.max_attempt_step,
     )
     svc.metrics.uploads.labels("duplicate" if applied["duplicate"] else "applied").inc()
-    svc.metrics.events_appended.inc(sum(applied["events_appended"].values()))
+    appended = sum(applied["events_appended"].values())
+    svc.metrics.events_appended.inc(appended)
+    tracing.annotate(
+        run_id=run_id,
+        producer_attempt=applied["producer_attempt"],
+        upload_seq=applied["last_upload_seq"],
+        duplicate=applied["duplicate"],
+        events_appended=appended,
+    )
     return applied
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from ledger import shapes, validate
+from ledger import shapes, tracing, validate
 from ledger.service.errors import error_responses
 from ledger.service.models import AddEntries, Claim, Pool, ReadyEntry, Version, VersionIds
 from ledger.service.security import require_token
@@ -51,6 +51,7 @@ async def clear_entries(pool: Pool, svc: Svc) -> shapes.Deleted:
     "/claim", summary="Claim the newest available entry for a run (idempotent per run)", responses=WITH_BODY
 )
 async def claim(pool: Pool, body: Claim, svc: Svc) -> shapes.ClaimResult:
+    tracing.annotate(pool=pool, version=body.version, run_id=body.run_id)
     # The claim maps the run: its id must be one the run paths can address.
     run_id = validate.run_id("run_id", body.run_id)
     return await svc.pool.claim(pool, body.version, run_id, body.min_ready_age_ms)

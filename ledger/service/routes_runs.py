@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from ledger import shapes, validate
+from ledger import shapes, tracing, validate
 from ledger.runlog import overview
 from ledger.runlog.events import MAX_LIST_LIMIT
 from ledger.runlog.overview import MAX_RUNS_LIMIT
@@ -98,6 +98,7 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
     encoded as the library returned them (not validated against their own type first)."""
     appended = await svc.runlog.append(run_id, events)
     svc.metrics.events_appended.inc(len(appended))
+    tracing.annotate(run_id=run_id, events_appended=len(appended))
     return JsonAnswer({"events": appended})
 
 

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ledger import tracing
 from ledger.service.errors import RETRY_AFTER_S
 from ledger.service.middleware import send_json_error
 
@@ -57,8 +58,9 @@ class RunWriteGate:
         try:
             try:
                 if slot.lock.locked():
-                    async with asyncio.timeout(self.wait_s):
-                        await slot.lock.acquire()
+                    with tracing.span("run write gate wait", run_id=run_id):
+                        async with asyncio.timeout(self.wait_s):
+                            await slot.lock.acquire()
                 else:
                     # Free: taken at once, without arming a timer for a wait that cannot happen.
                     await slot.lock.acquire()

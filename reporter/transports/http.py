@@ -37,6 +37,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from ledger import tracing
 from reporter.transports.protocol import (
     RunTerminalError,
     StaleAttemptError,
@@ -199,8 +200,19 @@ class HttpTransport:
         run_id = str(payload["run_id"])
         key = f"{run_id}:{payload.get('producer_attempt', '')}:{payload.get('upload_seq', '')}"
         headers = {**self._headers, "Idempotency-Key": key}
-        answer = await self._send("POST", self._url(run_id, "status"), run_id, json=payload, headers=headers)
-        return answer if isinstance(answer, dict) else {}
+        with tracing.span(
+            "reporter upload",
+            run_id=run_id,
+            producer_attempt=payload.get("producer_attempt"),
+            upload_seq=payload.get("upload_seq"),
+        ):
+            answer = await self._send(
+                "POST", self._url(run_id, "status"), run_id, json=payload, headers=headers
+            )
+            if not isinstance(answer, dict):
+                return {}
+            tracing.annotate(duplicate=answer.get("duplicate"))
+            return answer
 
     async def _read(self, run_id: str, tail: str) -> Any:
         try:

@@ -32,7 +32,7 @@ from httpx_sse import aconnect_sse
 from rich.console import Console
 from rich.live import Live
 
-from ledger import migrate
+from ledger import migrate, tracing
 from ledger.cli import render
 from ledger.cli.demo.scenario import DemoPlan, DriveReport, drive, open_run
 from ledger.cli.demo.view import DemoView
@@ -237,7 +237,9 @@ async def _drive_and_watch(
 ) -> DriveReport:
     watcher = asyncio.create_task(watch(base_url, token, run_id, on_event))
     try:
-        report = await drive(plan, base_url, token, run_id)
+        # The worker's side of the run as one trace (when OTEL_* asks): its uploads and what they did.
+        with tracing.span("ledger demo run", run_id=run_id):
+            report = await drive(plan, base_url, token, run_id)
         await asyncio.wait_for(asyncio.shield(watcher), timeout=WATCH_TIMEOUT_S)
         return report
     finally:
