@@ -206,6 +206,10 @@ class Suite:
                 what = "one bare LISTEN connection + one re-read"
                 self.add(Measure(f"{label}, p50", "ms", "latency", fan["p50"], _p(raw_wake, 0.5), what))
                 self.add(Measure(f"{label}, p99", "ms", "latency", fan["p99"], _p(raw_wake, 0.99), what))
+                tails = await bench_service.fanout(base, self.url, readers, sse=True)
+                label = f"HTTP: {readers:,} SSE tails woken by one append"
+                self.add(Measure(f"{label}, p50", "ms", "latency", tails["p50"], _p(raw_wake, 0.5), what))
+                self.add(Measure(f"{label}, p99", "ms", "latency", tails["p99"], _p(raw_wake, 0.99), what))
                 if self.n50_raw is not None:
                     uploads = await bench_ingest.http_uploads(
                         base,

@@ -29,6 +29,8 @@ EXPECTED = (
     "HTTP append, 8 clients, bare asyncio client",
     "HTTP: 100 long-polls woken by one append, p50",
     "HTTP: 100 long-polls woken by one append, p99",
+    "HTTP: 100 SSE tails woken by one append, p50",
+    "HTTP: 100 SSE tails woken by one append, p99",
     "HTTP: 50-node upload, every node changed, 4 clients",
     "reporter: map.progress event",
     "reporter: log line (no match)",
