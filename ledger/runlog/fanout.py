@@ -35,15 +35,17 @@ class SharedPage:
     """One read's answer, handed to every reader it serves: read-only once built.
 
     `after` is the cursor the page was read after (`now` resolved to the run's last seq). `copy`
-    gives a reader a page of its own; `encoded` encodes the page once for all its readers.
+    gives a reader a page of its own; `encoded` encodes the page once for all its readers, and
+    `frames` its events once for all the SSE tails it wakes.
     """
 
-    __slots__ = ("_encoded", "after", "page")
+    __slots__ = ("_encoded", "_frames", "after", "page")
 
     def __init__(self, page: shapes.EventPage, after: int) -> None:
         self.page = page
         self.after = after
         self._encoded: bytes | None = None
+        self._frames: str | None = None
 
     def copy(self) -> shapes.EventPage:
         return {**self.page, "events": list(self.page["events"])}
@@ -54,6 +56,13 @@ class SharedPage:
         if self._encoded is None:
             self._encoded = encode(self.page)
         return self._encoded
+
+    def frames(self, frame: Callable[[shapes.Event], str]) -> str:
+        """Its events framed by `frame` and joined (an SSE tail's next chunk), built by the first
+        tail who asks: a thousand tails of one run woken together share one encoding of each event."""
+        if self._frames is None:
+            self._frames = "".join(frame(event) for event in self.page["events"])
+        return self._frames
 
 
 Read = Callable[[str, int | None, int], Awaitable[SharedPage]]

@@ -148,31 +148,35 @@ async def stream_events(
     )
 
 
-async def _tail(svc: Services, run_id: str, cursor: int, page: shapes.EventPage) -> AsyncIterator[str]:
+async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage) -> AsyncIterator[str]:
     keepalive_ms = max(1, int(svc.settings.sse_keepalive_s * 1000))
     # Sent at once so the client sees the stream open even before the first event.
     yield ": stream open\n\n"
+    page, frames = first, "".join(sse_event(event) for event in first["events"])
     try:
         while True:
-            for event in page["events"]:
-                yield sse_event(event)
-                cursor = event["seq"]
-                if event["type"] == "terminal":
+            events = page["events"]
+            if events:
+                # A page's events as one chunk; a terminal event is always the last of its page.
+                yield frames
+                cursor = events[-1]["seq"]
+                if events[-1]["type"] == "terminal":
                     return
-            if page["terminal"] is not None and not page["events"]:
-                return
-            if page["events"]:
                 # Maybe more pages behind this one: read on without waiting.
-                page = await svc.runlog.list_events(run_id, cursor, 0, PAGE)
+                shared = await svc.runlog.wait_page(run_id, cursor, 0, PAGE)
+                page, frames = shared.page, shared.frames(sse_event)
                 continue
+            if page["terminal"] is not None:
+                return
             with tracing.span("events stream wait", run_id=run_id, after=cursor):
                 finished, waited = await svc.drain.race(
-                    svc.runlog.list_events(run_id, cursor, keepalive_ms, PAGE)
+                    svc.runlog.wait_page(run_id, cursor, keepalive_ms, PAGE)
                 )
             if not finished:
                 return
             assert waited is not None
-            page = waited
+            # Shared with every tail of the run woken by the same read: framed once for them all.
+            page, frames = waited.page, waited.frames(sse_event)
             if not page["events"] and page["terminal"] is None:
                 yield ": keep-alive\n\n"
     except (LedgerError, psycopg.Error) as exc:

@@ -138,6 +138,10 @@ async def test_readers_woken_together_share_one_page_object_and_get_copies_of_it
     assert pages[0] is pages[1] is pages[2] and pages[0].after == 0
     encoded = pages[0].encoded(lambda page: repr(page).encode())
     assert pages[2].encoded(lambda page: b"never called") is encoded
+    # SSE tails woken together frame each event once: the first tail's framing serves the rest.
+    framed = pages[1].frames(lambda event: f"{event['seq']}:{event['type']};")
+    assert framed == "1:log;"
+    assert pages[0].frames(lambda event: "never called") is framed
     # A plain page is the reader's own: changing it changes nobody else's.
     mine, theirs = await asyncio.gather(*copies)
     mine["events"].clear()
