@@ -34,7 +34,8 @@ class TerminalState(TypedDict):
 
 
 class NodeProgress(TypedDict):
-    """One step's live progress as the reporter last uploaded it (only the fields it sent)."""
+    """One step's live progress as the reporter last uploaded it (only the fields it sent); a step
+    of the upload's `pipeline_steps` that has not reported yet has only its `position`."""
 
     completed: NotRequired[int]
     failed: NotRequired[int]
@@ -49,6 +50,8 @@ class NodeProgress(TypedDict):
     message: NotRequired[str]
     artifact_table_namespace: NotRequired[str]
     node_io: NotRequired[dict[str, Any]]
+    # The step's index in the pipeline, from the upload's `pipeline_steps` (set by the ledger).
+    position: NotRequired[int]
 
 
 class Run(TypedDict):
