@@ -28,7 +28,9 @@ Design notes:
   fails are `LedgerUnavailable` (with the `Retry-After` seconds). Each carries a note naming the
   HTTP status and the request.
 - **Retries are safe.** `LedgerUnavailable` is retried (`RetryPolicy`: backoff with jitter, a
-  `Retry-After` is the minimum wait, attempts and total time capped). Reads are idempotent, and
+  `Retry-After` is the minimum wait, attempts and total time capped; `RetryPolicy.until(s)` caps
+  only the time, and its `on_first_failure` hears of a call's first failure at once, which the
+  `ledger` commands print as one line before they keep trying until `--deadline`). Reads are idempotent, and
   every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
   its retries; a status upload's is `<run_id>:<producer_attempt>:<upload_seq>` like the
   reporter's), so a retried write whose first answer was lost is answered from the service's
