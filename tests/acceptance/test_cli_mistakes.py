@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.cli.exits import EXIT_ADDRESS, EXIT_DATABASE, EXIT_LEDGER, EXIT_TOKEN
+from ledger.cli.exits import EXIT_ADDRESS, EXIT_CONFIG, EXIT_DATABASE, EXIT_LEDGER, EXIT_TOKEN
 from ledger.cli.report import EXIT_UPLOAD_FAILED
 from tests.acceptance.conftest import ROOT, Server, free_port, new_id
 
@@ -145,6 +145,14 @@ def test_a_database_that_never_answers_is_one_line_within_the_connect_timeout(
     assert result.returncode == EXIT_DATABASE
     assert "LEDGER_DATABASE_URL" in one_line(result)
     assert took < POOL_OPEN_WAIT_S
+
+
+@pytest.mark.parametrize("args", [["gc", "--dry-run"], ["db", "current"], ["serve", "--port", "0"]])
+def test_a_malformed_database_url_is_one_line_exit_6(args: list[str], tmp_path: Path) -> None:
+    env = {"LEDGER_DATABASE_URL": "mysql://ledger@127.0.0.1/ledger", "LEDGER_DATA_DIR": str(tmp_path)}
+    result = run_ledger(*args, env=env)
+    assert result.returncode == EXIT_CONFIG
+    assert "LEDGER_DATABASE_URL must be a postgresql:// URL" in one_line(result)
 
 
 # -- an unreachable ledger service -----------------------------------------------------------------
