@@ -28,7 +28,9 @@ Design notes:
   fails are `LedgerUnavailable` (with the `Retry-After` seconds). Each carries a note naming the
   HTTP status and the request.
 - **Retries are safe.** `LedgerUnavailable` is retried (`RetryPolicy`: backoff with jitter, a
-  `Retry-After` is the minimum wait, attempts and total time capped). Reads are idempotent, and
+  `Retry-After` is the minimum wait, attempts and total time capped; `RetryPolicy.until(s)` caps
+  only the time, and its `on_first_failure` hears of a call's first failure at once, which the
+  `ledger` commands print as one line before they keep trying until `--deadline`). Reads are idempotent, and
   every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
   its retries; a status upload's is `<run_id>:<producer_attempt>:<upload_seq>` like the
   reporter's), so a retried write whose first answer was lost is answered from the service's
@@ -36,7 +38,9 @@ Design notes:
 - **The tail resumes.** `tail` reads `GET /v1/runs/{id}/events/stream`; when the connection
   drops (or the service answers 503) before the terminal event it reconnects with
   `Last-Event-ID` = the last seq it yielded, so nothing is lost or repeated; a 204 on reconnect
-  means the run finished with nothing newer. It gives up after `max_reconnects` failures in a row.
+  means the run finished with nothing newer. It gives up after `max_reconnects` failures in a row
+  (with a `RetryPolicy.until` policy: once the next wait would end past its deadline, counted
+  from the first failure in a row).
 """
 
 from __future__ import annotations
@@ -504,7 +508,8 @@ def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
         field, sep, problem = message.partition(": ")
         error = InvalidInput(field, problem) if sep else InvalidInput("request", message)
     elif status in (401, 403):
-        error = Unauthorized(message)
+        code = body.get("code")
+        error = Unauthorized(message, status=status, code=code if isinstance(code, str) else None)
     elif status == 404:
         error = NotFound(message)
     elif status == 409 and body.get("code") == "stale_attempt":
@@ -553,12 +558,31 @@ def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeo
 class RetryPolicy:
     """Which failures are retried and for how long: `LedgerUnavailable` (a 502/503/504 or a
     connection that fails), with exponential backoff and full jitter, never sooner than the
-    service's `Retry-After`; at most `max_attempts` tries within `max_total_s`. One attempt: no retry."""
+    service's `Retry-After`; at most `max_attempts` tries (None: no count) within `max_total_s`
+    (the deadline: no wait starts that would end past it). One attempt: no retry.
 
-    max_attempts: int = 4
+    `on_first_failure` hears of a call's first failure at once, before its retries: a person
+    waiting on a command learns that the service is unreachable now, not at the deadline."""
+
+    max_attempts: int | None = 4
     max_total_s: float = 30.0
     initial_wait_s: float = 0.25
     max_wait_s: float = 5.0
+    on_first_failure: Callable[[Exception], None] | None = None
+
+    @classmethod
+    def until(cls, deadline_s: float, on_first_failure: Callable[[Exception], None] | None = None) -> Self:
+        """Retries for as long as `deadline_s` allows, however many that is."""
+        return cls(max_attempts=None, max_total_s=deadline_s, on_first_failure=on_first_failure)
+
+    def first_failure(self, error: BaseException | None) -> None:
+        """Tell `on_first_failure` of `error` (the first failure of a call or of a stream)."""
+        if self.on_first_failure is not None and isinstance(error, Exception):
+            self.on_first_failure(error)
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        if state.attempt_number == 1 and state.outcome is not None:
+            self.first_failure(state.outcome.exception())
 
     def wait(self, state: RetryCallState) -> float:
         backoff = wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
@@ -568,10 +592,14 @@ class RetryPolicy:
         return backoff
 
     def _options(self) -> dict[str, Any]:
+        stop: Any = stop_before_delay(self.max_total_s)
+        if self.max_attempts is not None:
+            stop = stop | stop_after_attempt(self.max_attempts)
         return {
             "retry": retry_if_exception_type(LedgerUnavailable),
             "wait": self.wait,
-            "stop": stop_after_attempt(self.max_attempts) | stop_before_delay(self.max_total_s),
+            "stop": stop,
+            "before_sleep": self._before_sleep,
             "reraise": True,
         }
 
@@ -610,11 +638,20 @@ class EventPager:
 class TailState:
     """The rules of the resuming SSE tail, apart from its I/O (see the module notes)."""
 
-    def __init__(self, base_url: str, run_id: str, after: int | str, max_reconnects: int) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        run_id: str,
+        after: int | str,
+        max_reconnects: int,
+        deadline_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.base_url, self.run_id, self.after = base_url, run_id, after
-        self.max_reconnects = max_reconnects
+        self.max_reconnects, self.deadline_s, self.clock = max_reconnects, deadline_s, clock
         self.last_seq: int | None = None
         self.failures = 0
+        self.failing_since = 0.0
         self.done = False
         self.path = _run_path(run_id, "/events/stream")
 
@@ -658,15 +695,26 @@ class TailState:
         """Seconds to wait before resuming; `LedgerUnavailable` once reconnecting is given up.
         Only an event resets the count, so a service that keeps hanging up is given up on."""
         self.failures += 1
-        if self.failures > self.max_reconnects:
-            raise LedgerUnavailable(
-                f"lost the event stream of run {self.run_id} at {self.base_url} after "
-                f"{self.max_reconnects} reconnects ({type(problem).__name__}: {problem})"
-            ) from None
+        now = self.clock()
+        if self.failures == 1:
+            self.failing_since = now
         delay = min(0.2 * 2.0 ** (self.failures - 1), 5.0)
         if isinstance(problem, LedgerUnavailable) and problem.retry_after is not None:
             delay = max(delay, problem.retry_after)
+        if self.deadline_s is None:
+            over = self.failures > self.max_reconnects
+        else:
+            over = now + delay - self.failing_since > self.deadline_s
+        if over:
+            raise LedgerUnavailable(
+                f"lost the event stream of run {self.run_id} at {self.base_url} after "
+                f"{self.failures - 1} reconnects ({type(problem).__name__}: {problem})"
+            ) from None
         return delay
+
+    def first_failure(self, problem: BaseException) -> LedgerUnavailable | BaseException:
+        """`problem` as the error a person reads (a refused connection names the service's URL)."""
+        return unreachable(self.base_url, problem) if isinstance(problem, httpx.TransportError) else problem
 
 
 # What a broken or refused stream raises; the tail resumes after any of them.
@@ -695,6 +743,11 @@ class _Client(_Operations):
             headers["Authorization"] = f"Bearer {token}"
         # The keyword arguments of the face's httpx client.
         self._http_options: dict[str, Any] = {"base_url": self.base_url, "headers": headers}
+
+    def _tail_state(self, run_id: str, after: int | str) -> TailState:
+        # A policy that retries until a deadline holds the tail's reconnects to it as well.
+        deadline_s = self.retry.max_total_s if self.retry.max_attempts is None else None
+        return TailState(self.base_url, run_id, after, self.max_reconnects, deadline_s)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
@@ -763,7 +816,7 @@ class LedgerClient(_Client):
 
     def tail(self, run_id: str, after: int | str = -1) -> Iterator[shapes.Event]:
         """Events as they land (SSE), until the terminal one; resumes after a dropped connection."""
-        state = TailState(self.base_url, run_id, after, self.max_reconnects)
+        state = self._tail_state(run_id, after)
         while True:
             try:
                 with connect_sse(self.http, "GET", state.path, **state.request()) as source:
@@ -780,7 +833,10 @@ class LedgerClient(_Client):
                 problem: Exception = state.ended_early()
             except _STREAM_FAULTS as exc:
                 problem = exc
-            self._sleep(state.failed(problem))
+            delay = state.failed(problem)
+            if state.failures == 1:
+                self.retry.first_failure(state.first_failure(problem))
+            self._sleep(delay)
 
 
 async def _async_sleep(seconds: float) -> None:
@@ -844,7 +900,7 @@ class AsyncLedgerClient(_Client):
 
     async def tail(self, run_id: str, after: int | str = -1) -> AsyncIterator[shapes.Event]:
         """Events as they land (SSE), until the terminal one; resumes after a dropped connection."""
-        state = TailState(self.base_url, run_id, after, self.max_reconnects)
+        state = self._tail_state(run_id, after)
         while True:
             try:
                 async with aconnect_sse(self.http, "GET", state.path, **state.request()) as source:
@@ -861,4 +917,7 @@ class AsyncLedgerClient(_Client):
                 problem: Exception = state.ended_early()
             except _STREAM_FAULTS as exc:
                 problem = exc
-            await self._sleep(state.failed(problem))
+            delay = state.failed(problem)
+            if state.failures == 1:
+                self.retry.first_failure(state.first_failure(problem))
+            await self._sleep(delay)

@@ -33,7 +33,15 @@ class NotFound(LedgerError):
 
 
 class Unauthorized(LedgerError):
-    """The service refused the bearer token (missing, unknown, or not allowed this request)."""
+    """The service refused the bearer token (missing, unknown, or not allowed this request).
+
+    `status` is 401 (no acceptable token) or 403 (a valid token outside its scope); `code` the
+    answer's (`unauthorized`, `token_expired`, `forbidden`) when a client learned it over HTTP."""
+
+    def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class Conflict(LedgerError):

@@ -34,7 +34,8 @@ class TerminalState(TypedDict):
 
 
 class NodeProgress(TypedDict):
-    """One step's live progress as the reporter last uploaded it (only the fields it sent)."""
+    """One step's live progress as the reporter last uploaded it (only the fields it sent); a step
+    of the upload's `pipeline_steps` that has not reported yet has only its `position`."""
 
     completed: NotRequired[int]
     failed: NotRequired[int]
@@ -49,6 +50,8 @@ class NodeProgress(TypedDict):
     message: NotRequired[str]
     artifact_table_namespace: NotRequired[str]
     node_io: NotRequired[dict[str, Any]]
+    # The step's index in the pipeline, from the upload's `pipeline_steps` (set by the ledger).
+    position: NotRequired[int]
 
 
 class Run(TypedDict):
@@ -311,22 +314,53 @@ class NotReady(TypedDict):
     """`/readyz` while a part is down or the service is shutting down."""
 
     error: str
+    code: Literal["not_ready", "shutting_down"]
     database: bool
     listener: bool
     draining: NotRequired[bool]
 
 
-class ErrorBody(TypedDict):
-    """Every error answer: `error` says what is wrong (naming the field for bad input).
+# Every `code` an error answer may carry (`ledger.service.errors.CODE_BY_STATUS` and the more
+# precise ones; "error" for a status that has none of its own).
+ErrorCode = Literal[
+    "bad_request",
+    "unauthorized",
+    "token_expired",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "request_timeout",
+    "conflict",
+    "stale_attempt",
+    "terminal",
+    "instance_mapped",
+    "gone",
+    "cursor_expired",
+    "too_large",
+    "invalid",
+    "headers_too_large",
+    "internal",
+    "unavailable",
+    "busy",
+    "error",
+]
 
-    `code` is there where a client must act on it: a 409 says `stale_attempt` with the current
-    `producer_attempt` (stop reporting), or `terminal` with the stored `terminal` state (who ended
-    the run and how); a 401 or 403 says why the credential was refused. A 410 carries `first_seq`,
-    the oldest event still retained.
+
+class ErrorBody(TypedDict):
+    """Every error answer: `error` says what is wrong (naming the field for bad input), `code`
+    which kind of failure it is, for a program to act on (docs/errors.md lists them all).
+
+    By status: 400 `bad_request`, 401 `unauthorized` (or `token_expired`), 403 `forbidden` (the
+    `error` says which token the request needs), 404 `not_found`, 405 `method_not_allowed`, 408
+    `request_timeout`, 409 `conflict`, 410 `gone`, 413 `too_large`, 422 `invalid`, 431
+    `headers_too_large`, 500 `internal`, 503 `unavailable` (or `busy`). More precise ones: a 409
+    says `stale_attempt` with the current `producer_attempt` (stop reporting), `terminal` with the
+    stored `terminal` state (who ended the run and how), or `instance_mapped`; a 410
+    `cursor_expired` carries `first_seq`, the oldest event still retained.
     """
 
     error: str
-    code: NotRequired[str]
+    code: ErrorCode
     producer_attempt: NotRequired[int]
     terminal: NotRequired[TerminalState]
     first_seq: NotRequired[int]

@@ -276,6 +276,18 @@ class Need:
     run: RunSource | None = None
     attempt: bool = False
 
+    def wanted(self, run_id: object = None) -> str:
+        """Which tokens may make such a request, in words: the end of a refusal, so a caller
+        refused learns which token to use instead of guessing (an admin token may always)."""
+        run = f"a run token for run {run_id!r}" if isinstance(run_id, str) else "a run token for that run"
+        if self.read and self.run is not None:
+            return f"this request needs a read token, {run}, or an admin token"
+        if self.read:
+            return "this request needs a read token or an admin token"
+        if self.run is not None:
+            return f"this request needs {run} or an admin token"
+        return "this request needs an admin token"
+
 
 ADMIN_ONLY: Final = Need(read=False)
 READ_ANY: Final = Need(read=True)
@@ -287,15 +299,15 @@ UPLOAD_RUN: Final = Need(read=False, run="path", attempt=True)
 
 def refusal(grant: Grant, need: Need, *, run_id: object = None, attempt: object = None) -> str | None:
     """Why `grant` may not make a request needing `need` (on `run_id`, claiming producer `attempt`),
-    or None when it may. The reason names the scope."""
+    or None when it may. The reason names the scope, and which token the request needs."""
     if grant.scope is Scope.ADMIN:
         return None
     if grant.scope is Scope.READ:
-        return None if need.read else "a read token may only read; this request writes"
+        return None if need.read else f"a read token may only read; {need.wanted(run_id)}"
     if need.run is None:
-        return f"a {grant.describe()} may not use this endpoint (only its own run's)"
+        return f"a {grant.describe()} may not use this endpoint (only its own run's); {need.wanted()}"
     if run_id != grant.run_id:
-        return f"a {grant.describe()} may not touch run {run_id!r}"
+        return f"a {grant.describe()} may not touch run {run_id!r}; {need.wanted(run_id)}"
     if need.attempt:
         assert grant.max_attempt is not None
         if isinstance(attempt, float) and attempt.is_integer():
@@ -303,7 +315,10 @@ def refusal(grant: Grant, need: Need, *, run_id: object = None, attempt: object 
         if not validate.is_int(attempt):
             return f"a {grant.describe()} must name its producer_attempt"
         if attempt > grant.max_attempt:
-            return f"a {grant.describe()} may not upload as producer attempt {attempt}"
+            return (
+                f"a {grant.describe()} may not upload as producer attempt {attempt} "
+                "(a run token minted with a higher max_attempt may)"
+            )
     return None
 
 

@@ -297,6 +297,8 @@ def json_value(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -
 # -- the reporter's upload: the parts both sides check field by field -----------------------------
 
 LIVE_LOG_TAIL_LIMIT: Final = 1_000
+# An upload's `pipeline_steps`: a contract's step list is read by people, a few dozen steps at most.
+MAX_PIPELINE_STEPS: Final = 1_000
 NODE_COUNT_FIELDS: Final = (
     "completed",
     "failed",
@@ -399,6 +401,7 @@ __all__ = [
     "LIVE_LOG_TAIL_LIMIT",
     "MAX_EPOCH_MS",
     "MAX_JSON_DEPTH",
+    "MAX_PIPELINE_STEPS",
     "MAX_RUN_ID_LENGTH",
     "MAX_VALUE_DEPTH",
     "NODE_COUNT_FIELDS",

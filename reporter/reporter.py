@@ -102,6 +102,7 @@ class ProgressReporter:
             interval=interval,
             initial_upload_seq=initial_upload_seq,
             trailing_flush=trailing_flush,
+            pipeline_steps=[node.node_id for node in self.pipeline.nodes],
         )
         self._clock = clock
         self._sleep = sleep

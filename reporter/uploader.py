@@ -39,10 +39,11 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ledger import validate
 from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
 from reporter.transports.protocol import (
@@ -120,8 +121,11 @@ class CoalescingUploader:
         initial_upload_seq: int = 0,
         trailing_flush: bool = True,
         sanitizer: Sanitizer | None = None,
+        pipeline_steps: Sequence[str] = (),
     ) -> None:
         self.run_id = run_id
+        # The contract's steps, in every upload: the ledger shows them all from the first one on.
+        self.pipeline_steps = pipeline_step_list(pipeline_steps)
         self.state = state
         self.transport = transport
         self.producer_attempt = producer_attempt
@@ -380,6 +384,8 @@ class CoalescingUploader:
         }
         if snapshot.dropped_one_shot_events:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
+        if self.pipeline_steps:
+            body["pipeline_steps"] = self.pipeline_steps
         return sanitize_upload(body, self.sanitizer)
 
     async def aclose(self) -> None:
@@ -389,6 +395,25 @@ class CoalescingUploader:
             self._trailing_task = None
         while self._pump_task is not None:
             await asyncio.shield(self._pump_task)
+
+
+def pipeline_step_list(node_ids: Sequence[str]) -> list[str]:
+    """The step ids the ledger takes as `pipeline_steps`: valid, each once, at most its limit."""
+    steps: list[str] = []
+    for node_id in node_ids:
+        if len(steps) == validate.MAX_PIPELINE_STEPS:
+            break
+        if node_id not in steps and _valid_node_id(node_id):
+            steps.append(node_id)
+    return steps
+
+
+def _valid_node_id(node_id: object) -> bool:
+    try:
+        validate.node_id("pipeline_steps", node_id)
+    except validate.InvalidInput:
+        return False
+    return True
 
 
 def _settle(request: FlushRequest, error: BaseException | None) -> None:

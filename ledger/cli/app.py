@@ -1,7 +1,7 @@
 """The root `ledger` group and the error handling every command shares.
 
-Errors a person can act on (bad configuration, unreachable database) are one line on stderr and a
-non-zero exit, never a traceback.
+Errors a person can act on (bad configuration, unreachable database) are one line on stderr and
+their exit code (`ledger.cli.exits`), never a traceback.
 """
 
 from __future__ import annotations
@@ -12,18 +12,29 @@ import click
 import psycopg
 import sqlalchemy.exc
 
+from ledger.cli.exits import EXIT_CONFIG, CliError
+from ledger.config import Settings, load_settings
 from ledger.errors import ConfigError, DatabaseUnavailable
+
+
+def _settings() -> Settings | None:
+    try:
+        return load_settings()
+    except ConfigError:
+        return None
 
 
 class LedgerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
+        # Imported here: `ledger.cli.database` loads psycopg's connection machinery.
+        from ledger.cli.database import unreachable
+
         try:
             return super().invoke(ctx)
-        except (ConfigError, DatabaseUnavailable) as exc:
-            raise click.ClickException(str(exc)) from None
-        except (psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
-            first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-            raise click.ClickException(f"cannot reach Postgres: {first}") from None
+        except ConfigError as exc:
+            raise CliError(str(exc), EXIT_CONFIG) from None
+        except (DatabaseUnavailable, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
+            raise unreachable(exc, _settings()) from None
 
 
 @click.group(cls=LedgerGroup)

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
+from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
-from ledger.client import URL_VAR, LedgerClient, service_url
+from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
+from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
 from ledger.errors import LedgerError, LedgerUnavailable, Unauthorized
+
+# How long a client command keeps retrying an unreachable service, unless --deadline says.
+DEFAULT_DEADLINE_S = 30.0
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _now_ms() -> int:
@@ -32,27 +39,70 @@ def one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def unreachable_hint(exc: BaseException) -> str:
+    """What to check when the service did not answer at all (no HTTP status noted)."""
+    if getattr(exc, "__notes__", None):
+        return ""
+    return f"; is `ledger serve` running? (set {URL_VAR} to point elsewhere)"
+
+
+def deadline_option(default: float = DEFAULT_DEADLINE_S) -> Callable[[F], F]:
+    return click.option(
+        "--deadline",
+        "deadline_s",
+        default=default,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        metavar="SECONDS",
+        help=f"Keep retrying an unreachable ledger ({URL_VAR}) this long; the first failure is "
+        "printed at once.",
+    )
+
+
+def token_refused(exc: Unauthorized, url: str, needs: str) -> CliError:
+    """The one line for a refused token: what the service said, and which token would do."""
+    if exc.status == 403:
+        # The service's reason names the token's scope and what this request needs instead.
+        advice = f"set {CLIENT_TOKEN_VAR} to such a token"
+    else:
+        advice = (
+            f"this command needs {needs}: set {CLIENT_TOKEN_VAR} to one (an admin token is one of "
+            f"the service's {API_TOKENS_VAR} or its api-token file; `ledger token create` mints the others)"
+        )
+    refused = f"the ledger service at {url} refused the API token ({one_line(exc)})"
+    return CliError(f"{refused}; {advice}", EXIT_TOKEN)
+
+
 @contextmanager
-def _client() -> Iterator[LedgerClient]:
+def _client(
+    deadline_s: float = DEFAULT_DEADLINE_S, *, needs: str = "a read token or an admin token"
+) -> Iterator[LedgerClient]:
+    """A client of `LEDGER_URL` that retries an unreachable service until `deadline_s`, printing
+    its first failure at once; every failure becomes one line and its exit code. `needs` says
+    which token the command needs, for the line a refused token prints."""
     url = service_url()
+    printed: list[Exception] = []
+    name = click.get_current_context().command_path
+
+    def first_failure(exc: Exception) -> None:
+        if not printed:
+            printed.append(exc)
+            click.echo(
+                f"{name}: {one_line(exc)}{unreachable_hint(exc)}; retrying for up to {deadline_s:g} s "
+                "(--deadline)",
+                err=True,
+            )
+
     try:
-        with LedgerClient.from_env() as client:
+        with LedgerClient.from_env(retry=RetryPolicy.until(deadline_s, first_failure)) as client:
             yield client
     except Unauthorized as exc:
-        raise click.ClickException(
-            f"the ledger service at {url} refused the API token ({one_line(exc)}); "
-            "set LEDGER_TOKEN to one of the service's LEDGER_API_TOKENS"
-        ) from None
+        raise token_refused(exc, url, needs) from None
     except LedgerUnavailable as exc:
-        # No answer at all (no HTTP status noted): most likely nothing is listening there.
-        hint = (
-            ""
-            if getattr(exc, "__notes__", None)
-            else f"; is `ledger serve` running? (set {URL_VAR} to point elsewhere)"
-        )
-        raise click.ClickException(one_line(exc) + hint) from None
+        given_up = f"gave up after {deadline_s:g} s: " if printed else ""
+        raise CliError(given_up + one_line(exc) + unreachable_hint(exc), EXIT_LEDGER) from None
     except LedgerError as exc:
-        raise click.ClickException(one_line(exc)) from None
+        raise CliError(one_line(exc)) from None
 
 
 def _console() -> Console:
@@ -62,9 +112,10 @@ def _console() -> Console:
 @click.command()
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
 @click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
-def runs(limit: int, before: str | None) -> None:
+@deadline_option()
+def runs(limit: int, before: str | None, deadline_s: float) -> None:
     """List the newest runs: status, age, last event, steps done, rows."""
-    with _client() as client:
+    with _client(deadline_s) as client:
         page = client.runs_page(limit, before)
     if not page["runs"]:
         click.echo("no runs yet" if before is None else "no more runs")
@@ -76,9 +127,10 @@ def runs(limit: int, before: str | None) -> None:
 
 @click.command()
 @click.argument("run_id")
-def run(run_id: str) -> None:
+@deadline_option()
+def run(run_id: str, deadline_s: float) -> None:
     """Show one run: its steps with progress bars and counts, and its terminal state."""
-    with _client() as client:
+    with _client(deadline_s) as client:
         body = client.get_run(run_id)
     _console().print(render.run_detail(body, _now_ms()))
 
@@ -89,9 +141,10 @@ def run(run_id: str) -> None:
 @click.option(
     "--after", default="-1", show_default=True, help="Start after this seq (-1: from the start; now)."
 )
-def events(run_id: str, follow: bool, after: str) -> None:
+@deadline_option()
+def events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
-    with _client() as client:
+    with _client(deadline_s) as client:
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
         for event in stream:
             click.echo(render.event_line(event))
@@ -100,9 +153,10 @@ def events(run_id: str, follow: bool, after: str) -> None:
 @click.command()
 @click.argument("version")
 @click.option("--pool", "pool_name", default="default", show_default=True, help="The pool's name.")
-def pool(version: str, pool_name: str) -> None:
+@deadline_option()
+def pool(version: str, pool_name: str, deadline_s: float) -> None:
     """Warm-pool availability of VERSION: available and warming counts, and the entries."""
-    with _client() as client:
+    with _client(deadline_s) as client:
         counts = client.counts(pool_name, version)
         entries = client.list_entries(pool_name, version)
     _console().print(render.pool_view(pool_name, version, counts, entries, _now_ms()))

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import click
 
 from ledger import migrate
-from ledger.config import load_settings
-from ledger.db import resolve_url
-
-
-@contextmanager
-def _database() -> Iterator[str]:
-    settings = load_settings()
-    url, server = resolve_url(settings)
-    if server is not None:
-        click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
-    try:
-        yield url
-    finally:
-        if server is not None:
-            server.stop()
+from ledger.cli.database import database as _database
 
 
 @click.group()

@@ -16,8 +16,8 @@ from datetime import timedelta
 import click
 import psycopg
 
-from ledger.config import load_settings
-from ledger.db import Database, resolve_url
+from ledger.cli.database import database
+from ledger.db import Database
 from ledger.errors import ConfigError
 from ledger.runlog import retention as run_retention
 from ledger.runlog.watchdog import Watchdog
@@ -64,12 +64,8 @@ def gc(retention_text: str | None, batch: int, dry_run: bool) -> None:
     if retention is None:
         click.echo("retention is off: no run deleted")
         return
-    url, server = resolve_url(load_settings())
-    try:
+    with database(announce=False) as url:
         count = asyncio.run(_collect(url, retention=retention, batch=batch, dry_run=dry_run))
-    finally:
-        if server is not None:
-            server.stop()
     age = run_retention.describe(retention)
     if dry_run:
         click.echo(f"would delete {count} finished run(s) older than {age}")

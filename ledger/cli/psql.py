@@ -11,8 +11,7 @@ import subprocess
 
 import click
 
-from ledger.config import load_settings
-from ledger.db import resolve_url
+from ledger.cli.database import database
 from ledger.embedded import client_bin_dir
 
 
@@ -20,16 +19,12 @@ from ledger.embedded import client_bin_dir
 @click.argument("psql_args", nargs=-1, type=click.UNPROCESSED)
 def psql(psql_args: tuple[str, ...]) -> None:
     """Open psql on the ledger's database; extra arguments go to psql (e.g. -c "SELECT ...")."""
-    url, server = resolve_url(load_settings())
     # The ledger's schema first, so `SELECT * FROM run_overview` works unqualified; a PGOPTIONS the
     # user set wins.
     env = {"PGOPTIONS": "-c search_path=ledger,public", **os.environ}
-    try:
+    with database(announce=False) as url:
         proc = subprocess.run(
             [str(client_bin_dir() / "psql"), "-v", "ON_ERROR_STOP=1", url, *psql_args], env=env, check=False
         )
-    finally:
-        if server is not None:
-            server.stop()
     if proc.returncode != 0:
         raise SystemExit(proc.returncode)

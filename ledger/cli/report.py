@@ -15,25 +15,34 @@ A runner that reports one attempt in several batches ends each batch but the las
 Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 3 a newer attempt owns the
 run (stale attempt), 4 someone else already ended the run, 5 the final upload failed (the ledger
 refused it, or could not be reached before the deadline). Click's usage errors keep 2.
+
+An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
+fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import click
+import httpx
 
 from ledger import tracing
 from ledger.auth import client_token
-from ledger.client import service_url
+from ledger.client import URL_VAR, service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
-from reporter.transports.protocol import RunTerminalError
+from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S
+from reporter.transports.http import RetryableHttpError, RetryPolicy
+from reporter.transports.protocol import Refused, RunTerminalError
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
@@ -43,6 +52,59 @@ EXIT_UPLOAD_FAILED = 5
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
 )
+
+
+class FirstFailure:
+    """Says the first failure to reach the ledger at once, as one line, and keeps the retries
+    after it quiet: the person watching learns of a wrong `LEDGER_URL` now, not at the deadline."""
+
+    def __init__(self, url: str, deadline_s: float, warn: Callable[[str], None]) -> None:
+        self.url, self.deadline_s, self.warn = url, deadline_s, warn
+        self.said = False
+
+    def __call__(self, problem: BaseException) -> None:
+        if self.said:
+            return
+        self.said = True
+        if isinstance(problem, RetryableHttpError):
+            what = f"the ledger at {self.url} answered {problem.status_code}"
+        elif isinstance(problem, httpx.HTTPError):
+            what = f"cannot reach the ledger at {self.url} ({type(problem).__name__}: {problem})"
+        else:
+            what = " ".join(str(problem).split())
+        self.warn(
+            f"{what}; check {URL_VAR}. Retrying until {self.deadline_s:g} s after the input ends (--deadline)"
+        )
+
+
+class _ReporterLog(logging.Handler):
+    """The reporter's warnings as `ledger report:` lines, the retries of an unreachable ledger
+    only through `FirstFailure` (once)."""
+
+    def __init__(self, warn: Callable[[str], None], first_failure: FirstFailure) -> None:
+        super().__init__(logging.WARNING)
+        self.warn, self.first_failure = warn, first_failure
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        fault = next((a for a in args if isinstance(a, TransportError) and not isinstance(a, Refused)), None)
+        if fault is not None:
+            self.first_failure(fault)
+        else:
+            self.warn(record.getMessage())
+
+
+@contextlib.contextmanager
+def reporter_log(handler: logging.Handler) -> Iterator[None]:
+    logger = logging.getLogger("reporter")
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 async def read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterator[str]:
@@ -119,26 +181,33 @@ async def report(
     *,
     resume: bool = False,
     finalize: bool = True,
+    deadline_s: float = DEFAULT_FINALIZE_DEADLINE_S,
 ) -> int:
-    """Feed, reconcile and finalize (or only end the batch); the exit code (module docstring)."""
+    """Feed, reconcile and finalize (or only end the batch), retrying faults until `deadline_s`
+    after the input ends; the exit code (module docstring)."""
     missing = False
+
+    def left(ends: float) -> float:
+        return max(0.0, ends - time.monotonic())
+
     try:
         if resume:
-            await reporter.resume()
+            await reporter.resume(deadline_s=deadline_s)
         try:
             result = await feed(reporter, lines, warn)
         except OSError as exc:
             warn(str(exc))
             result = None
+        ends = time.monotonic() + deadline_s
         if not finalize:
-            await reporter.end_batch()
+            await reporter.end_batch(deadline_s=left(ends))
             return EXIT_OK
         missing = result is None
         if result is None:
             reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
             result = {"type": "result", "status": "failed"}
-        await reporter.load_terminal_truth()
-        await reporter.finalize(result)
+        await reporter.load_terminal_truth(deadline_s=left(ends))
+        await reporter.finalize(result, deadline_s=left(ends))
     except StaleAttemptError as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
@@ -175,15 +244,21 @@ async def _main(
     *,
     resume: bool,
     finalize: bool,
+    deadline_s: float,
 ) -> int:
+    url = service_url()
+    first_failure = FirstFailure(url, deadline_s, warn)
+    # One request's own retries stay within the deadline; the reporter retries the request after.
+    retry = RetryPolicy(max_total_s=min(RetryPolicy.max_total_s, deadline_s), on_first_failure=first_failure)
     # The uploads below are this span's children (the uploader's task inherits the context), and
     # the service continues each one: the run's story in one trace, the worker's if it passed one.
     tracing.setup("ledger-report")
     with (
+        reporter_log(_ReporterLog(warn, first_failure)),
         tracing.joined_from_environment(),
         tracing.span("ledger report", run_id=run_id, producer_attempt=attempt),
     ):
-        async with HttpTransport(service_url(), client_token()) as transport:
+        async with HttpTransport(url, client_token(), retry_policy=retry) as transport:
             reporter = ProgressReporter(
                 run_id,
                 transport,
@@ -191,7 +266,9 @@ async def _main(
                 producer_attempt=attempt,
                 mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
             )
-            return await report(reporter, read_lines(stream), warn, resume=resume, finalize=finalize)
+            return await report(
+                reporter, read_lines(stream), warn, resume=resume, finalize=finalize, deadline_s=deadline_s
+            )
 
 
 @click.command("report")
@@ -220,8 +297,24 @@ async def _main(
     is_flag=True,
     help="End this batch without finalizing the run (a later `--resume` batch continues it).",
 )
+@click.option(
+    "--deadline",
+    "deadline_s",
+    default=DEFAULT_FINALIZE_DEADLINE_S,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help=f"After the input ends, keep retrying an unreachable ledger ({URL_VAR}) this long; the "
+    "first failure is printed at once.",
+)
 def report_command(
-    run_id: str, contract: Path | None, attempt: int, mode: str, resume: bool, no_finalize: bool
+    run_id: str,
+    contract: Path | None,
+    attempt: int,
+    mode: str,
+    resume: bool,
+    no_finalize: bool,
+    deadline_s: float,
 ) -> None:
     """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
 
@@ -244,6 +337,7 @@ def report_command(
             warn,
             resume=resume,
             finalize=not no_finalize,
+            deadline_s=deadline_s,
         )
     )
     if code != EXIT_OK:

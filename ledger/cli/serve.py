@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ledger import auth, migrate
+from ledger.cli.database import database
+from ledger.cli.exits import EXIT_ADDRESS, CliError
 from ledger.config import DATABASE_URL_VAR, load_settings
-from ledger.db import resolve_url
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -39,41 +40,48 @@ def serve(host: str, port: int, workers: int) -> None:
     # The web stack is imported here, not at module level, so other `ledger` commands start fast.
     from ledger.service.app import create_app
     from ledger.service.logs import configure_json_logging
-    from ledger.service.server import build_server, run_until_stopped, serve_workers
+    from ledger.service.server import bind_socket, build_server, run_until_stopped, serve_workers
     from ledger.service.settings import load_service_settings
 
     settings = load_settings()
     service_settings = load_service_settings(host=host, port=port)
-    tokens = auth.configured_tokens()
-    if not tokens:
-        stored = auth.ensure_token_file(settings.data_dir)
-        verb = "generated and stored" if stored.created else "using the stored"
-        click.echo(f"API token: {verb} token in {stored.path} (mode 0600)", err=True)
-        tokens = [stored.token]
-    keys = auth.token_keys(settings.data_dir)
-    if keys.source != auth.TOKEN_SECRET_VAR:
-        # Fine for one replica; replicas verify each other's tokens only with a shared secret.
-        verb = "generated and stored" if keys.created else "using the stored"
-        click.echo(
-            f"token secret: {verb} key in {keys.source} (set {auth.TOKEN_SECRET_VAR} for replicas)", err=True
-        )
-    url, server = resolve_url(settings)
+    # The address first: a port in use is one line before anything starts (or is logged as ready).
     try:
-        if server is not None:
-            click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
-        migrate.upgrade(url)
-        configure_json_logging()
-        if workers > 1:
-            # What each worker process reads back in `worker_app`.
-            os.environ[DATABASE_URL_VAR] = url
-            os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
-            serve_workers(WORKER_APP, service_settings, workers)
-            return
-        app = create_app(service_settings, url, tokens, keys.keyring, listen_url=settings.listen_url)
-        run_until_stopped(build_server(app, service_settings))
+        sock = bind_socket(service_settings.host, service_settings.port)
+    except OSError as exc:
+        raise CliError(
+            f"cannot listen on {service_settings.host}:{service_settings.port}: "
+            f"{exc.strerror or exc} (another `ledger serve`? choose another with --port)",
+            EXIT_ADDRESS,
+        ) from None
+    try:
+        with database(settings) as url:
+            tokens = auth.configured_tokens()
+            if not tokens:
+                stored = auth.ensure_token_file(settings.data_dir)
+                verb = "generated and stored" if stored.created else "using the stored"
+                click.echo(f"API token: {verb} token in {stored.path} (mode 0600)", err=True)
+                tokens = [stored.token]
+            keys = auth.token_keys(settings.data_dir)
+            if keys.source != auth.TOKEN_SECRET_VAR:
+                # Fine for one replica; replicas verify each other's tokens only with a shared secret.
+                verb = "generated and stored" if keys.created else "using the stored"
+                click.echo(
+                    f"token secret: {verb} key in {keys.source} (set {auth.TOKEN_SECRET_VAR} for replicas)",
+                    err=True,
+                )
+            migrate.upgrade(url)
+            configure_json_logging()
+            if workers > 1:
+                # What each worker process reads back in `worker_app`.
+                os.environ[DATABASE_URL_VAR] = url
+                os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
+                serve_workers(WORKER_APP, service_settings, workers, sock=sock)
+                return
+            app = create_app(service_settings, url, tokens, keys.keyring, listen_url=settings.listen_url)
+            run_until_stopped(build_server(app, service_settings), sockets=[sock])
     finally:
-        if server is not None:
-            server.stop()
+        sock.close()
 
 
 def worker_app() -> FastAPI:

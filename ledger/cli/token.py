@@ -12,7 +12,7 @@ import json
 import click
 
 from ledger import tokens
-from ledger.cli.client import _client
+from ledger.cli.client import _client, deadline_option
 from ledger.validate import INT32_MAX
 
 
@@ -41,12 +41,15 @@ def _ttl(ctx: click.Context, param: click.Parameter, value: str) -> int:
 )
 @click.option("--ttl", default="24h", show_default=True, callback=_ttl, help="Lifetime: 90s, 30m, 24h or 7d.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole answer (expiry, key id) as JSON.")
-def create(scope: str, run_id: str | None, max_attempt: int | None, ttl: int, as_json: bool) -> None:
+@deadline_option()
+def create(
+    scope: str, run_id: str | None, max_attempt: int | None, ttl: int, as_json: bool, deadline_s: float
+) -> None:
     """Mint a token and print it (needs an admin token)."""
     if scope == "run" and (run_id is None or max_attempt is None):
         raise click.UsageError("--scope run needs --run-id and --max-attempt")
     if scope == "read" and (run_id is not None or max_attempt is not None):
         raise click.UsageError("--run-id and --max-attempt are for --scope run only")
-    with _client() as client:
+    with _client(deadline_s, needs="an admin token") as client:
         minted = client.mint_token(scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl)
     click.echo(json.dumps(minted) if as_json else minted["token"])

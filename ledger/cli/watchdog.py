@@ -8,13 +8,14 @@ fails (`ledger.runlog.watchdog`), so nothing is failed twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 import click
 import psycopg
 
-from ledger.config import load_settings
-from ledger.db import Database, resolve_url
+from ledger.cli.database import database
+from ledger.db import Database
 from ledger.runlog import retention
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
 
@@ -71,11 +72,5 @@ def watchdog(once: bool, stall_after_s: float, interval_s: float) -> None:
     """Fail runs with no event for --stall-after seconds and sweep expired run mappings,
     Idempotency-Key answers and finished runs past LEDGER_RUN_RETENTION (on the configured
     database)."""
-    url, server = resolve_url(load_settings())
-    try:
+    with database(announce=False) as url, contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_watch(url, once=once, stall_after_s=stall_after_s, interval_s=interval_s))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if server is not None:
-            server.stop()

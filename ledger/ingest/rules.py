@@ -28,6 +28,11 @@ Design notes:
   → `step.progress`; newly `completed_at` → `step.completed`, whose outcome is `failed` when the
   node's `node_io.error` is set or the node completes in an upload whose status is `failed` (the
   reporter marks the still-running steps of a failed run completed in that last upload).
+- **Pipeline steps.** `pipeline_steps` is the contract's step list, in pipeline order: each step
+  gets an entry in the snapshot from the first upload on (an empty one while it has not started:
+  the views count it in `steps_total`, the dashboard shows it pending) and its index as `position`,
+  kept when an uploaded node replaces its entry, so readers can list the steps in pipeline order.
+  An uploaded node never sets `position` itself.
 - **Activity.** Per `activityId` the newest `observedAt` wins; an observation that is not newer
   than the watermark (equal included: a re-delivery) appends nothing.
 """
@@ -42,7 +47,7 @@ from typing import Any, Literal
 
 from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
-from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_PIPELINE_STEPS
 
 UPLOAD_STATUSES = ("running", "completed", "failed")
 TERMINAL_UPLOAD_STATUSES = ("completed", "failed")
@@ -85,6 +90,7 @@ class StatusUpload:
     terminal_log_replay: LogReplay | None = None
     last_checkpoint_at: int | None = None
     dropped_one_shot_events: int = 0
+    pipeline_steps: tuple[str, ...] = ()
 
 
 def _int(name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX) -> int:
@@ -194,6 +200,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         validate.activity_observation(f"activity_observations[{i}]", obs)
         for i, obs in enumerate(_list("activity_observations", raw.get("activity_observations")))
     )
+    steps = _pipeline_steps(raw.get("pipeline_steps"))
     replay = _parse_replay(raw.get("terminal_log_replay"))
     if replay is not None and replay_end(replay, total) > INT64_MAX:  # runs.live_log_count is bigint
         raise InvalidInput("terminal_log_replay", f"would place lines beyond log position {INT64_MAX}")
@@ -214,7 +221,34 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
             "dropped_one_shot_events", raw.get("dropped_one_shot_events"), maximum=None
         )
         or 0,
+        pipeline_steps=steps,
     )
+
+
+def _pipeline_steps(value: object) -> tuple[str, ...]:
+    """`pipeline_steps`: distinct node ids in pipeline order (absent or null: none)."""
+    listed = _list("pipeline_steps", value)
+    if len(listed) > MAX_PIPELINE_STEPS:
+        raise InvalidInput("pipeline_steps", f"holds {len(listed)} steps; at most {MAX_PIPELINE_STEPS}")
+    steps = tuple(validate.node_id(f"pipeline_steps[{i}]", step) for i, step in enumerate(listed))
+    if len(set(steps)) != len(steps):
+        repeated = next(step for i, step in enumerate(steps) if step in steps[:i])
+        raise InvalidInput("pipeline_steps", f"names step {repeated!r} twice")
+    return steps
+
+
+def with_pipeline(snapshot: NodeSnapshot, steps: Sequence[str], stored: Mapping[str, Any]) -> NodeSnapshot:
+    """`snapshot` with an entry for every step of the pipeline and each one's `position`; a node
+    the upload replaced keeps the position its `stored` entry had."""
+    for node_id, node in list(snapshot.items()):
+        old = stored.get(node_id)
+        if "position" not in node and isinstance(old, Mapping) and "position" in old:
+            snapshot[node_id] = {**node, "position": old["position"]}
+    for position, node_id in enumerate(steps):
+        entry = snapshot.get(node_id)
+        if entry is None or entry.get("position") != position:
+            snapshot[node_id] = {**(entry or {}), "position": position}
+    return snapshot
 
 
 @dataclass(frozen=True)
@@ -446,6 +480,7 @@ def plan_upload(
     step_events, changed, snapshot = diff_steps(
         state.live_node_progress, upload.live_node_progress, upload.status
     )
+    snapshot = with_pipeline(snapshot, upload.pipeline_steps, state.live_node_progress)
     events.extend(step_events)
     events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
     activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)

@@ -1,10 +1,13 @@
-"""How failures become HTTP answers: always `{"error": "<what is wrong>"}`, never a stack trace.
+"""How failures become HTTP answers: always `{"error": "<what is wrong>", "code": "<which kind>"}`,
+never a stack trace. `code` is machine-readable: by status (`CODE_BY_STATUS`) unless the failure
+names a more precise one; docs/errors.md lists them all.
 
 | raised                                   | status | why                                        |
 |------------------------------------------|--------|--------------------------------------------|
 | malformed JSON, non-JSON body            | 400    | the request could not be read at all        |
 | `InvalidInput`, request validation       | 422    | readable, but a field is wrong ("field: …") |
 | `NotFound`, unknown route                | 404    |                                            |
+| a method the route does not take         | 405    |                                            |
 | `Conflict`                               | 409    | contradicts stored state; `code` says how   |
 | `CursorExpired`                          | 410    | answer also carries `first_seq`             |
 | `PayloadTooLarge`, body over the limit   | 413    |                                            |
@@ -50,18 +53,21 @@ log = logging.getLogger("ledger.service")
 
 # What each error status means, for the OpenAPI document (`error_responses`).
 ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
-    400: "The body could not be read: malformed JSON, or not JSON at all.",
-    401: "No bearer token, or not one the service accepts (`code` says which).",
-    403: "The token is valid, but its scope does not cover this request (`code`: `forbidden`).",
-    404: "No such run.",
+    400: "The body could not be read: malformed JSON, or not JSON at all (`code`: `bad_request`).",
+    401: "No bearer token, or not one the service accepts (`code`: `unauthorized` or `token_expired`).",
+    403: "The token is valid, but its scope does not cover this request; `error` says which token "
+    "would (`code`: `forbidden`).",
+    404: "No such run (`code`: `not_found`).",
     409: "Contradicts the stored state: `code` is `stale_attempt` (with the current "
-    "`producer_attempt`: stop) or `terminal` (with the stored `terminal` state).",
-    410: "The cursor is older than the oldest retained event (`first_seq`).",
-    413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES).",
+    "`producer_attempt`: stop), `terminal` (with the stored `terminal` state), `instance_mapped` "
+    "or `conflict`.",
+    410: "The cursor is older than the oldest retained event (`code`: `cursor_expired`, with `first_seq`).",
+    413: "The body is larger than the service's limit, LEDGER_MAX_BODY_BYTES (`code`: `too_large`).",
     422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
-    "another body. Nothing was written.",
-    503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout): "
-    "retry after `Retry-After` seconds. Nothing was written.",
+    "another body (`code`: `invalid`). Nothing was written.",
+    503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout), "
+    "or the run is busy (`code`: `unavailable` or `busy`): retry after `Retry-After` seconds. "
+    "Nothing was written.",
 }
 
 STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
@@ -71,6 +77,33 @@ STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
     (CursorExpired, 410),
     (PayloadTooLarge, 413),
 )
+
+
+# The `code` of an error answer with this status, where the failure names none more precise (a
+# 409's `stale_attempt`, a 401's `token_expired`...). Every answer the service writes has one.
+CODE_BY_STATUS: Final[dict[int, str]] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    409: "conflict",
+    410: "gone",
+    413: "too_large",
+    422: "invalid",
+    431: "headers_too_large",
+    500: "internal",
+    503: "unavailable",
+}
+
+
+def error_body(status: int, message: str, code: str | None = None, **extra: Any) -> dict[str, Any]:
+    """An error answer's body: `error`, `code` (the status' own unless given), then `extra`."""
+    code = code or CODE_BY_STATUS.get(status, "error")
+    # What a person looking at the trace needs: why the request was refused.
+    tracing.annotate(error=message, error_code=code)
+    return {"error": message, "code": code, **extra}
 
 
 # Seconds a client should wait before retrying after a 503.
@@ -95,10 +128,8 @@ def error_responses(
     return documented
 
 
-def error_response(status: int, message: str, **extra: Any) -> JsonAnswer:
-    # What a person looking at the trace needs: why the request was refused (409 `code`, 503 reason).
-    tracing.annotate(error=message, error_code=extra.get("code"))
-    return JsonAnswer({"error": message, **extra}, status_code=status)
+def error_response(status: int, message: str, code: str | None = None, **extra: Any) -> JsonAnswer:
+    return JsonAnswer(error_body(status, message, code, **extra), status_code=status)
 
 
 def unavailable_response(exc: BaseException) -> JsonAnswer:
@@ -159,7 +190,7 @@ def describe_validation_error(errors: Sequence[Any]) -> tuple[int, str]:
 async def _ledger_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, LedgerError)
     if isinstance(exc, CursorExpired):
-        return error_response(410, exc.message, first_seq=exc.first_seq)
+        return error_response(410, exc.message, "cursor_expired", first_seq=exc.first_seq)
     if isinstance(exc, Conflict):
         return error_response(409, exc.message, **conflict_details(exc))
     return error_response(status_for(exc), exc.message)

@@ -15,7 +15,7 @@ protocol adds, per connection:
   `request_timeout_s`; past it, 408 and close (or just close once the app has the request);
 - **connections**: at most `max_connections` open at once; one more is closed on accept.
 
-Answers written here are `{"error": ...}` like every other, with `Connection: close`.
+Answers written here are `{"error": ..., "code": ...}` like every other, with `Connection: close`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
 
 LIMITS_ATTRIBUTE = "ledger_http_limits"
@@ -157,7 +158,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._stop_request_timer()
         if self.transport.is_closing():
             return
-        body = encode({"error": message})
+        body = encode(error_body(status, message))
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, REASONS.get(status, b"Error"), len(body), body)

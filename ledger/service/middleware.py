@@ -15,7 +15,8 @@ from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger import tracing, validate
+from ledger import validate
+from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
@@ -27,10 +28,14 @@ _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
 
 
 async def send_json_error(
-    send: Send, status: int, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    code: str | None = None,
 ) -> None:
-    tracing.annotate(error=message)
-    body = encode({"error": message})
+    body = encode(error_body(status, message, code))
     await send(
         {
             "type": "http.response.start",

@@ -21,6 +21,7 @@ from ledger.validate import (
     INT64_MAX,
     LIVE_LOG_TAIL_LIMIT,
     MAX_EPOCH_MS,
+    MAX_PIPELINE_STEPS,
     MAX_RUN_ID_LENGTH,
     MAX_VALUE_DEPTH,
     NODE_COUNT_FIELDS,
@@ -201,6 +202,17 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
         ),
         "last_checkpoint_at": _nullable({"type": "integer", "minimum": 0}),
         "dropped_one_shot_events": _nullable({"type": "integer", "minimum": 0}),
+        "pipeline_steps": _nullable(
+            {
+                "type": "array",
+                "items": NON_BLANK,
+                "maxItems": MAX_PIPELINE_STEPS,
+                "uniqueItems": True,
+                "description": "The contract's step list (node ids) in pipeline order: every step shows "
+                "in `live_node_progress` from this upload on, pending until it starts, with its index as "
+                "`position`; `steps_total` counts them all.",
+            }
+        ),
     },
 }
 

@@ -49,10 +49,12 @@ async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     }
     if svc.drain.draining:
         checks["draining"] = True
-        return JSONResponse({"error": "shutting down", **checks}, status_code=503)
+        return JSONResponse({"error": "shutting down", "code": "shutting_down", **checks}, status_code=503)
     down = [name for name, ok in checks.items() if not ok]
     if down:
-        return JSONResponse({"error": f"not ready: {', '.join(down)} down", **checks}, status_code=503)
+        return JSONResponse(
+            {"error": f"not ready: {', '.join(down)} down", "code": "not_ready", **checks}, status_code=503
+        )
     return JSONResponse({"status": "ready", **checks})
 
 

@@ -25,6 +25,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import CursorExpired, LedgerError, NotFound
+from ledger.service.errors import error_body
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 from ledger.streams import rules
@@ -130,7 +131,7 @@ async def drain(receive: Receive) -> None:
 
 
 def refused(exc: StreamRefused) -> Response:
-    body = json.dumps({"error": exc.message}).encode()
+    body = json.dumps(error_body(exc.status, exc.message)).encode()
     return Response(body, exc.status, headers={**exc.headers, "content-type": "application/json"})
 
 

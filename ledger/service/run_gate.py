@@ -72,6 +72,7 @@ class RunWriteGate:
                     f"run {run_id!r} is busy: another write to it has waited {self.wait_s:g} s "
                     "for its row lock; retry later",
                     headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
+                    code="busy",
                 )
                 return
             try:

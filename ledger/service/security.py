@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 
 from ledger import tokens
 from ledger.auth import token_matches
+from ledger.service.errors import error_body
 from ledger.service.json_answer import JsonAnswer
 from ledger.service.verified_tokens import VerifiedTokens
 from ledger.tokens import (
@@ -118,7 +119,7 @@ class AccessDenied(HTTPException):
 async def _access_denied(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, AccessDenied)
     return JsonAnswer(
-        {"error": exc.message, "code": exc.code}, status_code=exc.status_code, headers=exc.headers
+        error_body(exc.status_code, exc.message, exc.code), status_code=exc.status_code, headers=exc.headers
     )
 
 
@@ -215,10 +216,11 @@ async def require_token(
     need = route_need(request)
     run_id: object = None
     attempt: object = None
+    if need.run == "path":
+        # Any scope: a refusal names the run whose token would do.
+        run_id = request.path_params.get("run_id")
     if grant.scope is tokens.Scope.RUN:
-        if need.run == "path":
-            run_id = request.path_params.get("run_id")
-        elif need.run == "body":
+        if need.run == "body":
             run_id = await _body_field(request, "run_id")
         if need.attempt:
             attempt = await _body_field(request, "producer_attempt")

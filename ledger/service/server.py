@@ -102,22 +102,44 @@ def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> L
     return LedgerServer(apply_limits(config, http_limits(settings)), app)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The service's listening socket, bound (`OSError` when the address is in use or not ours).
+
+    Bound by the caller before the app starts, so a port in use fails before anything is served
+    or logged as ready (uvicorn would bind only after the app's startup, then exit).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def _worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:
     """One worker process: serve the shared socket until SIGTERM."""
     LedgerServer(config).run(sockets=sockets)
 
 
-def serve_workers(factory: str, settings: ServiceSettings, workers: int) -> None:
-    """Serve with `workers` processes on one socket, each calling `factory` ("module:function")
-    for its app (its own pool, listener and watchdog). Returns when SIGTERM/SIGINT to this process
-    has stopped them all, each with its graceful shutdown; a worker that dies is replaced."""
+def serve_workers(
+    factory: str, settings: ServiceSettings, workers: int, *, sock: socket.socket | None = None
+) -> None:
+    """Serve with `workers` processes on one socket (`sock`, else bound here), each calling
+    `factory` ("module:function") for its app (its own pool, listener and watchdog). Returns when
+    SIGTERM/SIGINT to this process has stopped them all, each with its graceful shutdown; a worker
+    that dies is replaced."""
     config = uvicorn.Config(
         factory, factory=True, host=settings.host, port=settings.port, **uvicorn_options(settings)
     )
     apply_limits(config, http_limits(settings))
     # Inherited by the workers.
     raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
-    sock = config.bind_socket()
+    if sock is None:
+        sock = config.bind_socket()
     spawn = multiprocessing.get_context("spawn")
     stop = threading.Event()
     handled = (signal.SIGTERM, signal.SIGINT)
@@ -158,7 +180,7 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
     raise _Stopped
 
 
-def run_until_stopped(server: LedgerServer) -> None:
+def run_until_stopped(server: LedgerServer, sockets: list[socket.socket] | None = None) -> None:
     """Serve until SIGTERM/SIGINT, shut down gracefully, then return normally.
 
     After its graceful shutdown uvicorn re-raises the signal it caught, and the default SIGTERM
@@ -168,7 +190,7 @@ def run_until_stopped(server: LedgerServer) -> None:
     handled = (signal.SIGTERM, signal.SIGINT)
     previous = {sig: signal.signal(sig, _stopped) for sig in handled}
     try:
-        server.run()
+        server.run(sockets=sockets)
     except _Stopped:
         pass
     finally:

@@ -86,6 +86,13 @@ class RetryPolicy:
     initial_wait_s: float = 0.5
     max_wait_s: float = 10.0
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # Hears of a request's first retried failure at once (a command prints it, then keeps trying).
+    on_first_failure: Callable[[BaseException], None] | None = None
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if state.attempt_number == 1 and error is not None and self.on_first_failure is not None:
+            self.on_first_failure(error)
 
     def _wait(self, state: RetryCallState) -> float:
         backoff = wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
@@ -102,6 +109,7 @@ class RetryPolicy:
             wait=self._wait,
             stop=stop_after_attempt(self.max_attempts) | stop_before_delay(self.max_total_s),
             sleep=self.sleep,
+            before_sleep=self._before_sleep,
             reraise=True,
         )
 

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from ledger.cli.exits import EXIT_CONFIG, EXIT_LEDGER, EXIT_TOKEN
 from ledger.runlog.events import WATCHDOG_ERROR
 from tests.acceptance.conftest import ROOT, Server, free_port, new_id
 
@@ -134,17 +135,19 @@ def test_pool_shows_availability_and_entries(server: Server, client: httpx.Clien
         assert entry in result.stdout
 
 
-def test_a_refused_token_is_one_line_and_exit_1(server: Server, tmp_path: Path) -> None:
+def test_a_refused_token_is_one_line_and_exit_10(server: Server, tmp_path: Path) -> None:
     result = ledger("pool", "v1", env=client_env(server, tmp_path, LEDGER_TOKEN="wrong"))
-    assert result.returncode == 1
+    assert result.returncode == EXIT_TOKEN
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "refused the API token" in lines[0]
+    assert "needs a read token or an admin token" in lines[0]
 
 
-def test_service_down_is_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_service_down_without_a_deadline_is_one_line_and_exit_9(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    result = ledger("runs", env={"LEDGER_URL": url, "LEDGER_TOKEN": "t", "LEDGER_DATA_DIR": str(tmp_path)})
-    assert result.returncode == 1
+    env = {"LEDGER_URL": url, "LEDGER_TOKEN": "t", "LEDGER_DATA_DIR": str(tmp_path)}
+    result = ledger("runs", "--deadline", "0", env=env)
+    assert result.returncode == EXIT_LEDGER
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the ledger service at " + url in lines[0]
 
@@ -160,7 +163,7 @@ def test_no_token_anywhere_says_where_it_looked(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == EXIT_CONFIG
     assert "no API token" in result.stderr and str(tmp_path) in result.stderr
 
 

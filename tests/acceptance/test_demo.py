@@ -227,7 +227,8 @@ def terminal_demo(database_url: str, tmp_path: Path) -> Iterator[Any]:
 
     def start(*args: str) -> TerminalDemo:
         env = {"LEDGER_DATABASE_URL": database_url, "LEDGER_DATA_DIR": str(tmp_path)}
-        started.append(TerminalDemo(env, "--rows", "100", "--rate", "20000", *args))
+        # `--pace 0`: at once, not stretched to a minute as a terminal would get by default.
+        started.append(TerminalDemo(env, "--rows", "100", "--rate", "20000", "--pace", "0", *args))
         return started[-1]
 
     yield start
@@ -254,11 +255,16 @@ def test_on_a_terminal_the_demo_serves_its_run_page_until_ctrl_c(terminal_demo: 
 
     origin = url.split("/ui/")[0]
     with httpx.Client(timeout=10) as http:
-        # Without signing in, the page sends the browser to sign in; the printed token lets it in.
+        # Without signing in, the page sends the browser to sign in; the printed token lets it in,
+        # and back to the run's page.
+        path = url.removeprefix(origin)
         bare = http.get(url)
-        assert bare.status_code == 303 and bare.headers["location"] == "/ui/sign-in"
-        signed = http.post(f"{origin}/ui/sign-in", data={"token": token}, headers={"Origin": origin})
+        assert bare.status_code == 303 and bare.headers["location"] == f"/ui/sign-in?next={path}"
+        signed = http.post(
+            f"{origin}/ui/sign-in", data={"token": token, "next": path}, headers={"Origin": origin}
+        )
         assert signed.status_code == 303, signed.text
+        assert signed.headers["location"] == path
         assert http.cookies.get(SESSION_COOKIE) == token
         shown = http.get(url)
         assert shown.status_code == 200 and run_id in shown.text

@@ -104,7 +104,7 @@ def test_openapi_schema_needs_the_token_and_lists_the_contract(server: Server) -
 def test_unknown_paths_and_methods_answer_json_errors(client: httpx.Client) -> None:
     missing = client.get("/v2/nothing")
     assert missing.status_code == 404
-    assert missing.json() == {"error": "no such endpoint: GET /v2/nothing"}
+    assert missing.json() == {"error": "no such endpoint: GET /v2/nothing", "code": "not_found"}
     wrong_method = client.patch("/v1/runs")
     assert wrong_method.status_code == 405
     assert "PATCH" in wrong_method.json()["error"]

@@ -46,11 +46,57 @@ def test_root_and_bare_ui_redirect_to_the_dashboard(anonymous: httpx.Client) -> 
         assert response.headers["location"] == "/ui/"
 
 
-@pytest.mark.parametrize("path", ["/ui/", "/ui/pool", "/ui/runs/any-run"])
-def test_a_page_without_a_session_redirects_to_sign_in(anonymous: httpx.Client, path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        ("/ui/", "/ui/sign-in"),
+        ("/ui/pool", "/ui/sign-in?next=/ui/pool"),
+        ("/ui/runs/any-run", "/ui/sign-in?next=/ui/runs/any-run"),
+        ("/ui/runs/a%20b?x=1", "/ui/sign-in?next=/ui/runs/a%2520b%3Fx%3D1"),
+    ],
+)
+def test_a_page_without_a_session_redirects_to_sign_in_and_back(
+    anonymous: httpx.Client, path: str, location: str
+) -> None:
     response = anonymous.get(path)
     assert response.status_code == 303
-    assert response.headers["location"] == "/ui/sign-in"
+    assert response.headers["location"] == location
+
+
+def test_signing_in_leads_back_to_the_page_asked_for(anonymous: httpx.Client) -> None:
+    asked = anonymous.get("/ui/runs/a%20b", params={"x": "1"}).headers["location"]
+    form = anonymous.get(asked)
+    assert '<input type="hidden" name="next" value="/ui/runs/a%20b?x=1">' in form.text
+    form = anonymous.get("/ui/sign-in", params={"next": "/ui/runs/run-7"})
+    assert '<input type="hidden" name="next" value="/ui/runs/run-7">' in form.text
+    response = anonymous.post("/ui/sign-in", data={"token": TOKENS[0], "next": "/ui/runs/run-7"})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/ui/runs/run-7"
+    # A refused token keeps where to go for the next try.
+    again = anonymous.post("/ui/sign-in", data={"token": "wrong", "next": "/ui/runs/run-7"})
+    assert 'name="next" value="/ui/runs/run-7"' in again.text
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "https://evil.example/ui/",
+        "//evil.example/ui/",
+        "/\\evil.example/ui/",
+        "/ui/\\evil.example",
+        "http:/ui/runs/x",
+        "/v1/runs",
+        "ui/runs/x",
+        "/ui/runs/x\r\nSet-Cookie: a=b",
+        "",
+    ],
+)
+def test_signing_in_never_leads_off_the_dashboard(anonymous: httpx.Client, target: str) -> None:
+    form = anonymous.get("/ui/sign-in", params={"next": target})
+    assert 'name="next" value="/ui/"' in form.text
+    response = anonymous.post("/ui/sign-in", data={"token": TOKENS[0], "next": target})
+    assert response.status_code == 303
+    assert response.headers["location"] == "/ui/"
 
 
 def test_a_cookie_with_a_wrong_token_is_no_session(server: Server) -> None:

@@ -64,9 +64,14 @@ def test_sign_in_sets_an_http_only_strict_cookie_and_no_url_carries_the_token(co
 
 def test_without_a_cookie_every_page_sends_to_sign_in(context: Any) -> None:
     page = context.new_page()
-    for path in ("/", "/ui/", "/ui/pool", "/ui/runs/some-run"):
+    for path, back_to in (
+        ("/", ""),
+        ("/ui/", ""),
+        ("/ui/pool", "?next=/ui/pool"),
+        ("/ui/runs/some-run", "?next=/ui/runs/some-run"),
+    ):
         page.goto(path)
-        assert page.url.endswith("/ui/sign-in"), path
+        assert page.url.endswith("/ui/sign-in" + back_to), path
     page.fill("#token", "not-a-token")
     page.click("#sign-in")
     assert "does not let this token in" in page.text_content("#sign-in-error")

@@ -9,13 +9,14 @@ against the real service.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy, service_url
+from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy, TailState, service_url
 from ledger.errors import (
     Conflict,
     CursorExpired,
@@ -336,3 +337,84 @@ def test_url_and_token_come_from_the_environment(tmp_path: Path) -> None:
         assert client.http.headers["authorization"] == "Bearer first"
     with LedgerClient.from_env({**env, "LEDGER_TOKEN": "mine"}) as client:
         assert client.http.headers["authorization"] == "Bearer mine"
+
+
+# -- a deadline instead of a count, and the first failure at once ---------------------------------
+
+
+def test_a_policy_until_a_deadline_retries_past_the_count_and_tells_the_first_failure_once() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) <= 6:
+            return httpx.Response(503, json={"error": "the database is unavailable", "code": "unavailable"})
+        return httpx.Response(200, json={"runs": [], "next_before": None})
+
+    heard: list[Exception] = []
+    sleeps: list[float] = []
+    policy = RetryPolicy.until(1e9, heard.append)
+    with LedgerClient(
+        BASE, "tok", transport=httpx.MockTransport(handler), sleep=sleeps.append, retry=policy
+    ) as client:
+        assert client.runs_page() == {"runs": [], "next_before": None}
+    # Seven tries: past the default policy's count of four.
+    assert len(calls) == 7 and RetryPolicy().max_attempts == 4
+    assert len(heard) == 1 and isinstance(heard[0], LedgerUnavailable)
+    assert "database is unavailable" in str(heard[0])
+
+
+def test_no_time_to_retry_means_one_try_and_no_first_failure_notice() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        raise httpx.ConnectError("connection refused")
+
+    heard: list[Exception] = []
+    with (
+        LedgerClient(
+            BASE,
+            "tok",
+            transport=httpx.MockTransport(handler),
+            sleep=lambda s: None,
+            retry=RetryPolicy.until(0, heard.append),
+        ) as client,
+        pytest.raises(LedgerUnavailable, match=re.escape(f"cannot reach the ledger service at {BASE}")),
+    ):
+        client.runs_page()
+    assert len(calls) == 1 and heard == []
+
+
+def test_a_tail_under_a_deadline_reconnects_until_the_deadline_not_the_count() -> None:
+    now = [0.0]
+    state = TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
+    problem = LedgerUnavailable("down")
+    waited = 0.0
+    for _ in range(5):  # more than max_reconnects
+        delay = state.failed(problem)
+        now[0] += delay
+        waited += delay
+    assert waited < 10
+    with pytest.raises(LedgerUnavailable, match="lost the event stream of run r"):
+        for _ in range(100):
+            now[0] += state.failed(problem)
+    assert now[0] <= 10
+
+
+def test_a_tail_tells_its_first_failure_once_naming_the_service() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        if len(calls) <= 2:
+            raise httpx.ConnectError("connection refused")
+        return stream_response([sse(1, "terminal", status="completed")])
+
+    heard: list[Exception] = []
+    policy = RetryPolicy.until(60, heard.append)
+    with LedgerClient(
+        BASE, "tok", transport=httpx.MockTransport(handler), sleep=lambda s: None, retry=policy
+    ) as client:
+        assert [e["seq"] for e in client.tail("r")] == [1]
+    assert len(heard) == 1 and "cannot reach the ledger service at http://ledger.test" in str(heard[0])

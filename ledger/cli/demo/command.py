@@ -12,6 +12,16 @@ import click
 
 DEFAULT_ROWS = 6_000
 DEFAULT_RATE = 900.0
+# On a terminal the run is stretched to about a minute: long enough to open its page and sign in.
+TERMINAL_PACE_S = 60.0
+
+
+def pace_for(pace: float | None, *, terminal: bool) -> float:
+    """Seconds the run should take: `--pace`, else a minute for a person at a terminal, else 0
+    (as fast as `--rate` goes: a test or CI waits for nothing)."""
+    if pace is not None:
+        return pace
+    return TERMINAL_PACE_S if terminal else 0.0
 
 
 @click.command()
@@ -24,12 +34,20 @@ DEFAULT_RATE = 900.0
     help="Rows per second the simulated worker processes.",
 )
 @click.option(
+    "--pace",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help=f"Stretch the run to take about this long, so a person can watch it live (default: "
+    f"{TERMINAL_PACE_S:g} on a terminal, else as fast as --rate goes; 0: as fast).",
+)
+@click.option(
     "--exit",
     "exit_at_once",
     is_flag=True,
     help="Stop the service when the run ends (it always does when stdout is not a terminal).",
 )
-def demo(rows: int, rate: float, exit_at_once: bool) -> None:
+def demo(rows: int, rate: float, pace: float | None, exit_at_once: bool) -> None:
     """Start Postgres and the service, run a simulated worker through the reporter, show it live.
 
     It prints the run's page on the dashboard and the token to sign in with; on a terminal it keeps
@@ -39,5 +57,7 @@ def demo(rows: int, rate: float, exit_at_once: bool) -> None:
     from ledger.cli.demo.scenario import DemoPlan
 
     # Only a person at a terminal can open the page; a pipe (a test, CI) wants the demo to end.
-    keep_serving = sys.stdout.isatty() and not exit_at_once
-    demo_run.main(DemoPlan(rows=rows, rows_per_second=rate), keep_serving=keep_serving)
+    terminal = sys.stdout.isatty()
+    keep_serving = terminal and not exit_at_once
+    plan = DemoPlan(rows=rows, rows_per_second=rate).paced(pace_for(pace, terminal=terminal))
+    demo_run.main(plan, keep_serving=keep_serving)

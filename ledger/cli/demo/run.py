@@ -34,8 +34,10 @@ from rich.live import Live
 
 from ledger import migrate, tracing
 from ledger.cli import render
+from ledger.cli.database import probe
 from ledger.cli.demo.scenario import DemoPlan, DriveReport, drive, open_run
 from ledger.cli.demo.view import DemoView
+from ledger.cli.exits import EXIT_INTERRUPTED
 from ledger.config import load_settings
 from ledger.db import resolve_url
 
@@ -314,6 +316,8 @@ def main(plan: DemoPlan, *, keep_serving: bool) -> None:
     try:
         if server is not None:
             click.echo(f"embedded Postgres: data in {server.pgdata}")
+        else:
+            probe(url)
         migrate.upgrade(url)
         demo = run_demo(
             url,
@@ -327,8 +331,7 @@ def main(plan: DemoPlan, *, keep_serving: bool) -> None:
             asyncio.run(demo)
         except Interrupted:
             click.echo("stopped before the run finished: it stays open in the ledger", err=True)
-            # The shell's convention for a command ended by Ctrl-C.
-            raise click.exceptions.Exit(130) from None
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     finally:
         if server is not None:
             server.stop()

@@ -17,6 +17,7 @@ outcomes page by page through `POST /v1/runs/{id}/sheets` as the data plane woul
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,23 @@ class DemoPlan:
     lost_tail: float = 0.1
     setup_s: float = 1.2
     tool_s: float = 0.8
+
+    def duration_s(self) -> float:
+        """About how long the run takes: the setup, the rows at their rate, the tool call."""
+        return self.setup_s + self.rows / self.rows_per_second + self.tool_s
+
+    def paced(self, seconds: float) -> DemoPlan:
+        """The same run stretched to take about `seconds` (never shortened): every part slower
+        by one factor, so the story keeps its shape, only slow enough for a person to watch."""
+        factor = seconds / self.duration_s()
+        if factor <= 1:
+            return self
+        return dataclasses.replace(
+            self,
+            rows_per_second=self.rows_per_second / factor,
+            setup_s=self.setup_s * factor,
+            tool_s=self.tool_s * factor,
+        )
 
     def simulation(self) -> SimulatedRun:
         return SimulatedRun(rows=self.rows, fail_every=self.fail_every, physical_suffix="demo")

@@ -1,7 +1,9 @@
 """The dashboard's routes: `/` and `/ui/...` pages, sign-in and sign-out, static files, and the one
 JSON read the API lacks (the whole warm pool at a glance).
 
-A page without a valid session cookie redirects to the sign-in page. The pages' scripts read the
+A page without a valid session cookie redirects to the sign-in page, which leads back to that page
+once signed in (`next`: a path of the dashboard only, so a link cannot send a person signing in
+to another site). The pages' scripts read the
 JSON API (`/v1/runs`, `/v1/runs/{id}`, `/v1/runs/{id}/events/stream`) with the same cookie, which
 the service accepts on reads only (`ledger.service.security.session_credentials`).
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from typing import Annotated, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
@@ -29,14 +31,36 @@ router = APIRouter(include_in_schema=False)
 Svc = Annotated[Services, Depends(services)]
 
 SIGN_IN = "/ui/sign-in"
+HOME = "/ui/"
 # A pasted token is short; a bigger form is not a sign-in.
 MAX_FORM_BYTES = 16 * 1024
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
 
-def _to_sign_in() -> RedirectResponse:
+def _to_sign_in(back_to: str = HOME) -> RedirectResponse:
     # 303: the browser follows with a GET, whatever the method of the request was.
-    return RedirectResponse(SIGN_IN, status_code=303, headers=PAGE_HEADERS)
+    target = SIGN_IN if back_to == HOME else f"{SIGN_IN}?next={quote(back_to, safe='/')}"
+    return RedirectResponse(target, status_code=303, headers=PAGE_HEADERS)
+
+
+def safe_next(value: str | None) -> str:
+    """Where signing in leads: `value` when it is a path of the dashboard on this origin, else the
+    runs list. Anything that could name another site (`//host`, a scheme, a backslash, which some
+    browsers read as a slash) or another part of the service is refused."""
+    if not value or not value.startswith(HOME) or "\\" in value or any(ord(c) < 0x20 for c in value):
+        return HOME
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not parts.path.startswith(HOME):
+        return HOME
+    return value
+
+
+def _page_path(request: Request) -> str:
+    # As the browser sent it: a run id's escapes (`%20`, `%2F`) must survive the round trip.
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
+    query = request.url.query
+    return path + (f"?{query}" if query else "")
 
 
 async def _refused(request: Request) -> Response | None:
@@ -46,7 +70,7 @@ async def _refused(request: Request) -> Response | None:
     if denied is None:
         return None
     if denied.status_code == 401:
-        return _to_sign_in()
+        return _to_sign_in(safe_next(_page_path(request)))
     return page(
         render("not_found.html", heading="Not allowed", message=denied.detail),
         title="Not allowed",
@@ -107,26 +131,31 @@ async def pool_page(request: Request) -> Response:
     return page(render("pool.html"), title="Warm pool", script="pool.js", nav=nav("pool"))
 
 
+def _sign_in_form(error: str, back_to: str, status_code: int = 200) -> Response:
+    return page(render("sign_in.html", error=error, next=back_to), title="Sign in", status_code=status_code)
+
+
 @router.get("/ui/sign-in")
-async def sign_in_page() -> Response:
-    return page(render("sign_in.html", error=""), title="Sign in")
+async def sign_in_page(request: Request) -> Response:
+    return _sign_in_form("", safe_next(request.query_params.get("next")))
 
 
 @router.post("/ui/sign-in")
 async def sign_in(request: Request) -> Response:
     if not same_origin(request):
         error = "This form must be sent from this service's own page."
-        return page(render("sign_in.html", error=error), title="Sign in", status_code=403)
+        return _sign_in_form(error, HOME, 403)
     body = await request.body()
     fields = parse_qs(body[:MAX_FORM_BYTES].decode("utf-8", "replace"), max_num_fields=8)
     token = (fields.get("token") or [""])[0].strip()
+    back_to = safe_next((fields.get("next") or [""])[0])
     if not token:
-        return page(render("sign_in.html", error="Paste a token."), title="Sign in", status_code=400)
+        return _sign_in_form("Paste a token.", back_to, 400)
     denied = await authorize(request, token)
     if denied is not None:
         error = f"The service does not let this token in: {denied.detail}"
-        return page(render("sign_in.html", error=error), title="Sign in", status_code=denied.status_code)
-    response = RedirectResponse("/ui/", status_code=303, headers=PAGE_HEADERS)
+        return _sign_in_form(error, back_to, denied.status_code)
+    response = RedirectResponse(back_to, status_code=303, headers=PAGE_HEADERS)
     set_session(response, request, token)
     return response
 

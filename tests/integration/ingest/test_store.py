@@ -390,3 +390,27 @@ async def test_terminal_run_refuses_an_upload_that_would_add_events(db: Database
     assert (answer["terminal_set"], answer["events_appended"]) == (False, {})
     row = await run_row(db, "r")
     assert row is not None and row["status"] == "failed"
+
+
+async def test_the_views_count_the_pipeline_steps_that_have_not_started(db: Database) -> None:
+    steps = ["load", "map", "notify"]
+    started = {"map": {"started_at": 1_000, "completed": 5, "total": 10}}
+    await apply_status_upload(
+        db, "r-pipeline", upload(upload_seq=1, pipeline_steps=steps, live_node_progress=started)
+    )
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT steps_total, steps_done, rows_completed FROM ledger.run_overview WHERE run_id = %s",
+            ("r-pipeline",),
+        )
+        overview = await cur.fetchone()
+        cur = await conn.execute(
+            "SELECT node_id, started_at IS NULL AS pending FROM ledger.step_progress WHERE run_id = %s "
+            "ORDER BY node_id",
+            ("r-pipeline",),
+        )
+        progress = [(row["node_id"], row["pending"]) for row in await cur.fetchall()]
+    assert overview == {"steps_total": 3, "steps_done": 0, "rows_completed": 5}
+    assert progress == [("load", True), ("map", False), ("notify", True)]
+    # Only the step that reported made events.
+    assert [kind for kind, _ in await events(db, "r-pipeline")] == ["step.started", "step.progress"]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 from collections import Counter
 
+import pytest
 from rich.console import Console
 
+from ledger.cli.demo import command as demo
 from ledger.cli.demo.scenario import DemoPlan, Pacer
 from ledger.cli.demo.view import DemoView
 
@@ -140,6 +142,24 @@ def test_view_renders_bars_rates_and_the_latest_events() -> None:
 
 
 def test_the_command_defaults_are_the_plan_defaults() -> None:
-    from ledger.cli.demo import command as demo
-
     assert (DemoPlan().rows, DemoPlan().rows_per_second) == (demo.DEFAULT_ROWS, demo.DEFAULT_RATE)
+
+
+def test_pace_stretches_the_whole_run_by_one_factor_and_never_shortens_it() -> None:
+    plan = DemoPlan()
+    assert plan.duration_s() == pytest.approx(plan.setup_s + plan.rows / plan.rows_per_second + plan.tool_s)
+    slow = plan.paced(60)
+    assert slow.duration_s() == pytest.approx(60)
+    factor = 60 / plan.duration_s()
+    assert slow.setup_s == pytest.approx(plan.setup_s * factor)
+    assert slow.tool_s == pytest.approx(plan.tool_s * factor)
+    assert slow.rows == plan.rows and slow.sheet_rows() == plan.sheet_rows()
+    # A pace at or under the run's own length leaves it as it is.
+    assert plan.paced(plan.duration_s()) == plan
+    assert plan.paced(0) == plan
+
+
+def test_a_terminal_gets_a_minute_by_default_anything_else_the_rate() -> None:
+    assert demo.pace_for(None, terminal=True) == demo.TERMINAL_PACE_S == 60
+    assert demo.pace_for(None, terminal=False) == 0
+    assert demo.pace_for(5, terminal=True) == 5 and demo.pace_for(0, terminal=True) == 0

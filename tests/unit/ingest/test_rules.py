@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from ledger.ingest.rules import (
     replay_digest,
     replay_end,
 )
+from ledger.validate import MAX_PIPELINE_STEPS
 
 # -- validation ----------------------------------------------------------------------------------
 
@@ -513,3 +515,58 @@ def test_json_nested_deeper_than_a_stored_value_may_is_refused_naming_the_field(
     with pytest.raises(InvalidInput, match="nests deeper than 60") as exc:
         parse_upload("r", {"status": "running", "dataset_lifecycle_events": [{"d": deep}]})
     assert exc.value.field == "dataset_lifecycle_events[0]"
+
+
+# -- the pipeline's steps ------------------------------------------------------------------------
+
+
+def test_pipeline_steps_show_every_step_pending_in_pipeline_order() -> None:
+    started = {"started_at": 5, "completed": 1}
+    upload = _upload(pipeline_steps=["load", "map", "notify"], live_node_progress={"map": started})
+    plan = plan_upload("r", IngestState(), upload)
+    assert plan.state.live_node_progress == {
+        "load": {"position": 0},
+        "map": {**started, "position": 1},
+        "notify": {"position": 2},
+    }
+    # Only the step that reported makes events; a pending step is no news.
+    assert [e["type"] for e in plan.events] == ["step.started", "step.progress"]
+    assert plan.steps_changed == ("map",)
+
+
+def test_a_replaced_node_keeps_its_position_and_a_node_cannot_set_one() -> None:
+    state = IngestState(live_node_progress={"load": {"position": 0}, "map": {"position": 1}})
+    nodes = {"load": {"completed": 3, "position": 9}}
+    assert plan_upload(
+        "r", state, _upload(pipeline_steps=["load", "map"], live_node_progress=nodes)
+    ).state.live_node_progress == {
+        "load": {"completed": 3, "position": 0},
+        "map": {"position": 1},
+    }
+    # Without the list too: the uploaded node's own `position` is ignored, the stored one kept.
+    alone = plan_upload("r", state, _upload(live_node_progress={"map": {"completed": 1, "position": 0}}))
+    assert alone.state.live_node_progress == {"load": {"position": 0}, "map": {"completed": 1, "position": 1}}
+
+
+@pytest.mark.parametrize(
+    ("steps", "problem"),
+    [
+        ("load", "pipeline_steps"),
+        (["load", ""], "pipeline_steps[1]"),
+        (["load", 3], "pipeline_steps[1]"),
+        (["load", "map", "load"], "names step 'load' twice"),
+    ],
+)
+def test_bad_pipeline_steps_are_refused_by_name(steps: Any, problem: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(problem)):
+        _upload(pipeline_steps=steps)
+
+
+@pytest.mark.parametrize("count", [MAX_PIPELINE_STEPS - 1, MAX_PIPELINE_STEPS, MAX_PIPELINE_STEPS + 1])
+def test_pipeline_steps_at_most_the_limit(count: int) -> None:
+    steps = [f"s{i}" for i in range(count)]
+    if count > MAX_PIPELINE_STEPS:
+        with pytest.raises(InvalidInput, match="pipeline_steps"):
+            _upload(pipeline_steps=steps)
+    else:
+        assert _upload(pipeline_steps=steps).pipeline_steps == tuple(steps)

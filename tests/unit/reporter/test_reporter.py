@@ -286,3 +286,33 @@ async def test_events_fed_outside_an_event_loop_are_sent_by_the_next_flush() -> 
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="mode"):
         ProgressReporter("r", FakeTransport(), mode="loud")  # type: ignore[arg-type]
+
+
+async def test_every_upload_names_the_contracts_steps_in_pipeline_order() -> None:
+    contract = {
+        "staticPipeline": {
+            "substeps": [
+                {"type": "code", "id": "load"},
+                {"type": "code", "id": "load"},  # repeated: sent once
+                {"type": "dataset", "id": "map", "tableNamespace": "leads"},
+                {"type": "tool", "toolId": "slack.post"},
+                {
+                    "type": "code",
+                    "id": "   ",
+                },  # blank: the ledger would refuse it, the step gets a made-up id
+            ]
+        }
+    }
+    reporter, transport = make(contract=contract)
+    await reporter.flush(force=True)
+    reporter.on_runner_event({"type": "log", "line": "x"})
+    await reporter.finalize({"type": "result", "status": "completed"})
+    assert len(transport.payloads) >= 2
+    for payload in transport.payloads:
+        assert payload["pipeline_steps"] == ["load", "map", "tool-3", "code-4"]
+
+
+async def test_without_a_contract_no_step_list_is_sent() -> None:
+    reporter, transport = make(contract=None)
+    await reporter.flush(force=True)
+    assert "pipeline_steps" not in transport.payloads[0]

@@ -50,14 +50,15 @@ const Ledger = (() => {
   /** The server's clock now, as well as the Date header tells it (whole seconds). */
   function serverNow() { return Date.now() + serverOffsetMs; }
 
-  /** Repeat `task` every `everyMs`, never two at once; the header shows whether it works. */
+  /** Repeat `task` every `everyMs`, never two at once; the header shows whether it works (or the
+   * text the task returns, e.g. that what it watches has ended). */
   function poll(task, everyMs) {
     let stopped = false;
     async function tick() {
       if (stopped) return;
       try {
-        await task();
-        setLive(true, "live");
+        const said = await task();
+        setLive(true, typeof said === "string" ? said : "live");
       } catch (error) {
         setLive(false, "reconnecting: " + error.message);
       }

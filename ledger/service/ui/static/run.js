@@ -40,8 +40,14 @@
       const node = raw && typeof raw === "object" ? raw : {};
       return { nodeId, node, state: stepState(node, nodeId, r.terminal) };
     });
-    // JSON object order is not kept by the database: order by what happened.
+    // JSON object order is not kept by the database. The steps of the contract carry their place
+    // in the pipeline (`position`): they come first, in pipeline order, pending ones included, so
+    // steps that start together keep the pipeline's order. Any other step follows, by start time.
+    const place = (s) => (typeof s.node.position === "number" ? s.node.position : null);
     list.sort((a, b) => {
+      const pa = place(a), pb = place(b);
+      if ((pa == null) !== (pb == null)) return pa == null ? 1 : -1;
+      if (pa != null && pa !== pb) return pa - pb;
       const sa = a.node.started_at, sb = b.node.started_at;
       if ((sa == null) !== (sb == null)) return sa == null ? 1 : -1;
       return (sa || 0) - (sb || 0) || (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0);
@@ -153,6 +159,7 @@
         stopPolling();
         stopPolling = null;
       }
+      return run.terminal ? "run ended" : "live";
     } catch (error) {
       if (error.status === 404) {
         const box = $("run-error");
@@ -177,8 +184,34 @@
   let ended = false;
   let refreshSoon = null;
 
+  // Step and run events as a person says them; any other event as its JSON fields.
+  function rows(e) {
+    // As the step's bar counts: completed of the total, the failed ones said apart.
+    if (e.total != null) return count(e.completed || 0) + " / " + count(e.total) + " rows";
+    if (e.completed != null) return count(e.completed) + " rows done";
+    return null;
+  }
+
+  function stepText(event) {
+    const name = typeof event.node_id === "string" ? event.node_id : "a step";
+    if (event.type === "step.started") return name + " started";
+    if (event.type === "step.completed") {
+      if (event.outcome === "failed") return name + " failed" + (event.error ? ": " + event.error : "");
+      return name + " completed";
+    }
+    if (event.type === "step.progress") {
+      const parts = [rows(event), event.failed ? count(event.failed) + " failed" : null, event.message || null];
+      const said = parts.filter(Boolean).join(" · ");
+      return name + ": " + (said || "progress");
+    }
+    if (event.type === "terminal") return "run " + event.status + (event.error ? ": " + event.error : "");
+    return null;
+  }
+
   function summary(event) {
     if (event.type === "log") return typeof event.line === "string" ? event.line : "";
+    const said = stepText(event);
+    if (said !== null) return said;
     const rest = {};
     for (const [k, v] of Object.entries(event)) if (!["seq", "type", "ts", "run_id"].includes(k)) rest[k] = v;
     return JSON.stringify(rest);
@@ -232,6 +265,12 @@
 
   function logState(text) { $("log-state").textContent = text; }
 
+  function endStream(source) {
+    source.close();
+    logState("ended");
+    setLive(true, "run ended");
+  }
+
   function connect() {
     // Where to start: Last-Event-ID takes over on the browser's own reconnects; after a reconnect
     // of ours, the cursor is the last event shown.
@@ -241,21 +280,23 @@
       try { event = JSON.parse(message.data); } catch (_) { return; }
       append(event);
       updateCount();
+      // The terminal event is the last there is: close before the service ends the stream, which
+      // the browser would take for a dropped connection and retry.
+      if (ended) endStream(source);
     };
     for (const type of eventTypes) source.addEventListener(type, onEvent);
     source.addEventListener("message", onEvent);
-    source.addEventListener("open", () => logState("live"));
+    source.addEventListener("open", () => { if (!ended) logState("live"); });
     source.addEventListener("error", () => {
+      if (ended) {
+        endStream(source);
+        return;
+      }
       if (source.readyState === EventSource.CONNECTING) {
         logState("reconnecting…");
         return;
       }
       source.close();
-      if (ended) {
-        logState("ended");
-        setLive(true, "run ended");
-        return;
-      }
       // Closed for good by an error answer (the browser gives up on those): try again ourselves.
       logState("disconnected, retrying…");
       window.setTimeout(connect, 2000);

@@ -1,0 +1,44 @@
+"""The exit codes of every `ledger` command, and the error that carries one.
+
+A mistake a person can act on is one line on stderr (`Error: ...`) and one of these codes, never a
+traceback; docs/errors.md lists them. 3, 4 and 5 are `ledger report`'s own (see its module).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import click
+
+EXIT_OK: Final = 0
+# The ledger refused the request (an unknown run, a bad value) or the operation failed (no schema).
+EXIT_FAILED: Final = 1
+# Click's own: a bad option or argument.
+EXIT_USAGE: Final = 2
+# An environment variable is unusable (a malformed LEDGER_DATABASE_URL), or no API token is found.
+EXIT_CONFIG: Final = 6
+# `ledger serve` cannot listen on its address (in use, or not this machine's).
+EXIT_ADDRESS: Final = 7
+# Postgres (LEDGER_DATABASE_URL, or the embedded one) cannot be reached.
+EXIT_DATABASE: Final = 8
+# The ledger service (LEDGER_URL) could not be reached before the deadline.
+EXIT_LEDGER: Final = 9
+# The ledger service refused the API token (unknown, expired, or not allowed this request).
+EXIT_TOKEN: Final = 10
+# The shell's convention for a command ended by Ctrl-C.
+EXIT_INTERRUPTED: Final = 130
+
+
+class CliError(click.ClickException):
+    """One line on stderr and `exit_code`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+        super().__init__(" ".join(message.split()))
+        # click declares it a class variable; each error here has its own.
+        self.exit_code = exit_code  # type: ignore[misc]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of the error's text (libpq's answers add a hint on a second line)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return (text.splitlines() or [type(exc).__name__])[0].strip()
