@@ -33,7 +33,8 @@ def test_public_api_is_pinned() -> None:
 
 
 def test_importing_the_reporter_loads_only_the_shared_checks_of_the_ledger() -> None:
-    # The reporter checks uploads with the ledger's own dependency-free rules, and nothing more.
+    # The reporter checks uploads with the ledger's own dependency-free rules and spans its uploads
+    # through the tracing facade (which imports nothing until tracing is on), and nothing more.
     code = (
         "import sys, reporter, reporter.testing, reporter.transports.direct;"
         "roots = ('ledger', 'fastapi', 'psycopg', 'uvicorn', 'sqlalchemy');"
@@ -41,4 +42,4 @@ def test_importing_the_reporter_loads_only_the_shared_checks_of_the_ledger() -> 
         "print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ledger,ledger.validate"
+    assert out.stdout.strip() == "ledger,ledger.tracing,ledger.validate"
