@@ -4,17 +4,21 @@ Any runner, in any language, can pipe its events (``{"type": "log", ...}``, ``{"
 "execution_event", ...}``, ``{"type": "row_update", ...}``, ``{"type": "result", ...}``) into
 ``ledger report --run-id ID``. The reporter folds them and uploads progress while the stream runs;
 on the ``result`` line it reads the run's sheet outcomes and node observations from the ledger,
-reconciles, and makes the final upload. End of input without a ``result`` reports the run failed
-(exit 1, with a line saying so in the run's log). A line that is not a JSON object is reported on
-stderr with its line number and skipped.
+reconciles, and makes the final upload, ending the run with the result's status (``completed``,
+``failed`` or ``cancelled``); a ``suspended`` result ends the batch as ``--no-finalize`` does (the
+run stays in flight). End of input without a ``result`` reports the run failed (exit 1, with a line
+saying so in the run's log), and so does a result whose status is missing or none of those (exit 1,
+the run's error naming it). A line that is not a JSON object is reported on stderr with its line
+number and skipped.
 
 A runner that reports one attempt in several batches ends each batch but the last with
 ``--no-finalize`` (its progress is uploaded, the run stays open) and starts the next with
 ``--resume`` (it continues after the uploads and log lines the ledger already holds).
 
-Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 3 a newer attempt owns the
-run (stale attempt), 4 someone else already ended the run, 5 the final upload failed (the ledger
-refused it, or could not be reached before the deadline). Click's usage errors keep 2.
+Exit codes: 0 reported (whatever the run's outcome), 1 no result line or a result status the
+ledger does not take, 3 a newer attempt owns the run (stale attempt), 4 the run had already ended
+(whoever ended it: the line says how), 5 the final upload failed (the ledger refused it, or could
+not be reached before the deadline). Click's usage errors keep 2.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ import click
 from ledger.auth import client_token
 from ledger.client import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
+from reporter.reporter import IN_FLIGHT_RESULT_STATUSES, result_status_problem
 from reporter.transports.protocol import RunTerminalError
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
+EXIT_BAD_RESULT = 1
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
@@ -121,6 +127,7 @@ async def report(
 ) -> int:
     """Feed, reconcile and finalize (or only end the batch); the exit code (module docstring)."""
     missing = False
+    problem = None
     try:
         if resume:
             await reporter.resume()
@@ -129,15 +136,19 @@ async def report(
         except OSError as exc:
             warn(str(exc))
             result = None
-        if not finalize:
+        if not finalize or (result is not None and result.get("status") in IN_FLIGHT_RESULT_STATUSES):
             await reporter.end_batch()
             return EXIT_OK
         missing = result is None
         if result is None:
             reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
             result = {"type": "result", "status": "failed"}
+        else:
+            problem = result_status_problem(result)
+            if problem is not None:
+                result = {**result, "status": "failed"}
         await reporter.load_terminal_truth()
-        await reporter.finalize(result)
+        await reporter.finalize(result, error=problem)
     except StaleAttemptError as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
@@ -152,6 +163,9 @@ async def report(
     if missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
+    if problem is not None:
+        warn(f"{problem}: run {reporter.run_id} was reported failed")
+        return EXIT_BAD_RESULT
     return EXIT_OK
 
 
@@ -217,8 +231,8 @@ def report_command(
 ) -> None:
     """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
 
-    Exit codes: 0 reported, 1 no result line, 3 stale attempt, 4 the run was already ended by
-    someone else, 5 the final upload failed.
+    Exit codes: 0 reported, 1 no result line (or a result status the ledger does not take), 3 stale
+    attempt, 4 the run had already ended, 5 the final upload failed.
     """
     if not run_id.strip():
         raise click.BadParameter("must not be empty", param_hint="--run-id")

@@ -5,7 +5,9 @@ uploads to one run apply one at a time and the ingestion state read from the row
 plan is made against. `ledger.ingest.rules.plan_upload` decides everything (fence, duplicate,
 positional logs, step diff, activity watermarks, replay); this module only reads the row, appends
 the planned events through the run log's one append path, stores the new ingestion state and, for
-a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
+an upload with a terminal status, sets the terminal state through the first-terminal-wins path.
+An ended run stays as it ended: any upload to it but a late duplicate is refused (`RunTerminal`)
+before anything is written, its heartbeat included.
 
 A late duplicate returns before anything is written, except the heartbeat, and before the body is
 validated: its `(producer_attempt, upload_seq)` is read from the body's top level (`upload_key`)
@@ -39,7 +41,7 @@ from psycopg.types.json import Jsonb
 
 from ledger import jsonb, shapes
 from ledger.db import Conn, Database, Row
-from ledger.errors import NotFound
+from ledger.errors import NotFound, RunTerminal
 from ledger.ingest.rules import (
     DEFAULT_MAX_ATTEMPT_STEP,
     TERMINAL_UPLOAD_STATUSES,
@@ -58,6 +60,7 @@ from ledger.runlog.store import (
     append_in_transaction,
     lock_run,
     set_terminal_in_transaction,
+    terminal_from_row,
 )
 
 # The ingestion columns; the run status is left alone once the run is terminal.
@@ -76,7 +79,9 @@ WHERE run_id = %(run_id)s
 RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
 
 UPLOAD_POSITION_SQL: Final = """
-SELECT producer_attempt, last_upload_seq, live_log_count, last_seq FROM ledger.runs WHERE run_id = %(run_id)s
+SELECT producer_attempt, last_upload_seq, live_log_count, last_seq, terminal_status, terminal_result,
+       terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
+FROM ledger.runs WHERE run_id = %(run_id)s
 """
 
 # A duplicate's heartbeat, written only while its attempt is still the run's (else: the slow path,
@@ -129,11 +134,12 @@ async def apply_status_upload(
     `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
     `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
     upload (or one more than `max_attempt_step` attempts ahead of the run)
-    and `Conflict` when a terminal run would get new events or a different terminal state;
+    and `RunTerminal` (a `Conflict`) for any upload to an ended run that is not a late duplicate;
     in every error case nothing is written.
 
     A late duplicate (its attempt's `upload_seq` already applied) is answered from the run's upload
-    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`).
+    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`); on an
+    ended run its answer carries the run's `terminal` state.
 
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
     attempt's resume position after it.
@@ -156,15 +162,33 @@ async def apply_status_upload(
             await _record_heartbeat(conn, run_id, parsed)
             if plan.duplicate:
                 return _answer(plan, run, terminal_set=False)
+            _refuse_if_ended(run_id, run)
             if plan.events:
                 await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
             await _store_state(conn, run_id, plan, parsed.status)
             terminal_set = False
             if parsed.status in TERMINAL_UPLOAD_STATUSES:
                 _, terminal_set = await set_terminal_in_transaction(
-                    conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
+                    conn,
+                    run,
+                    {"status": parsed.status, "error": parsed.error},
+                    max_events_per_run=max_events_per_run,
                 )
         return _answer(plan, run, terminal_set=terminal_set)
+
+
+def _refuse_if_ended(run_id: str, run: Row) -> None:
+    """`RunTerminal` for an ended run: an upload that is not a late duplicate would change it (its
+    `upload_seq`, progress or logs at the least), and an ended run stays as it ended."""
+    terminal = terminal_from_row(run)
+    if terminal is not None:
+        raise RunTerminal(
+            f"run {run_id!r} already ended ({terminal['status']}"
+            + (f": {terminal['error']}" if terminal["error"] else "")
+            + "); it takes no more uploads",
+            run_id,
+            dict(terminal),
+        )
 
 
 async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> None:
@@ -207,7 +231,7 @@ async def _late_duplicate(
         )
         if cur.rowcount != 1:
             return None  # a newer attempt took the run meanwhile
-    return {
+    answer: shapes.UploadResult = {
         "duplicate": True,
         "events_appended": {},
         "steps_changed": [],
@@ -219,13 +243,23 @@ async def _late_duplicate(
         "last_upload_seq": int(row["last_upload_seq"]),
         "live_log_count": int(row["live_log_count"]),
     }
+    return _with_terminal(answer, row)
+
+
+def _with_terminal(answer: shapes.UploadResult, run: Row) -> shapes.UploadResult:
+    """A duplicate's answer names the run's end when it has ended: a reporter that did not send the
+    original learns that the run is over, and how it ended, rather than only that it came late."""
+    terminal = terminal_from_row(run)
+    if terminal is not None:
+        answer["terminal"] = terminal
+    return answer
 
 
 def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> shapes.UploadResult:
     appended = Counter(event["type"] for event in plan.events)
     if terminal_set:
         appended["terminal"] += 1
-    return {
+    answer: shapes.UploadResult = {
         "duplicate": plan.duplicate,
         "events_appended": dict(appended),
         "steps_changed": list(plan.steps_changed),
@@ -237,3 +271,4 @@ def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> sha
         "last_upload_seq": plan.state.last_upload_seq,
         "live_log_count": plan.state.live_log_count,
     }
+    return _with_terminal(answer, run) if plan.duplicate else answer

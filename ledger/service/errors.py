@@ -57,7 +57,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     409: "Contradicts the stored state: `code` is `stale_attempt` (with the current "
     "`producer_attempt`: stop) or `terminal` (with the stored `terminal` state).",
     410: "The cursor is older than the oldest retained event (`first_seq`).",
-    413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES).",
+    413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES): `code` `too_large`, "
+    "with the limit in `max_body_bytes` (also in `GET /v1/limits`).",
     422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
     "another body. Nothing was written.",
     503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout): "

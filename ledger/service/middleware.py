@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,9 +28,14 @@ _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
 
 
 async def send_json_error(
-    send: Send, status: int, message: str, *, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    status: int,
+    message: str,
+    *,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    body = encode({"error": message})
+    body = encode({"error": message, **(extra or {})})
     await send(
         {
             "type": "http.response.start",
@@ -136,6 +142,8 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_large = f"request body is larger than the limit of {self.max_bytes} bytes"
+        # A client that keeps its bodies under the limit learns it from the refusal too.
+        advertised = {"code": "too_large", "max_body_bytes": self.max_bytes}
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -144,7 +152,7 @@ class BodyLimitMiddleware:
                     await send_json_error(send, 400, "content-length: not a number")
                     return
                 if declared > self.max_bytes:
-                    await send_json_error(send, 413, too_large)
+                    await send_json_error(send, 413, too_large, extra=advertised)
                     return
         chunks: list[bytes] = []
         size = 0
@@ -156,7 +164,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await send_json_error(send, 413, too_large)
+                await send_json_error(send, 413, too_large, extra=advertised)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

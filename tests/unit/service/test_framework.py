@@ -54,7 +54,11 @@ async def test_a_declared_length_over_the_limit_is_refused() -> None:
     async with limited_client(100) as client:
         answer = await client.post("/", content=b"x" * 101)
     assert answer.status_code == 413
-    assert answer.json() == {"error": "request body is larger than the limit of 100 bytes"}
+    assert answer.json() == {
+        "error": "request body is larger than the limit of 100 bytes",
+        "code": "too_large",
+        "max_body_bytes": 100,
+    }
 
 
 async def test_a_streamed_body_is_counted_as_it_arrives() -> None:
