@@ -311,10 +311,11 @@ LIVE_LOG_TAIL_LIMIT: Final = 1_000
 # in `GET /v1/limits` and in the body of a 413 answer (`max_body_bytes`).
 MAX_BODY_BYTES: Final = 1024 * 1024
 # Under the default body limit: one log line (UTF-8 bytes), the live tail (UTF-8 bytes of its
-# lines) and one structured value of an upload (encoded JSON bytes). `UploadBounds` scales them
-# down for a smaller limit, so that a line and a value always fit an upload of their own.
+# lines: a full tail may take two uploads, which the reporter splits it into) and one structured
+# value of an upload (encoded JSON bytes). `UploadBounds` scales them down for a smaller limit, so
+# that a line and a value always fit an upload of their own.
 MAX_LOG_LINE_BYTES: Final = 64 * 1024
-LIVE_LOG_TAIL_BYTES: Final = 512 * 1024
+LIVE_LOG_TAIL_BYTES: Final = 2 * 1024 * 1024
 MAX_UPLOAD_VALUE_BYTES: Final = 256 * 1024
 # What replaces the middle of an over-long line: how many UTF-8 bytes were cut.
 TRUNCATION_MARKER: Final = "[…{cut} bytes cut…]"
@@ -332,12 +333,12 @@ class UploadBounds:
     @classmethod
     def for_body_limit(cls, max_body_bytes: int) -> UploadBounds:
         """The default bounds, each no larger than its share of `max_body_bytes` (a line a
-        sixteenth, the tail half, a value a quarter: what leaves room for the rest)."""
+        sixteenth, a value a quarter: what leaves room for the rest; the tail two bodies)."""
         limit = max(1, max_body_bytes)
         return cls(
             max_body_bytes=limit,
             log_line_bytes=max(_MIN_LINE_BYTES, min(MAX_LOG_LINE_BYTES, limit // 16)),
-            log_tail_bytes=min(LIVE_LOG_TAIL_BYTES, limit // 2),
+            log_tail_bytes=min(LIVE_LOG_TAIL_BYTES, 2 * limit),
             value_bytes=min(MAX_UPLOAD_VALUE_BYTES, limit // 4),
         )
 

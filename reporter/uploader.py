@@ -435,11 +435,13 @@ class CoalescingUploader:
 
     async def _deliver(self, payload: dict[str, Any], *, redelivery: bool) -> None:
         answer = await self.transport.upload(payload)
-        if answer.get("duplicate") is True and not (redelivery or answer.get("redelivered")):
-            terminal = answer.get("terminal")
-            if isinstance(terminal, dict):
-                # The run ended, and this reporter did not end it: say who did and how.
-                raise RunTerminalError(terminal_message(self.run_id, terminal), terminal)
+        if redelivery or answer.get("redelivered"):
+            return  # an earlier delivery of this very upload may be what the answer found
+        terminal = answer.get("terminal")
+        if isinstance(terminal, dict):
+            # The run had ended before this upload, which changed nothing: someone else ended it.
+            raise RunTerminalError(terminal_message(self.run_id, terminal), terminal)
+        if answer.get("duplicate") is True:
             raise DuplicateUploadError(
                 f"the ledger already holds upload {payload['upload_seq']} of attempt "
                 f"{self.producer_attempt} of run {self.run_id} from another reporter: this one "
@@ -461,12 +463,11 @@ class CoalescingUploader:
             return
         self.stopped = True
         self.stop_reason = exc
+        # Not a warning: every caller that waits for an upload from now on gets `exc` itself.
         if isinstance(exc, StaleAttemptError):
-            log.warning(
-                "run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt
-            )
+            log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
         else:
-            log.warning("run %s: reporter stops: %s", self.run_id, exc)
+            log.info("run %s: reporter stops: %s", self.run_id, exc)
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
         """The status upload (the ledger's snake_case body) for one snapshot."""

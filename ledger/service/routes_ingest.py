@@ -44,9 +44,10 @@ UPLOAD_DESCRIPTION = (
     "`cancelled`), which ends the run (with `error` as its terminal error, when given). "
     "Delivering an upload twice changes nothing the second time: a "
     "late duplicate (its attempt already applied its `upload_seq`) is answered `duplicate: true` "
-    "without the rest of its body being validated (an uploader resends an upload unchanged); on an "
-    "ended run it also carries the run's `terminal` state. Any other upload to an ended run is 409 "
-    "`terminal` and changes nothing. "
+    "without the rest of its body being validated (an uploader resends an upload unchanged). An "
+    "upload to an ended run that would change anything (an event, a node's progress, the log count, "
+    "its end) is 409 `terminal` and changes nothing; one that would not is absorbed, storing nothing, "
+    "and its answer (a duplicate's too) carries the run's `terminal` state. "
     "The answer carries the attempt's `producer_attempt`, `last_upload_seq` and `live_log_count`."
 )
 
