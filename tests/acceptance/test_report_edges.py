@@ -366,7 +366,8 @@ def test_a_late_running_upload_to_an_ended_run_is_409_terminal_and_changes_nothi
         "upload_seq": 2,
         "producer_attempt": 1,
         "status": "running",
-        "live_node_progress": {"n": {**node, "completed": 1}},
+        # No count changes (no event would be appended), only what the node's progress says.
+        "live_node_progress": {"n": {**node, "message": "late", "node_io": {"outputs": {"late": True}}}},
         "last_checkpoint_at": 3,
     }
     answer = client.post(f"/v1/runs/{run_id}/status", json=late)
