@@ -314,6 +314,7 @@ class ProgressReporter:
                 live_logs=self.state.logs,
                 live_log_total_count=self.state.log_total_count,
                 replay_all=replay_all,
+                line_bytes=self.state.bounds.log_line_bytes,
             )
         try:
             # Even a running finalize outlasts faults within the deadline: it is the last upload

@@ -164,3 +164,19 @@ async def test_a_node_output_too_big_for_an_upload_is_dropped_and_counted() -> N
     [payload] = transport.payloads
     assert payload["live_node_progress"]["n"]["node_io"] == {"inputs": {"a": 1}, "error": None}
     assert uploader.sanitizer.counts["node I/O value"] == 1
+
+
+def test_a_long_line_the_live_tail_carried_is_not_replayed_again() -> None:
+    from reporter.replay import build_terminal_replay
+
+    stamp = "[2026-01-01T00:00:00.000Z] "
+    long_line = stamp + "k" * (DEFAULT_UPLOAD_BOUNDS.log_line_bytes * 2)
+    state = ProgressState(now_ms=lambda: 0)
+    state.append_log(long_line)
+    replay = build_terminal_replay(
+        [long_line, stamp + "after"],
+        mode="direct_worker",
+        live_logs=state.logs,
+        live_log_total_count=state.log_total_count,
+    )
+    assert replay is not None and replay["lines"] == [stamp + "after"]
