@@ -30,8 +30,8 @@ once before its first upload (`body_limit`, when the transport can tell), keeps 
 bounds of that limit (`reporter.sanitize`) and, when the items together are still too big, splits
 the upload into successive ones (`reporter.bounded.split_upload`), each with its own
 ``upload_seq``, the status in the last. They are all kept *unacked* until each has landed, so a
-fault in the middle loses none of them. A 413 that names a smaller limit (`BodyTooLarge`) is
-adopted and the uploads not yet applied are split again under it.
+fault in the middle loses none of them. A 413 (`BodyTooLarge`) teaches a smaller limit: the one it
+names, else half of the body it refused; the uploads not yet applied are split again under it.
 
 An upload the ledger refused (`UploadRejected`: nothing was written) gives its one-shot events back
 to the state. Failures reject only the required callers. `StaleAttemptError` (another attempt owns
@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ledger.validate import UploadBounds
+from ledger.validate import UploadBounds, encode_body
 from reporter.bounded import split_upload
 from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
@@ -68,6 +68,8 @@ from reporter.transports.protocol import (
 )
 
 Status = Literal["running", "completed", "failed", "cancelled"]
+# Below this a 413 is not answered by splitting further: no useful upload is that small.
+MIN_BODY_BYTES = 4_096
 
 log = logging.getLogger("reporter.uploader")
 
@@ -400,9 +402,13 @@ class CoalescingUploader:
             try:
                 await self._deliver(first.body, redelivery=redelivery)
             except BodyTooLarge as exc:
-                if exc.max_body_bytes is None or exc.max_body_bytes >= self.bounds.max_body_bytes:
+                limit = exc.max_body_bytes
+                if limit is None or limit >= self.bounds.max_body_bytes:
+                    # A 413 naming no smaller limit (a proxy's, say): half of what it refused.
+                    limit = len(encode_body(first.body)) // 2
+                if limit < MIN_BODY_BYTES:
                     raise
-                self._split_again(exc.max_body_bytes)
+                self._split_again(limit)
                 continue
             self._unacked.pop(0)
             self.uploads_made += 1

@@ -180,3 +180,28 @@ def test_a_long_line_the_live_tail_carried_is_not_replayed_again() -> None:
         live_log_total_count=state.log_total_count,
     )
     assert replay is not None and replay["lines"] == [stamp + "after"]
+
+
+async def test_a_413_naming_no_limit_halves_the_refused_body_until_it_fits() -> None:
+    class Proxy(LimitedTransport):
+        async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return await super().upload(payload)
+            except BodyTooLarge as exc:
+                raise BodyTooLarge(str(exc), None) from None  # a proxy's 413 says no number
+
+    transport = Proxy(advertised=None, enforced=7_000)
+    uploader, state = make(transport)
+    lines = fill(state, 40, width=300)  # 12 KB
+    await uploader.flush(force=True, status="completed", required=True)
+    assert transport.refused and uploader.bounds.max_body_bytes <= 7_000
+    assert lines_of(transport.payloads) == lines and transport.payloads[-1]["status"] == "completed"
+
+
+async def test_a_413_below_any_useful_body_is_an_upload_refused() -> None:
+    transport = LimitedTransport(advertised=None, enforced=1_000)
+    uploader, state = make(transport)
+    fill(state, 3)
+    with pytest.raises(BodyTooLarge):
+        await uploader.flush(force=True, status="completed", required=True)
+    assert not uploader.has_unacked and state.logs_dirty  # given back, nothing lost from the state
