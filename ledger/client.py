@@ -32,7 +32,7 @@ Design notes:
   only the time, and its `on_first_failure` hears of a call's first failure at once, which the
   `ledger` commands print as one line before they keep trying until `--deadline`). Reads are idempotent, and
   every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
-  its retries; a status upload's is `<run_id>:<producer_attempt>:<upload_seq>` like the
+  its retries; a status upload's is `<producer_attempt>:<upload_seq>:<random>` like the
   reporter's), so a retried write whose first answer was lost is answered from the service's
   store instead of being applied twice.
 - **The tail resumes.** `tail` reads `GET /v1/runs/{id}/events/stream`; when the connection
@@ -339,7 +339,9 @@ class _Operations:
     ) -> Call[shapes.UploadResult]:
         """Apply a reporter status upload (delivering it twice changes nothing the second time)."""
         if idempotency_key is None and upload.get("upload_seq") is not None:
-            idempotency_key = f"{run_id}:{upload.get('producer_attempt', '')}:{upload['upload_seq']}"
+            # As the reporter's: the upload's place, then a part of its own (two callers of one
+            # attempt never share a key); the run is in the path.
+            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{_new_key()}"
         return _write("POST", _run_path(run_id, "/status"), dict(upload), _whole, idempotency_key, run_id)
 
     @operation

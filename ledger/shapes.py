@@ -177,6 +177,8 @@ class UploadResult(TypedDict):
     producer_attempt: int
     last_upload_seq: int
     live_log_count: int
+    # The run's terminal state when it has ended (a late duplicate to an ended run says so).
+    terminal: NotRequired[TerminalState | None]
 
 
 class Recorded(TypedDict):
@@ -304,6 +306,17 @@ class Health(TypedDict):
     status: Literal["ok"]
 
 
+class Limits(TypedDict):
+    """What the service takes: a request body of at most `max_body_bytes` bytes, JSON nesting at
+    most `max_json_depth` levels (one stored value `max_value_depth`), a live log tail of at most
+    `live_log_tail_lines` lines. The reporter keeps its uploads under them."""
+
+    max_body_bytes: int
+    max_json_depth: int
+    max_value_depth: int
+    live_log_tail_lines: int
+
+
 class Readiness(TypedDict):
     status: Literal["ready"]
     database: bool
@@ -356,7 +369,8 @@ class ErrorBody(TypedDict):
     `headers_too_large`, 500 `internal`, 503 `unavailable` (or `busy`). More precise ones: a 409
     says `stale_attempt` with the current `producer_attempt` (stop reporting), `terminal` with the
     stored `terminal` state (who ended the run and how), or `instance_mapped`; a 410
-    `cursor_expired` carries `first_seq`, the oldest event still retained.
+    `cursor_expired` carries `first_seq`, the oldest event still retained; a 413 `too_large` the
+    service's `max_body_bytes`.
     """
 
     error: str
@@ -364,3 +378,4 @@ class ErrorBody(TypedDict):
     producer_attempt: NotRequired[int]
     terminal: NotRequired[TerminalState]
     first_seq: NotRequired[int]
+    max_body_bytes: NotRequired[int]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeGuard
 
@@ -49,6 +50,8 @@ class InvalidInput(LedgerError):
         self.problem = problem
 
 
+# How a run may end: the ledger's terminal statuses (a run token's final upload names one too).
+TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
 # The last millisecond `datetime` can hold: from_ms of anything up to here never overflows.
@@ -59,6 +62,10 @@ MAX_EPOCH_MS: Final = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, t
 MAX_JSON_DEPTH: Final = 64
 # One stored JSON value: the deepest request wrapping (body, list or map, item, field) adds four.
 MAX_VALUE_DEPTH: Final = MAX_JSON_DEPTH - 4
+# A value the ledger stores one level inside another: a lifecycle event (`{"event": ...}`), an
+# activity observation (`{"observation": ...}`) or one value of a node's I/O object. Checking it
+# against this, not `MAX_VALUE_DEPTH`, is what makes a value at the bound fit once wrapped.
+MAX_WRAPPED_VALUE_DEPTH: Final = MAX_VALUE_DEPTH - 1
 MAX_RUN_ID_LENGTH: Final = 512
 REPLACEMENT_CHARACTER: Final = "\ufffd"
 # Any surrogate code point in a Python str is unpaired: JSON's escaped pairs decode to one character.
@@ -299,6 +306,99 @@ def json_value(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -
 LIVE_LOG_TAIL_LIMIT: Final = 1_000
 # An upload's `pipeline_steps`: a contract's step list is read by people, a few dozen steps at most.
 MAX_PIPELINE_STEPS: Final = 1_000
+
+# -- upload size: what keeps every upload under the service's body limit ----------------------------
+
+# The service's default request body limit (`LEDGER_MAX_BODY_BYTES`); a service advertises its own
+# in `GET /v1/limits` and in the body of a 413 answer (`max_body_bytes`).
+MAX_BODY_BYTES: Final = 1024 * 1024
+# Under the default body limit: one log line (UTF-8 bytes), the live tail (UTF-8 bytes of its
+# lines: a full tail may take two uploads, which the reporter splits it into) and one structured
+# value of an upload (encoded JSON bytes). `UploadBounds` scales them down for a smaller limit, so
+# that a line and a value always fit an upload of their own.
+MAX_LOG_LINE_BYTES: Final = 64 * 1024
+LIVE_LOG_TAIL_BYTES: Final = 2 * 1024 * 1024
+MAX_UPLOAD_VALUE_BYTES: Final = 256 * 1024
+# What replaces the middle of an over-long line: how many UTF-8 bytes were cut.
+TRUNCATION_MARKER: Final = "[…{cut} bytes cut…]"
+
+
+@dataclass(frozen=True, slots=True)
+class UploadBounds:
+    """The bounds an upload is kept under for a service whose body limit is `max_body_bytes`."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    log_line_bytes: int = MAX_LOG_LINE_BYTES
+    log_tail_bytes: int = LIVE_LOG_TAIL_BYTES
+    value_bytes: int = MAX_UPLOAD_VALUE_BYTES
+
+    @classmethod
+    def for_body_limit(cls, max_body_bytes: int) -> UploadBounds:
+        """The default bounds, each no larger than its share of `max_body_bytes` (a line a
+        sixteenth, a value a quarter: what leaves room for the rest; the tail two bodies)."""
+        limit = max(1, max_body_bytes)
+        return cls(
+            max_body_bytes=limit,
+            log_line_bytes=max(_MIN_LINE_BYTES, min(MAX_LOG_LINE_BYTES, limit // 16)),
+            log_tail_bytes=min(LIVE_LOG_TAIL_BYTES, 2 * limit),
+            value_bytes=min(MAX_UPLOAD_VALUE_BYTES, limit // 4),
+        )
+
+
+DEFAULT_UPLOAD_BOUNDS: Final = UploadBounds()
+# Room for the marker with a few bytes of the line on either side.
+_MIN_LINE_BYTES: Final = 64
+
+
+def encode_body(value: object) -> bytes:
+    """`value` as a request body: compact JSON, UTF-8, non-ASCII unescaped. The reporter measures
+    an upload with this and sends exactly these bytes."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def utf8_length(value: str) -> int:
+    """How many bytes storable text (`repair_text`) takes in UTF-8."""
+    return len(value) if value.isascii() else len(value.encode())
+
+
+def truncate_line(line: str, max_bytes: int = MAX_LOG_LINE_BYTES) -> str:
+    """`line` if it takes at most `max_bytes` UTF-8 bytes; else its beginning and its end with
+    `TRUNCATION_MARKER` (the bytes cut) between them, at most `max_bytes` in all and cut on
+    character boundaries. `line` must be storable text (`repair_text` first)."""
+    if len(line) * 4 <= max_bytes:  # no character takes more than four bytes
+        return line
+    encoded = line.encode()
+    if len(encoded) <= max_bytes:
+        return line
+    # The marker for the whole line is at least as long as the one for the bytes finally cut.
+    room = max(0, max_bytes - len(TRUNCATION_MARKER.format(cut=len(encoded)).encode()))
+    head = encoded[: room - room // 2].decode(errors="ignore")
+    tail = encoded[len(encoded) - room // 2 :].decode(errors="ignore")
+    cut = len(encoded) - len(head.encode()) - len(tail.encode())
+    return f"{head}{TRUNCATION_MARKER.format(cut=cut)}{tail}"
+
+
+def upload_value(field: str, value: object, max_bytes: int = MAX_UPLOAD_VALUE_BYTES) -> Any:
+    """A structured value an upload carries (a node's I/O value, a lifecycle event, an activity
+    observation), already checked for what it is: refused when its encoding (`encode_body`) takes
+    more than `max_bytes`, which leaves room in the upload for everything else."""
+    size = len(encode_body(value))
+    if size > max_bytes:
+        raise InvalidInput(field, f"takes {size} bytes, more than the {max_bytes} one value of an upload may")
+    return value
+
+
+def log_line(line: str, max_bytes: int = MAX_LOG_LINE_BYTES) -> str:
+    """A log line as the ledger stores it: repaired (`repair_text`), then truncated to `max_bytes`
+    UTF-8 bytes (`truncate_line`)."""
+    return truncate_line(repair_text(line), max_bytes)
+
+
+def log_line_list(field: str, value: object) -> list[str]:
+    """`free_text_list` of log lines, each bounded as `log_line` does."""
+    return [truncate_line(line) for line in free_text_list(field, value)]
+
+
 NODE_COUNT_FIELDS: Final = (
     "completed",
     "failed",
@@ -338,8 +438,9 @@ def node_field(field: str, key: str, value: object) -> Any:
 
 def activity_observation(field: str, value: object) -> dict[str, Any]:
     """A runner's activity observation: a JSON object with a non-blank `activityId` and a numeric
-    `observedAt` (the newest per activity wins, so it must compare as a number)."""
-    observation = json_object(field, value)
+    `observedAt` (the newest per activity wins, so it must compare as a number), stored wrapped
+    one level deeper."""
+    observation = json_object(field, value, max_depth=MAX_WRAPPED_VALUE_DEPTH)
     text(f"{field}.activityId", observation.get("activityId"), non_empty=True)
     number(f"{field}.observedAt", observation.get("observedAt"))
     return observation
@@ -363,12 +464,17 @@ def json_depth(value: object) -> int:
     return deepest
 
 
-def json_object(field: str, value: object) -> dict[str, Any]:
+def json_object(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -> dict[str, Any]:
     """A dict that `json_value` accepts."""
     if not isinstance(value, dict):
         raise InvalidInput(field, f"must be an object, got {_kind(value)}")
-    json_value(field, value)
+    json_value(field, value, max_depth=max_depth)
     return value
+
+
+def dataset_lifecycle_event(field: str, value: object) -> dict[str, Any]:
+    """A runner's dataset lifecycle event: a JSON object, stored wrapped one level deeper."""
+    return json_object(field, value, max_depth=MAX_WRAPPED_VALUE_DEPTH)
 
 
 def _encodable(value: str) -> bool:
@@ -396,22 +502,33 @@ def _holds_nul(value: object) -> bool:
 
 
 __all__ = [
+    "DEFAULT_UPLOAD_BOUNDS",
     "INT32_MAX",
     "INT64_MAX",
+    "LIVE_LOG_TAIL_BYTES",
     "LIVE_LOG_TAIL_LIMIT",
+    "MAX_BODY_BYTES",
     "MAX_EPOCH_MS",
     "MAX_JSON_DEPTH",
+    "MAX_LOG_LINE_BYTES",
     "MAX_PIPELINE_STEPS",
     "MAX_RUN_ID_LENGTH",
+    "MAX_UPLOAD_VALUE_BYTES",
     "MAX_VALUE_DEPTH",
+    "MAX_WRAPPED_VALUE_DEPTH",
     "NODE_COUNT_FIELDS",
     "NODE_FIELDS",
     "NODE_TIME_FIELDS",
     "REPLACEMENT_CHARACTER",
+    "TERMINAL_STATUSES",
+    "TRUNCATION_MARKER",
     "InvalidInput",
     "LedgerError",
+    "UploadBounds",
     "activity_observation",
     "cursor",
+    "dataset_lifecycle_event",
+    "encode_body",
     "epoch_ms",
     "free_text",
     "free_text_list",
@@ -423,6 +540,8 @@ __all__ = [
     "json_depth",
     "json_object",
     "json_value",
+    "log_line",
+    "log_line_list",
     "node_field",
     "node_id",
     "number",
@@ -432,4 +551,7 @@ __all__ = [
     "run_id",
     "string_list",
     "text",
+    "truncate_line",
+    "upload_value",
+    "utf8_length",
 ]

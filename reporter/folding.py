@@ -19,14 +19,14 @@ Counting rules worth knowing:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from ledger import validate
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
-from reporter.sanitize import Sanitizer
+from reporter.sanitize import Sanitizer, bounded
 from reporter.state import ProgressState
 from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_sequence, is_durable_log
 
@@ -115,13 +115,14 @@ class EventFolder:
         for node_id, _ in (*patches, *outcome_patches):
             self.lifecycle.on_map_completed(node_id)
 
-    def finish(self, result_status: Literal["completed", "failed"]) -> None:
-        """The terminal step transitions: every step still open fails with a failed run and
-        completes with a completed one; settled and never-started steps stay as they are."""
-        if result_status == "failed":
-            self.lifecycle.mark_started_failed()
-        else:
+    def finish(self, result_status: str) -> None:
+        """The terminal step transitions: every step still open completes with a completed run and
+        fails with any other end ("run failed", "run cancelled"); settled and never-started steps
+        stay as they are."""
+        if result_status == "completed":
             self.lifecycle.mark_all_terminal()
+        else:
+            self.lifecycle.mark_started_failed(f"run {result_status}")
 
     def restore(self, nodes: object) -> None:
         """Take the steps' progress as the ledger holds it (a reporter continuing an attempt);
@@ -273,14 +274,20 @@ class EventFolder:
 
     def _activity_observed(self, kind: str, event: Mapping[str, Any]) -> None:
         observation = self.sanitizer.kept(
-            "activity observation", validate.activity_observation, event.get("observation")
+            "activity observation",
+            bounded(validate.activity_observation, self.sanitizer.bounds),
+            event.get("observation"),
         )
         if observation is not None:
             self.state.add_activity_observation(observation)
             self.schedule(True)
 
     def _dataset_lifecycle(self, kind: str, event: Mapping[str, Any]) -> None:
-        lifecycle = self.sanitizer.kept("dataset lifecycle event", validate.json_object, dict(event))
+        lifecycle = self.sanitizer.kept(
+            "dataset lifecycle event",
+            bounded(validate.dataset_lifecycle_event, self.sanitizer.bounds),
+            dict(event),
+        )
         if lifecycle is not None:
             self.state.add_lifecycle_event(lifecycle)
             self.schedule(True)
@@ -407,7 +414,13 @@ class EventFolder:
             self.lifecycle.on_map_failed(facts.node_id)
         else:
             self.lifecycle.on_map_completed(facts.node_id)
-        patch = settled_map_patch(facts.completed or 0, facts.failed, facts.total or 0)
+        completed, total = facts.completed or 0, facts.total or 0
+        # The rows the map says it settled: a map that settled early (failed, or cut short) never
+        # started the rest of its total.
+        settled = max(0, completed + facts.failed)
+        patch = settled_map_patch(
+            completed, facts.failed, total, started_rows=min(total, settled) if total > 0 else settled
+        )
         patch["artifact_table_namespace"] = facts.namespace
         patch["completed_at"] = self.state.now_ms()
         self.state.set_node_progress(facts.node_id, patch)

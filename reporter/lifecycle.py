@@ -154,10 +154,10 @@ class StepLifecycleTracker:
         if node_id is not None:
             self._settle(node_id, "failed", f"tool {tool_id} failed")
 
-    def mark_started_failed(self) -> None:
+    def mark_started_failed(self, reason: str = "run failed") -> None:
         for node_id, state in self.states().items():
             if state is StepState.STARTED:
-                self._settle(node_id, "failed", "run failed")
+                self._settle(node_id, "failed", reason)
 
     def mark_all_terminal(self) -> None:
         for node_id, state in self.states().items():

@@ -132,14 +132,18 @@ def _end_merge(node: NodeProgress, names_completed_at: bool, now_ms: int) -> Non
     node.updated_at = now_ms
 
 
-def settled_map_patch(completed: int, failed: int, total: int) -> dict[str, Any]:
+def settled_map_patch(
+    completed: int, failed: int, total: int, *, started_rows: int | None = None
+) -> dict[str, Any]:
     """The patch of a map that settled: nothing active or waiting, every row started (`total`, or
-    the settled rows when there is no positive total)."""
+    the settled rows when there is no positive total) unless `started_rows` says otherwise."""
+    if started_rows is None:
+        started_rows = total if total > 0 else completed + failed
     return {
         "completed": completed,
         "failed": failed,
         "total": total if total > 0 else None,
-        "started_rows": total if total > 0 else completed + failed,
+        "started_rows": started_rows,
         "active_rows": 0,
         "waiting_rows": 0,
         "completed_rows": completed,

@@ -27,17 +27,20 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ledger.validate import repair_text
+from ledger.validate import MAX_LOG_LINE_BYTES, log_line
 from reporter.wire import LogMode, has_timestamp_prefix, strip_timestamp_prefix
 
 
-def replay_lines_for_mode(result_logs: Iterable[object], mode: LogMode) -> list[str]:
-    """The result's log lines that may be replayed: trimmed, non-empty, runner-stamped in direct mode."""
+def replay_lines_for_mode(
+    result_logs: Iterable[object], mode: LogMode, line_bytes: int = MAX_LOG_LINE_BYTES
+) -> list[str]:
+    """The result's log lines that may be replayed: trimmed, non-empty, runner-stamped in direct
+    mode, each as the live tail holds it (repaired, truncated to `line_bytes`)."""
     lines: list[str] = []
     for raw in result_logs:
         if not isinstance(raw, str):
             continue
-        line = repair_text(raw.strip())  # compared with the live tail, which holds repaired lines
+        line = log_line(raw.strip(), line_bytes)  # compared with the live tail, which holds such lines
         if line and (mode != "direct_worker" or has_timestamp_prefix(line)):
             lines.append(line)
     return lines
@@ -63,9 +66,10 @@ def build_terminal_replay(
     live_logs: Iterable[str],
     live_log_total_count: int,
     replay_all: bool = False,
+    line_bytes: int = MAX_LOG_LINE_BYTES,
 ) -> dict[str, Any] | None:
     """The ``terminal_log_replay`` payload (see the module docstring), or None when empty."""
-    lines = replay_lines_for_mode(result_logs, mode)
+    lines = replay_lines_for_mode(result_logs, mode, line_bytes)
     total_count = len(lines)
     if mode == "direct_worker" and not replay_all:
         lines = drop_live_lines(lines, live_logs)

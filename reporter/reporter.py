@@ -2,9 +2,15 @@
 
 Feed it synchronously from the worker's event loop (`on_runner_event` never awaits and never does
 I/O); it folds the events into node progress and asks its single-flight uploader for throttled
-uploads. At the end, `finalize` reconciles the map nodes from the result's checkpoint and then from
-the sheet outcomes (the reconciliation of record), applies the terminal step transitions, adds the
-terminal log replay and makes one forced upload that must succeed for a terminal status.
+uploads. At the end, `finalize` applies the terminal step transitions (steps still open fail with
+a run that failed or was cancelled, complete with one that completed), then reconciles the map
+nodes from the result's checkpoint and then from the sheet outcomes (the reconciliation of record:
+it settles counts, not whether a step failed), adds the terminal log replay and makes one forced
+upload that must succeed for a terminal status.
+
+A result's status is one of the ledger's terminal statuses (``completed``, ``failed``,
+``cancelled``: the run ends so) or ``suspended`` (the run stays in flight: end the batch instead,
+`end_batch`); `result_status_problem` says what is wrong with any other.
 
 The end of a run is where faults cost the most, so there the reporter does not give up on a fault
 it can outlast: a lost connection, a timeout or a 503 is retried (with backoff) until the finalize
@@ -28,9 +34,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from ledger.validate import LIVE_LOG_TAIL_LIMIT
+from ledger.validate import LIVE_LOG_TAIL_LIMIT, TERMINAL_STATUSES
 from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
@@ -55,6 +61,25 @@ RETRY_FIRST_WAIT_S = 0.25
 RETRY_MAX_WAIT_S = 5.0
 
 T = TypeVar("T")
+
+# A result status that leaves the run in flight: the batch ends, a later reporter continues it.
+IN_FLIGHT_RESULT_STATUSES = ("suspended",)
+RESULT_STATUSES = (*TERMINAL_STATUSES, *IN_FLIGHT_RESULT_STATUSES)
+
+
+def result_status_problem(result: Mapping[str, Any]) -> str | None:
+    """Why a runner's result cannot end the run as it says (its status is missing or not one of
+    `RESULT_STATUSES`), or None when it can."""
+    status = result.get("status")
+    if isinstance(status, str) and status in RESULT_STATUSES:
+        return None
+    said = "has no status" if status is None else f"has the status {_shown(status)}"
+    return f"the runner's result {said}, not one of {', '.join(RESULT_STATUSES)}"
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class ProgressReporter:
@@ -234,16 +259,18 @@ class ProgressReporter:
         replay_all_terminal_logs: bool = False,
         skip_terminal_log_replay: bool = False,
         deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S,
+        error: str | None = None,
     ) -> None:
-        """Reconciliation, terminal transitions, replay and the final forced upload.
+        """Terminal transitions, reconciliation, replay and the final forced upload.
 
-        `status` defaults to the result's ``status`` when that is ``completed``/``failed``, else
-        ``running``. The upload is required for a terminal status (or when `required`): a fault of
-        unknown outcome is retried until `deadline_s` (`TimeoutError` then), a refusal raises at
-        once; the upload in flight is not cancelled by the deadline.
+        `status` defaults to the result's ``status`` when that is a terminal status (completed,
+        failed, cancelled), else ``running``; `error` is the run's terminal error. The upload is
+        required for a terminal status (or when `required`): a fault of unknown outcome is retried
+        until `deadline_s` (`TimeoutError` then), a refusal raises at once; the upload in flight is
+        not cancelled by the deadline.
         """
         finalizing = self._finalize(
-            result, status, required, replay_all_terminal_logs, skip_terminal_log_replay, deadline_s
+            result, status, required, replay_all_terminal_logs, skip_terminal_log_replay, deadline_s, error
         )
         if deadline_s is None:
             await finalizing
@@ -259,14 +286,18 @@ class ProgressReporter:
         replay_all: bool,
         skip_replay: bool,
         deadline_s: float | None,
+        error: str | None,
     ) -> None:
         result_status = result.get("status") if isinstance(result, Mapping) else None
-        if status is None:
-            status = result_status if result_status in ("completed", "failed") else "running"
-        required = required or status != "running"
-        if result_status in ("completed", "failed"):
+        outcome = cast(Status, result_status) if result_status in TERMINAL_STATUSES else None
+        final: Status = status or outcome or "running"
+        required = required or final != "running"
+        if outcome is not None:
+            # The steps' ends first: a step the run left open ends as the run did, whatever counts
+            # reconciliation then gives it (a map whose own end was lost still failed with the run).
+            self.folder.finish(outcome)
             self.reconcile_terminal(result)
-        if status == "failed" and self.state.has_changes and not self.uploader.stopped:
+        if final == "failed" and self.state.has_changes and not self.uploader.stopped:
             # The ledger records a step that first shows completed in a *failed* upload as failed.
             # Steps that finished before the run failed (or that reconciliation shows settled)
             # must land in a running upload first.
@@ -275,8 +306,6 @@ class ProgressReporter:
                 lambda: self.uploader.flush(force=True, required=required),
                 deadline_s,
             )
-        if result_status in ("completed", "failed"):
-            self.folder.finish(result_status)
         replay = None
         logs = result.get("logs") if isinstance(result, Mapping) else None
         if not skip_replay and isinstance(logs, list):
@@ -286,6 +315,7 @@ class ProgressReporter:
                 live_logs=self.state.logs,
                 live_log_total_count=self.state.log_total_count,
                 replay_all=replay_all,
+                line_bytes=self.state.bounds.log_line_bytes,
             )
         try:
             # Even a running finalize outlasts faults within the deadline: it is the last upload
@@ -293,7 +323,7 @@ class ProgressReporter:
             await self._retrying(
                 "make the final upload",
                 lambda: self.uploader.flush(
-                    force=True, status=status, required=True, terminal_log_replay=replay
+                    force=True, status=final, required=True, terminal_log_replay=replay, error=error
                 ),
                 deadline_s,
             )

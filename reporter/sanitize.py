@@ -6,11 +6,14 @@ upload would be retried forever: one junk value must never cost the run its prog
 upload goes through `sanitize_upload`, which checks it field by field with the very functions the
 ledger parses it with (`ledger.validate`, dependency-free):
 
-* free text (log lines, replay lines, node messages) is repaired: NUL and lone surrogates become
-  U+FFFD, as the ledger itself would store them;
-* a structured value the ledger would refuse is dropped at the smallest unit that holds it (one
-  node field, one key of a node's I/O, one node, one lifecycle event, one activity observation),
-  and counted per kind by the `Sanitizer`; the rest of the upload still goes.
+* free text (log lines, replay lines, node messages, a node's error) is repaired: NUL and lone
+  surrogates become U+FFFD, as the ledger itself would store them; and an over-long one is
+  truncated to the line bound (`ledger.validate.truncate_line`: its beginning and end kept, a
+  marker saying how many bytes were cut between them);
+* a structured value the ledger would refuse, or one bigger than an upload may carry (the
+  `ledger.validate.UploadBounds` of the service's body limit), is dropped at the smallest unit
+  that holds it (one node field, one key of a node's I/O, one node, one lifecycle event, one
+  activity observation), and counted per kind by the `Sanitizer`; the rest of the upload still goes.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ class Sanitizer:
     per kind on the logger. One per reporter: the fold checks values as they arrive (so nothing
     the ledger would drop can steer it) and the uploader checks every upload once more."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, bounds: validate.UploadBounds = validate.DEFAULT_UPLOAD_BOUNDS) -> None:
         self.run_id = run_id
+        self.bounds = bounds
         self.counts: Counter[str] = Counter()
 
     def note(self, kind: str, problem: validate.InvalidInput) -> None:
@@ -55,18 +59,19 @@ class Sanitizer:
             return None
 
     def node_io(self, name: str, node_io: dict[str, Any]) -> dict[str, Any]:
-        """The keys of a node's I/O the ledger stores; the error (free text) survives repaired,
-        since it is how the ledger tells a failed step from a completed one."""
+        """The keys of a node's I/O the ledger stores and an upload has room for; the error (free
+        text) survives repaired and bounded, since it is how the ledger tells a failed step from a
+        completed one."""
         clean: dict[str, Any] = {}
         for key, value in node_io.items():
             try:
                 validate.text(f"{name} key", key)
-                clean[key] = (
-                    validate.repair_text(value)
-                    if key == "error" and isinstance(value, str)
-                    # One level less: the node's I/O object itself counts against the stored depth.
-                    else validate.json_value(f"{name}.{key}", value, max_depth=validate.MAX_VALUE_DEPTH - 1)
-                )
+                if key == "error" and isinstance(value, str):
+                    clean[key] = validate.log_line(value, self.bounds.log_line_bytes)
+                    continue
+                field = f"{name}.{key}"
+                checked = validate.json_value(field, value, max_depth=validate.MAX_WRAPPED_VALUE_DEPTH)
+                clean[key] = validate.upload_value(field, checked, self.bounds.value_bytes)
             except validate.InvalidInput as problem:
                 self.note("node I/O value", problem)
                 if key == "error":
@@ -76,22 +81,40 @@ class Sanitizer:
 
 def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, Any]:
     """A copy of `payload` the ledger accepts whole (see the module docstring)."""
+    bounds = sanitizer.bounds
     clean = dict(payload)
-    clean["live_logs"] = [validate.repair_text(line) for line in payload["live_logs"]]
+    clean["live_logs"] = [validate.log_line(line, bounds.log_line_bytes) for line in payload["live_logs"]]
     clean["live_node_progress"] = _nodes(payload["live_node_progress"], sanitizer)
     clean["dataset_lifecycle_events"] = _kept_all(
-        payload["dataset_lifecycle_events"], validate.json_object, "dataset lifecycle event", sanitizer
+        payload["dataset_lifecycle_events"],
+        bounded(validate.dataset_lifecycle_event, bounds),
+        "dataset lifecycle event",
+        sanitizer,
     )
     clean["activity_observations"] = _kept_all(
-        payload["activity_observations"], validate.activity_observation, "activity observation", sanitizer
+        payload["activity_observations"],
+        bounded(validate.activity_observation, bounds),
+        "activity observation",
+        sanitizer,
     )
+    if payload.get("error") is not None:
+        clean["error"] = validate.log_line(payload["error"], bounds.log_line_bytes)
     replay = payload.get("terminal_log_replay")
     if replay is not None:
         clean["terminal_log_replay"] = {
             **replay,
-            "lines": [validate.repair_text(line) for line in replay["lines"]],
+            "lines": [validate.log_line(line, bounds.log_line_bytes) for line in replay["lines"]],
         }
     return clean
+
+
+def bounded(check: Callable[[str, Any], T], bounds: validate.UploadBounds) -> Callable[[str, Any], T]:
+    """`check`, then `validate.upload_value`: a value the ledger takes and an upload has room for."""
+
+    def checked(field: str, value: object) -> T:
+        return validate.upload_value(field, check(field, value), bounds.value_bytes)  # type: ignore[no-any-return]
+
+    return checked
 
 
 def _kept_all(
@@ -115,11 +138,14 @@ def _node(node_id: str, node: dict[str, Any], sanitizer: Sanitizer) -> dict[str,
         if value is None or key not in validate.NODE_FIELDS:
             continue
         name = f"{node_id}.{key}"
+        if key == "node_io" and isinstance(value, dict):
+            clean[key] = sanitizer.node_io(name, value)  # its values one by one: each may be too big
+            continue
         try:
             clean[key] = validate.node_field(name, key, value)
         except validate.InvalidInput as problem:
-            if key == "node_io" and isinstance(value, dict):
-                clean[key] = sanitizer.node_io(name, value)
-            else:
-                sanitizer.note("node progress field", problem)
+            sanitizer.note("node progress field", problem)
+            continue
+        if key == "message":
+            clean[key] = validate.truncate_line(clean[key], sanitizer.bounds.log_line_bytes)
     return clean

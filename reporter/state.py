@@ -4,6 +4,10 @@ The folding code writes it synchronously; the uploader takes a `Snapshot` of it 
 and logs, *draining* the one-shot events) and hands the snapshot back through `requeue` when the
 upload fails, so dataset lifecycle events and activity observations are delivered exactly once.
 
+The live tail holds at most `LIVE_LOG_TAIL_LIMIT` lines and `UploadBounds.log_tail_bytes` UTF-8
+bytes (the oldest go first), each line repaired and truncated to the line bound as the ledger
+stores it: what an upload carries of it always fits the service's body limit.
+
 One-shot events are bounded (``max_pending_one_shot`` per kind) so that a ledger that stays down
 cannot grow the worker's memory without limit: the oldest are dropped and counted, and the count
 travels in the next upload as ``dropped_one_shot_events``.
@@ -16,7 +20,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.validate import LIVE_LOG_TAIL_LIMIT, is_number, repair_text
+from ledger.validate import (
+    DEFAULT_UPLOAD_BOUNDS,
+    LIVE_LOG_TAIL_LIMIT,
+    UploadBounds,
+    is_number,
+    log_line,
+    utf8_length,
+)
 from reporter.progress import NodeProgress, merge_patch, merge_row_counts
 
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
@@ -50,10 +61,13 @@ class ProgressState:
         now_ms: Callable[[], int],
         initial_live_log_total_count: int = 0,
         max_pending_one_shot: int = DEFAULT_MAX_PENDING_ONE_SHOT,
+        bounds: UploadBounds = DEFAULT_UPLOAD_BOUNDS,
     ) -> None:
         self.now_ms = now_ms
+        self.bounds = bounds
         self.nodes: dict[str, NodeProgress] = {}
-        self.logs: deque[str] = deque(maxlen=LIVE_LOG_TAIL_LIMIT)
+        self.logs: deque[str] = deque()
+        self.log_bytes = 0  # UTF-8 bytes of the lines in `logs`
         self.log_total_count = initial_live_log_total_count
         self.total_rows = 0
         self.progress_dirty = False
@@ -118,13 +132,25 @@ class ProgressState:
             return
         self.log_total_count += 1
         # Kept as the ledger will store it, so the tail compares equal to lines read back from it.
-        self.logs.append(repair_text(trimmed))
+        self._keep_log(log_line(trimmed, self.bounds.log_line_bytes))
         self.logs_dirty = True
+
+    def _keep_log(self, line: str) -> None:
+        self.logs.append(line)
+        self.log_bytes += utf8_length(line)
+        self.trim_logs()
+
+    def trim_logs(self) -> None:
+        """Drop the oldest lines of the tail past its bounds (lines and bytes)."""
+        logs = self.logs
+        while len(logs) > LIVE_LOG_TAIL_LIMIT or (self.log_bytes > self.bounds.log_tail_bytes and logs):
+            self.log_bytes -= utf8_length(logs.popleft())
 
     def restore_logs(self, tail: list[str], total_count: int) -> None:
         """Continue the positional channel after `total_count` lines, `tail` the last of them
         (already delivered: nothing to upload)."""
-        self.logs.extend(tail)
+        for line in tail:
+            self._keep_log(line)
         self.log_total_count = max(self.log_total_count, total_count)
 
     def add_lifecycle_event(self, event: dict[str, Any]) -> None:

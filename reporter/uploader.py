@@ -4,7 +4,7 @@ Design. At most one upload is in flight, run by one *pump* task; nobody awaits t
 caller that is cancelled never cancels the upload the other callers are waiting for. A flush
 request that arrives while an upload is in flight merges into the one pending request:
 
-* a terminal status (``completed``/``failed``) beats ``running``;
+* a terminal status (``completed``/``failed``/``cancelled``) beats ``running``;
 * ``required`` is OR-ed;
 * a terminal log replay, once asked for, is kept;
 * every caller's future is resolved (or, for required callers, rejected) by the merged upload.
@@ -25,6 +25,14 @@ newer upload could not promise. A ``duplicate`` answer to an upload that was nev
 means another reporter already used that ``upload_seq`` of the attempt (one that was not started
 with resume): it raises `DuplicateUploadError` instead of passing for a success.
 
+Size. Every upload stays under the service's body limit: the uploader asks the transport for it
+once before its first upload (`body_limit`, when the transport can tell), keeps its items under the
+bounds of that limit (`reporter.sanitize`) and, when the items together are still too big, splits
+the upload into successive ones (`reporter.bounded.split_upload`), each with its own
+``upload_seq``, the status in the last. They are all kept *unacked* until each has landed, so a
+fault in the middle loses none of them. A 413 (`BodyTooLarge`) teaches a smaller limit: the one it
+names, else half of the body it refused; the uploads not yet applied are split again under it.
+
 An upload the ledger refused (`UploadRejected`: nothing was written) gives its one-shot events back
 to the state. Failures reject only the required callers. `StaleAttemptError` (another attempt owns
 the run), `RunTerminalError` (someone else ended the run) and `DuplicateUploadError` stop the
@@ -44,17 +52,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ledger import validate
+from ledger.validate import UploadBounds, encode_body
+from reporter.bounded import split_upload
 from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
 from reporter.transports.protocol import (
+    BodyTooLarge,
     DuplicateUploadError,
     Refused,
+    RunTerminalError,
     StaleAttemptError,
     Transport,
+    TransportError,
     UploadRejected,
+    terminal_message,
 )
 
-Status = Literal["running", "completed", "failed"]
+Status = Literal["running", "completed", "failed", "cancelled"]
+# Below this a 413 is not answered by splitting further: no useful upload is that small.
+MIN_BODY_BYTES = 4_096
 
 log = logging.getLogger("reporter.uploader")
 
@@ -81,26 +97,40 @@ class FlushRequest:
     required: bool = False
     terminal_log_replay: dict[str, Any] | None = None
     waiters: list[tuple[asyncio.Future[None], bool]] = field(default_factory=list)
+    error: str | None = None  # the run's terminal error, with a terminal status
 
     def merge(self, other: FlushRequest) -> FlushRequest:
         """This pending request with `other` folded in (see the module docstring)."""
+        terminal = other if other.status != "running" else self
         return FlushRequest(
-            status=other.status if other.status != "running" else self.status,
+            status=terminal.status,
             required=self.required or other.required,
             terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
             waiters=self.waiters + other.waiters,
+            error=terminal.error,
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unacked:
-    """An upload sent but not acknowledged: its body (resent as is), the snapshot it was built
-    from (whose one-shot events go back to the state if the ledger refuses it) and the replay
-    that its request carried."""
+    """An upload built but not acknowledged: its body (resent as is), whether it was sent yet,
+    and the replay that its request carried. Its one-shot events go back to the state if the
+    ledger refuses it."""
 
     body: dict[str, Any]
-    snapshot: Snapshot
     replay: dict[str, Any] | None
+    sent: bool = False
+
+    def one_shot(self) -> Snapshot:
+        """The one-shot events this body carries, as a snapshot to give back to the state."""
+        return Snapshot(
+            live_node_progress={},
+            live_logs=[],
+            live_log_total_count=0,
+            dataset_lifecycle_events=list(self.body["dataset_lifecycle_events"]),
+            activity_observations=list(self.body["activity_observations"]),
+            dropped_one_shot_events=int(self.body.get("dropped_one_shot_events") or 0),
+        )
 
 
 class CoalescingUploader:
@@ -140,9 +170,11 @@ class CoalescingUploader:
         self.failed_uploads = 0
         self.stopped = False
         self.stop_reason: Refused | None = None
-        self.sanitizer = sanitizer or Sanitizer(run_id)
-        # The upload whose outcome is unknown; sent again before anything newer.
-        self._unacked: Unacked | None = None
+        self.sanitizer = sanitizer or Sanitizer(run_id, state.bounds)
+        # The uploads built but not acknowledged (the first one's outcome may be unknown), sent in
+        # order before anything newer.
+        self._unacked: list[Unacked] = []
+        self._limit_asked = False
         self._last_flush_at: float | None = None
         self._pending: FlushRequest | None = None
         self._pump_task: asyncio.Task[None] | None = None
@@ -185,6 +217,7 @@ class CoalescingUploader:
         status: Status = "running",
         required: bool = False,
         terminal_log_replay: dict[str, Any] | None = None,
+        error: str | None = None,
     ) -> None:
         """Request an upload and wait until the upload that carries it is done.
 
@@ -192,7 +225,12 @@ class CoalescingUploader:
         this caller asked for `required` too); best-effort callers always return normally.
         """
         future = self._request(
-            force=force, status=status, required=required, replay=terminal_log_replay, waiter=True
+            force=force,
+            status=status,
+            required=required,
+            replay=terminal_log_replay,
+            waiter=True,
+            error=error,
         )
         if future is not None:
             await future
@@ -205,6 +243,7 @@ class CoalescingUploader:
         required: bool,
         replay: dict[str, Any] | None,
         waiter: bool,
+        error: str | None = None,
     ) -> asyncio.Future[None] | None:
         loop = asyncio.get_running_loop()
         if self.stopped:
@@ -213,7 +252,7 @@ class CoalescingUploader:
                 failed.set_exception(self._stopped_error())
                 return failed
             return None
-        if not force and not self.state.has_changes and self._unacked is None:
+        if not force and not self.state.has_changes and not self._unacked:
             return self._idle_future(loop) if waiter else None
         now = self._clock()
         if (
@@ -224,7 +263,7 @@ class CoalescingUploader:
             self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
             return self._idle_future(loop) if waiter else None
         self._last_flush_at = now
-        request = FlushRequest(status=status, required=required, terminal_log_replay=replay)
+        request = FlushRequest(status=status, required=required, terminal_log_replay=replay, error=error)
         future: asyncio.Future[None] | None = None
         if waiter:
             future = loop.create_future()
@@ -289,24 +328,48 @@ class CoalescingUploader:
     @property
     def has_unacked(self) -> bool:
         """True while an upload whose outcome is unknown waits to be sent again."""
-        return self._unacked is not None
+        return bool(self._unacked)
+
+    @property
+    def bounds(self) -> UploadBounds:
+        return self.state.bounds
+
+    def adopt_body_limit(self, max_body_bytes: int) -> None:
+        """Keep every upload from now on under `max_body_bytes` (the service's limit)."""
+        bounds = UploadBounds.for_body_limit(max_body_bytes)
+        self.state.bounds = self.sanitizer.bounds = bounds
+        self.state.trim_logs()
+
+    async def learn_body_limit(self) -> None:
+        """Ask the transport for the service's body limit, once (a transport that cannot tell, or
+        a failed answer, leaves the default; a 413 still teaches it)."""
+        if self._limit_asked:
+            return
+        self._limit_asked = True
+        ask = getattr(self.transport, "body_limit", None)
+        if ask is None:
+            return
+        try:
+            limit = await ask()
+        except TransportError as exc:
+            log.warning("run %s: cannot read the service's limits (%s); using the default", self.run_id, exc)
+            return
+        if isinstance(limit, int) and limit > 0:
+            self.adopt_body_limit(limit)
 
     async def _upload(self, request: FlushRequest) -> None:
         if self.stopped:
             _settle(request, self._stopped_error())
             return
         try:
-            if self._unacked is not None and await self._resend_covers(request):
+            await self.learn_body_limit()
+            if self._unacked and await self._resend_covers(request):
                 _settle(request, None)
                 return
             if await self._current_attempt():
                 snapshot = self.state.snapshot()
-                self.upload_seq += 1
-                body = self.payload(request, snapshot, self.upload_seq)
-                self._unacked = Unacked(body, snapshot, request.terminal_log_replay)
-                await self._deliver(body, redelivery=False)
-                self._unacked = None
-                self.uploads_made += 1
+                self._unacked = self._numbered(self.payload(request, snapshot, self.upload_seq + 1), request)
+                await self._send_unacked()
         except Refused as exc:
             self._refused(exc)
             _settle(request, exc)
@@ -323,24 +386,72 @@ class CoalescingUploader:
             return
         _settle(request, None)
 
+    def _numbered(self, body: dict[str, Any], request: FlushRequest) -> list[Unacked]:
+        """`body` split to fit the body limit, each part numbered with the next ``upload_seq``."""
+        parts: list[Unacked] = []
+        for part in split_upload(body, self.bounds.max_body_bytes, shrunk=self._shrunk):
+            self.upload_seq += 1
+            parts.append(Unacked({**part, "upload_seq": self.upload_seq}, request.terminal_log_replay))
+        return parts
+
+    def _shrunk(self, kind: str) -> None:
+        self.sanitizer.counts[f"oversized {kind}"] += 1
+
+    async def _send_unacked(self) -> None:
+        """Send the unacknowledged uploads in order; a 413 naming a smaller limit splits those not
+        yet applied again under it (nothing of a 413 was applied) and goes on."""
+        while self._unacked:
+            first = self._unacked[0]
+            redelivery, first.sent = first.sent, True
+            try:
+                await self._deliver(first.body, redelivery=redelivery)
+            except BodyTooLarge as exc:
+                limit = exc.max_body_bytes
+                if limit is None or limit >= self.bounds.max_body_bytes:
+                    # A 413 naming no smaller limit (a proxy's, say): half of what it refused.
+                    limit = len(encode_body(first.body)) // 2
+                if limit < MIN_BODY_BYTES:
+                    raise
+                self._split_again(limit)
+                continue
+            self._unacked.pop(0)
+            self.uploads_made += 1
+
+    def _split_again(self, max_body_bytes: int) -> None:
+        log.warning("run %s: the ledger takes bodies of at most %d bytes", self.run_id, max_body_bytes)
+        self.adopt_body_limit(max_body_bytes)
+        pending, self._unacked = self._unacked, []
+        self.upload_seq = pending[0].body["upload_seq"] - 1  # none of them was applied
+        for unacked in pending:
+            request = FlushRequest(
+                status=unacked.body["status"],
+                terminal_log_replay=unacked.replay,
+                error=unacked.body.get("error"),
+            )
+            body = sanitize_upload(unacked.body, self.sanitizer)
+            self._unacked.extend(self._numbered(body, request))
+
     async def _resend_covers(self, request: FlushRequest) -> bool:
-        """Send the unacked upload again; True when it already carries all `request` asks for."""
-        unacked = self._unacked
-        assert unacked is not None
-        await self._deliver(unacked.body, redelivery=True)
-        self._unacked = None
-        self.uploads_made += 1
-        # It was built from the state as it then was: if nothing changed since and it had the
-        # same status and replay, a second upload would only repeat it.
+        """Send the unacked uploads again; True when they already carry all `request` asks for."""
+        last = self._unacked[-1]
+        await self._send_unacked()
+        # They were built from the state as it then was: if nothing changed since and they had
+        # the same status and replay, another upload would only repeat them.
         return (
             not self.state.has_changes
-            and unacked.body["status"] == request.status
-            and (request.terminal_log_replay is None or unacked.replay is request.terminal_log_replay)
+            and last.body["status"] == request.status
+            and (request.terminal_log_replay is None or last.replay is request.terminal_log_replay)
         )
 
     async def _deliver(self, payload: dict[str, Any], *, redelivery: bool) -> None:
         answer = await self.transport.upload(payload)
-        if answer.get("duplicate") is True and not (redelivery or answer.get("redelivered")):
+        if redelivery or answer.get("redelivered"):
+            return  # an earlier delivery of this very upload may be what the answer found
+        terminal = answer.get("terminal")
+        if isinstance(terminal, dict):
+            # The run had ended before this upload, which changed nothing: someone else ended it.
+            raise RunTerminalError(terminal_message(self.run_id, terminal), terminal)
+        if answer.get("duplicate") is True:
             raise DuplicateUploadError(
                 f"the ledger already holds upload {payload['upload_seq']} of attempt "
                 f"{self.producer_attempt} of run {self.run_id} from another reporter: this one "
@@ -348,10 +459,12 @@ class CoalescingUploader:
             )
 
     def _refused(self, exc: Refused) -> None:
-        if isinstance(exc, UploadRejected) and self._unacked is not None:
-            # Refused whole, nothing written: its one-shot events go out with a later upload.
-            self.state.requeue(self._unacked.snapshot)
-            self._unacked = None
+        if isinstance(exc, UploadRejected) and self._unacked:
+            # Refused whole, nothing written (nor was anything after it sent): their one-shot
+            # events go out with a later upload.
+            for unacked in reversed(self._unacked):
+                self.state.requeue(unacked.one_shot())
+            self._unacked = []
             self.failed_uploads += 1
             log.warning("run %s: progress upload refused: %s", self.run_id, exc)
             return
@@ -360,12 +473,11 @@ class CoalescingUploader:
             return
         self.stopped = True
         self.stop_reason = exc
+        # Not a warning: every caller that waits for an upload from now on gets `exc` itself.
         if isinstance(exc, StaleAttemptError):
-            log.warning(
-                "run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt
-            )
+            log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
         else:
-            log.warning("run %s: reporter stops: %s", self.run_id, exc)
+            log.info("run %s: reporter stops: %s", self.run_id, exc)
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
         """The status upload (the ledger's snake_case body) for one snapshot."""
@@ -386,6 +498,8 @@ class CoalescingUploader:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
         if self.pipeline_steps:
             body["pipeline_steps"] = self.pipeline_steps
+        if request.error is not None and request.status != "running":
+            body["error"] = request.error
         return sanitize_upload(body, self.sanitizer)
 
     async def aclose(self) -> None:

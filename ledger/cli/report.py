@@ -4,17 +4,21 @@ Any runner, in any language, can pipe its events (``{"type": "log", ...}``, ``{"
 "execution_event", ...}``, ``{"type": "row_update", ...}``, ``{"type": "result", ...}``) into
 ``ledger report --run-id ID``. The reporter folds them and uploads progress while the stream runs;
 on the ``result`` line it reads the run's sheet outcomes and node observations from the ledger,
-reconciles, and makes the final upload. End of input without a ``result`` reports the run failed
-(exit 1, with a line saying so in the run's log). A line that is not a JSON object is reported on
-stderr with its line number and skipped.
+reconciles, and makes the final upload, ending the run with the result's status (``completed``,
+``failed`` or ``cancelled``); a ``suspended`` result ends the batch as ``--no-finalize`` does (the
+run stays in flight). End of input without a ``result`` reports the run failed (exit 1, with a line
+saying so in the run's log), and so does a result whose status is missing or none of those (exit 1,
+the run's error naming it). A line that is not a JSON object is reported on stderr with its line
+number and skipped.
 
 A runner that reports one attempt in several batches ends each batch but the last with
 ``--no-finalize`` (its progress is uploaded, the run stays open) and starts the next with
 ``--resume`` (it continues after the uploads and log lines the ledger already holds).
 
-Exit codes: 0 reported (whatever the run's outcome), 1 no result line, 3 a newer attempt owns the
-run (stale attempt), 4 someone else already ended the run, 5 the final upload failed (the ledger
-refused it, or could not be reached before the deadline). Click's usage errors keep 2.
+Exit codes: 0 reported (whatever the run's outcome), 1 no result line or a result status the
+ledger does not take, 3 a newer attempt owns the run (stale attempt), 4 the run had already ended
+(whoever ended it: the line says how), 5 the final upload failed (the ledger refused it, or could
+not be reached before the deadline). Click's usage errors keep 2.
 
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
@@ -40,12 +44,13 @@ from ledger import tracing
 from ledger.auth import client_token
 from ledger.client import URL_VAR, service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
-from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S
+from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
 from reporter.transports.http import RetryableHttpError, RetryPolicy
 from reporter.transports.protocol import Refused, RunTerminalError
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
+EXIT_BAD_RESULT = 1
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
@@ -186,6 +191,7 @@ async def report(
     """Feed, reconcile and finalize (or only end the batch), retrying faults until `deadline_s`
     after the input ends; the exit code (module docstring)."""
     missing = False
+    problem = None
 
     def left(ends: float) -> float:
         return max(0.0, ends - time.monotonic())
@@ -199,15 +205,19 @@ async def report(
             warn(str(exc))
             result = None
         ends = time.monotonic() + deadline_s
-        if not finalize:
+        if not finalize or (result is not None and result.get("status") in IN_FLIGHT_RESULT_STATUSES):
             await reporter.end_batch(deadline_s=left(ends))
             return EXIT_OK
         missing = result is None
         if result is None:
             reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
             result = {"type": "result", "status": "failed"}
+        else:
+            problem = result_status_problem(result)
+            if problem is not None:
+                result = {**result, "status": "failed"}
         await reporter.load_terminal_truth(deadline_s=left(ends))
-        await reporter.finalize(result, deadline_s=left(ends))
+        await reporter.finalize(result, error=problem, deadline_s=left(ends))
     except StaleAttemptError as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
@@ -222,6 +232,9 @@ async def report(
     if missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
+    if problem is not None:
+        warn(f"{problem}: run {reporter.run_id} was reported failed")
+        return EXIT_BAD_RESULT
     return EXIT_OK
 
 
@@ -318,8 +331,8 @@ def report_command(
 ) -> None:
     """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
 
-    Exit codes: 0 reported, 1 no result line, 3 stale attempt, 4 the run was already ended by
-    someone else, 5 the final upload failed.
+    Exit codes: 0 reported, 1 no result line (or a result status the ledger does not take), 3 stale
+    attempt, 4 the run had already ended, 5 the final upload failed.
     """
     if not run_id.strip():
         raise click.BadParameter("must not be empty", param_hint="--run-id")

@@ -47,10 +47,12 @@ from typing import Any, Literal
 
 from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
+from ledger.runlog.events import TERMINAL_STATUSES
 from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_PIPELINE_STEPS
 
-UPLOAD_STATUSES = ("running", "completed", "failed")
-TERMINAL_UPLOAD_STATUSES = ("completed", "failed")
+# An upload's status: still running, or one of the ledger's terminal statuses (which end the run).
+TERMINAL_UPLOAD_STATUSES = TERMINAL_STATUSES
+UPLOAD_STATUSES = ("running", *TERMINAL_UPLOAD_STATUSES)
 REPLAY_MODES = ("exact", "positional")
 # How far above the run's current producer attempt an upload may jump (retries that never
 # uploaded are skipped over; a forged or corrupted attempt number is not).
@@ -91,6 +93,7 @@ class StatusUpload:
     last_checkpoint_at: int | None = None
     dropped_one_shot_events: int = 0
     pipeline_steps: tuple[str, ...] = ()
+    error: str | None = None  # the run's terminal error, with a terminal status
 
 
 def _int(name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX) -> int:
@@ -115,8 +118,8 @@ def _object(name: str, value: object) -> dict[str, Any]:
 
 
 def _lines(name: str, value: object) -> tuple[str, ...]:
-    # Log lines are free text: repaired, never refused.
-    return tuple(validate.free_text_list(name, value))
+    # Log lines are free text: repaired and bounded (`validate.log_line`), never refused.
+    return tuple(validate.log_line_list(name, value))
 
 
 # The bounds `validate.node_field` checks an integer field against: a plain int within them is
@@ -193,7 +196,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     if total < len(logs):
         raise InvalidInput("live_log_total_count", f"{total} is smaller than the {len(logs)}-line tail")
     lifecycle = tuple(
-        validate.json_object(f"dataset_lifecycle_events[{i}]", event)
+        validate.dataset_lifecycle_event(f"dataset_lifecycle_events[{i}]", event)
         for i, event in enumerate(_list("dataset_lifecycle_events", raw.get("dataset_lifecycle_events")))
     )
     observations = tuple(
@@ -222,6 +225,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         )
         or 0,
         pipeline_steps=steps,
+        error=_error(raw.get("error")),
     )
 
 
@@ -249,6 +253,12 @@ def with_pipeline(snapshot: NodeSnapshot, steps: Sequence[str], stored: Mapping[
         if entry is None or entry.get("position") != position:
             snapshot[node_id] = {**(entry or {}), "position": position}
     return snapshot
+
+
+def _error(value: object) -> str | None:
+    # Free text, like a log line: repaired and bounded, never refused.
+    error = validate.free_text("error", value, optional=True)
+    return None if error is None else validate.truncate_line(error)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,11 @@ uploads to one run apply one at a time and the ingestion state read from the row
 plan is made against. `ledger.ingest.rules.plan_upload` decides everything (fence, duplicate,
 positional logs, step diff, activity watermarks, replay); this module only reads the row, appends
 the planned events through the run log's one append path, stores the new ingestion state and, for
-a `completed`/`failed` upload, sets the terminal state through the first-terminal-wins path.
+an upload with a terminal status, sets the terminal state through the first-terminal-wins path.
+An ended run stays as it ended: an upload to it that would change anything (an event, a node's
+progress, the log count, its end...) is refused (`RunTerminal`) before anything is written, and one
+that would not is absorbed, writing nothing (its `upload_seq` and heartbeat included); either way
+the answer names the run's end.
 
 A late duplicate returns before anything is written, except the heartbeat, and before the body is
 validated: its `(producer_attempt, upload_seq)` is read from the body's top level (`upload_key`)
@@ -33,13 +37,14 @@ attempt continues its numbering after them.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Final
 
 from psycopg.types.json import Jsonb
 
 from ledger import jsonb, shapes
 from ledger.db import Conn, Database, Row
-from ledger.errors import NotFound
+from ledger.errors import NotFound, RunTerminal
 from ledger.ingest.rules import (
     DEFAULT_MAX_ATTEMPT_STEP,
     TERMINAL_UPLOAD_STATUSES,
@@ -58,6 +63,7 @@ from ledger.runlog.store import (
     append_in_transaction,
     lock_run,
     set_terminal_in_transaction,
+    terminal_from_row,
 )
 
 # The ingestion columns; the run status is left alone once the run is terminal.
@@ -76,7 +82,9 @@ WHERE run_id = %(run_id)s
 RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
 
 UPLOAD_POSITION_SQL: Final = """
-SELECT producer_attempt, last_upload_seq, live_log_count, last_seq FROM ledger.runs WHERE run_id = %(run_id)s
+SELECT producer_attempt, last_upload_seq, live_log_count, last_seq, terminal_status, terminal_result,
+       terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
+FROM ledger.runs WHERE run_id = %(run_id)s
 """
 
 # A duplicate's heartbeat, written only while its attempt is still the run's (else: the slow path,
@@ -129,11 +137,12 @@ async def apply_status_upload(
     `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
     `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
     upload (or one more than `max_attempt_step` attempts ahead of the run)
-    and `Conflict` when a terminal run would get new events or a different terminal state;
+    and `RunTerminal` (a `Conflict`) for an upload that would change an ended run;
     in every error case nothing is written.
 
     A late duplicate (its attempt's `upload_seq` already applied) is answered from the run's upload
-    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`).
+    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`). On an
+    ended run, the answer to an upload that changed nothing carries the run's `terminal` state.
 
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
     attempt's resume position after it.
@@ -153,6 +162,11 @@ async def apply_status_upload(
         async with conn.transaction():
             run = await _lock_run(conn, run_id, known=position is not None)
             plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
+            if run["terminal_status"] is not None:
+                # An ended run waits for no producer (no heartbeat) and stays as it ended.
+                if not plan.duplicate:
+                    _refuse_a_change(run_id, run, plan, parsed)
+                return _answer(plan, run, terminal_set=False, ended=True)
             await _record_heartbeat(conn, run_id, parsed)
             if plan.duplicate:
                 return _answer(plan, run, terminal_set=False)
@@ -162,9 +176,33 @@ async def apply_status_upload(
             terminal_set = False
             if parsed.status in TERMINAL_UPLOAD_STATUSES:
                 _, terminal_set = await set_terminal_in_transaction(
-                    conn, run, {"status": parsed.status}, max_events_per_run=max_events_per_run
+                    conn,
+                    run,
+                    {"status": parsed.status, "error": parsed.error},
+                    max_events_per_run=max_events_per_run,
                 )
         return _answer(plan, run, terminal_set=terminal_set)
+
+
+def _refuse_a_change(run_id: str, run: Row, plan: IngestPlan, upload: StatusUpload) -> None:
+    """`RunTerminal` when `upload` would change the ended `run` in any way but the upload count:
+    an event, a node's progress, the log count, an activity watermark, the replay digest, the
+    attempt, or its terminal state. An upload that changes nothing is absorbed (nothing is written,
+    not even its ``upload_seq``)."""
+    terminal = terminal_from_row(run)
+    assert terminal is not None
+    stored = state_from_row(run)
+    same_end = upload.status not in TERMINAL_UPLOAD_STATUSES or (
+        upload.status == terminal["status"] and upload.error in (None, terminal["error"])
+    )
+    if plan.events or replace(plan.state, last_upload_seq=stored.last_upload_seq) != stored or not same_end:
+        raise RunTerminal(
+            f"run {run_id!r} already ended ({terminal['status']}"
+            + (f": {terminal['error']}" if terminal["error"] else "")
+            + "); it takes no more uploads",
+            run_id,
+            dict(terminal),
+        )
 
 
 async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> None:
@@ -201,13 +239,13 @@ async def _late_duplicate(
         return None  # a stale attempt (refused) or a newer one (adopted): the full path decides
     if not is_late_duplicate(int(row["last_upload_seq"]), key.upload_seq):
         return None
-    if key.heartbeat:
+    if key.heartbeat and row["terminal_status"] is None:  # an ended run waits for no producer
         cur = await conn.execute(
             RECORD_DUPLICATE_HEARTBEAT_SQL, {"run_id": run_id, "producer_attempt": attempt}
         )
         if cur.rowcount != 1:
             return None  # a newer attempt took the run meanwhile
-    return {
+    answer: shapes.UploadResult = {
         "duplicate": True,
         "events_appended": {},
         "steps_changed": [],
@@ -219,13 +257,26 @@ async def _late_duplicate(
         "last_upload_seq": int(row["last_upload_seq"]),
         "live_log_count": int(row["live_log_count"]),
     }
+    return _with_terminal(answer, row)
 
 
-def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> shapes.UploadResult:
+def _with_terminal(answer: shapes.UploadResult, run: Row) -> shapes.UploadResult:
+    """The answer to an upload that found the run ended (a late duplicate, or one that changed
+    nothing) names its end: a reporter that did not end it learns that the run is over, and how it
+    ended, rather than only that its upload came late."""
+    terminal = terminal_from_row(run)
+    if terminal is not None:
+        answer["terminal"] = terminal
+    return answer
+
+
+def _answer(
+    plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool, ended: bool = False
+) -> shapes.UploadResult:
     appended = Counter(event["type"] for event in plan.events)
     if terminal_set:
         appended["terminal"] += 1
-    return {
+    answer: shapes.UploadResult = {
         "duplicate": plan.duplicate,
         "events_appended": dict(appended),
         "steps_changed": list(plan.steps_changed),
@@ -237,3 +288,8 @@ def _answer(plan: IngestPlan, run: dict[str, Any], *, terminal_set: bool) -> sha
         "last_upload_seq": plan.state.last_upload_seq,
         "live_log_count": plan.state.live_log_count,
     }
+    if ended:
+        # Nothing was stored: the run's own upload position, and how it had ended.
+        answer["last_upload_seq"] = int(run["last_upload_seq"])
+        return _with_terminal(answer, run)
+    return answer

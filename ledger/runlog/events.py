@@ -28,7 +28,7 @@ from typing import Any, Final, NamedTuple, cast
 from ledger import shapes, validate
 from ledger.errors import InvalidInput
 
-TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")
+TERMINAL_STATUSES: Final = validate.TERMINAL_STATUSES
 COORDINATOR_TYPES: Final = ("status", "log", "progress", "terminal")
 INGESTION_TYPES: Final = (
     "step.started",

@@ -62,7 +62,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "`producer_attempt`: stop), `terminal` (with the stored `terminal` state), `instance_mapped` "
     "or `conflict`.",
     410: "The cursor is older than the oldest retained event (`code`: `cursor_expired`, with `first_seq`).",
-    413: "The body is larger than the service's limit, LEDGER_MAX_BODY_BYTES (`code`: `too_large`).",
+    413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES): `code` `too_large`, "
+    "with the limit in `max_body_bytes` (also in `GET /v1/limits`).",
     422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
     "another body (`code`: `invalid`). Nothing was written.",
     503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout), "

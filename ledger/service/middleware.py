@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,8 +35,9 @@ async def send_json_error(
     *,
     headers: Sequence[tuple[bytes, bytes]] = (),
     code: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    body = encode(error_body(status, message, code))
+    body = encode(error_body(status, message, code, **(extra or {})))
     await send(
         {
             "type": "http.response.start",
@@ -142,6 +144,8 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_large = f"request body is larger than the limit of {self.max_bytes} bytes"
+        # A client that keeps its bodies under the limit learns it from the refusal too.
+        advertised = {"max_body_bytes": self.max_bytes}
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -150,7 +154,7 @@ class BodyLimitMiddleware:
                     await send_json_error(send, 400, "content-length: not a number")
                     return
                 if declared > self.max_bytes:
-                    await send_json_error(send, 413, too_large)
+                    await send_json_error(send, 413, too_large, extra=advertised)
                     return
         chunks: list[bytes] = []
         size = 0
@@ -162,7 +166,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await send_json_error(send, 413, too_large)
+                await send_json_error(send, 413, too_large, extra=advertised)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP
+from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP, UPLOAD_STATUSES
 from ledger.runlog.events import INGESTION_TYPES, RESERVED_KEYS, TERMINAL_STATUSES
 from ledger.validate import (
     INT32_MAX,
@@ -169,7 +169,8 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
     "required": ["status"],
     "properties": {
         "run_id": _nullable(RUN_ID),
-        "status": {"enum": ["running", "completed", "failed"]},
+        "status": {"enum": list(UPLOAD_STATUSES)},
+        "error": _nullable({"type": "string", "description": "the run's terminal error (terminal statuses)"}),
         "upload_seq": _nullable({**BIGINT, "minimum": 1}),
         "producer_attempt": _nullable(
             {**INT4, "description": f"at most {DEFAULT_MAX_ATTEMPT_STEP} above the run's current attempt"}

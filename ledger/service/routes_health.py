@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
-from ledger import shapes
+from ledger import shapes, validate
 from ledger.service.errors import error_responses
 from ledger.service.metrics import CONTENT_TYPE
 from ledger.service.security import require_token
@@ -22,6 +22,21 @@ READY_CHECK_TIMEOUT_S = 2.0
 @router.get("/healthz", summary="Liveness: the process is up (no token needed)")
 async def healthz() -> shapes.Health:
     return {"status": "ok"}
+
+
+@router.get(
+    "/v1/limits",
+    summary="What the service takes: body size, JSON depth, live log tail (no token needed)",
+    description="A client keeps its requests under these; a body over `max_body_bytes` is refused "
+    "with 413 `too_large`, whose answer carries `max_body_bytes` too. They hold no data.",
+)
+async def limits(svc: Annotated[Services, Depends(services)]) -> shapes.Limits:
+    return {
+        "max_body_bytes": svc.settings.max_body_bytes,
+        "max_json_depth": validate.MAX_JSON_DEPTH,
+        "max_value_depth": validate.MAX_VALUE_DEPTH,
+        "live_log_tail_lines": validate.LIVE_LOG_TAIL_LIMIT,
+    }
 
 
 async def _database_reachable(svc: Services) -> bool:

@@ -40,9 +40,14 @@ WITH_BODY = error_responses(400, 413)
 UPLOAD_DESCRIPTION = (
     "`{run_id, upload_seq, status, live_node_progress, live_logs, live_log_total_count, "
     "producer_attempt, dataset_lifecycle_events, activity_observations, terminal_log_replay, "
-    "last_checkpoint_at}`. Delivering an upload twice changes nothing the second time: a late "
-    "duplicate (its attempt already applied its `upload_seq`) is answered `duplicate: true` without "
-    "the rest of its body being validated (an uploader resends an upload unchanged). "
+    "last_checkpoint_at}`. `status` is `running` or a terminal status (`completed`, `failed`, "
+    "`cancelled`), which ends the run (with `error` as its terminal error, when given). "
+    "Delivering an upload twice changes nothing the second time: a "
+    "late duplicate (its attempt already applied its `upload_seq`) is answered `duplicate: true` "
+    "without the rest of its body being validated (an uploader resends an upload unchanged). An "
+    "upload to an ended run that would change anything (an event, a node's progress, the log count, "
+    "its end) is 409 `terminal` and changes nothing; one that would not is absorbed, storing nothing, "
+    "and its answer (a duplicate's too) carries the run's `terminal` state. "
     "The answer carries the attempt's `producer_attempt`, `last_upload_seq` and `live_log_count`."
 )
 

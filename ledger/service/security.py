@@ -1,4 +1,5 @@
-"""Who may do what: every endpoint but the probes (and, by default, the API docs) is authorized here.
+"""Who may do what: every endpoint but the probes, the limits (`GET /v1/limits`: no data) and, by
+default, the API docs is authorized here.
 
 One dependency, `require_token`, sits on every protected router. It
 

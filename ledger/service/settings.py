@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ledger import validate
 from ledger.config import ConfigError
 from ledger.runlog import retention
 from ledger.runlog.store import DEFAULT_MAX_EVENTS_PER_RUN
@@ -49,7 +50,7 @@ class ServiceSettings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     # Request bodies above this are refused with 413 before they are parsed.
-    max_body_bytes: int = 1024 * 1024
+    max_body_bytes: int = validate.MAX_BODY_BYTES
     # An idle SSE stream sends a comment this often, so proxies do not cut it.
     sse_keepalive_s: float = 15.0
     # Every endpoint but the probes needs a token, the schema included; opt in to serve

@@ -12,8 +12,13 @@ The token may be a run token (minted per run by the coordinator, ``POST /v1/toke
 everything the reporter does for its own run and attempt. Without one given, ``LEDGER_TOKEN`` is used.
 
 Uploads go to ``POST {base}/v1/runs/{run_id}/status`` with ``Authorization: Bearer <token>`` and
-``Idempotency-Key: <run_id>:<producer_attempt>:<upload_seq>`` — the same key on every retry of one
-upload, so a retry that the ledger already applied is recognised.
+``Idempotency-Key: <producer_attempt>:<upload_seq>:<transport id>`` — the same key on every retry of
+one upload, so a retry that the ledger already applied is recognised. The transport id is random
+per transport, so two reporters of one attempt (each with its own transport) never send the same
+key for different bodies; the run is in the path, which scopes the key. The body is sent as
+`ledger.validate.encode_body` makes it, the bytes the uploader measured against the service's
+limit; `body_limit` reads that limit (``GET {base}/v1/limits``), and a 413 raises `BodyTooLarge`
+with the limit its answer names.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import email.utils
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -38,7 +44,9 @@ from tenacity import (
 )
 
 from ledger import tracing
+from ledger.validate import encode_body, is_int
 from reporter.transports.protocol import (
+    BodyTooLarge,
     RunTerminalError,
     StaleAttemptError,
     TransportError,
@@ -146,6 +154,9 @@ def _check(response: httpx.Response, run_id: str) -> None:
     message = error if isinstance(error, str) else response.text[:500]
     if response.status_code == 409 and body.get("code") == "stale_attempt":
         raise StaleAttemptError(message)
+    if response.status_code == 413:
+        limit = body.get("max_body_bytes")
+        raise BodyTooLarge(message, limit if is_int(limit) and limit > 0 else None)
     if response.status_code == 409 and body.get("code") == "terminal":
         terminal = body.get("terminal")
         terminal = terminal if isinstance(terminal, dict) else {}
@@ -173,6 +184,7 @@ class HttpTransport:
         self._owns_client = client is None
         self.client = client or httpx.AsyncClient(timeout=timeout_s)
         self._headers = headers
+        self.key_id = uuid.uuid4().hex
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -206,21 +218,30 @@ class HttpTransport:
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
         run_id = str(payload["run_id"])
-        key = f"{run_id}:{payload.get('producer_attempt', '')}:{payload.get('upload_seq', '')}"
-        headers = {**self._headers, "Idempotency-Key": key}
+        key = f"{payload.get('producer_attempt', '')}:{payload.get('upload_seq', '')}:{self.key_id}"
+        headers = {**self._headers, "Idempotency-Key": key, "Content-Type": "application/json"}
+        url = self._url(run_id, "status")
         with tracing.span(
             "reporter upload",
             run_id=run_id,
             producer_attempt=payload.get("producer_attempt"),
             upload_seq=payload.get("upload_seq"),
         ):
-            answer = await self._send(
-                "POST", self._url(run_id, "status"), run_id, json=payload, headers=headers
-            )
+            answer = await self._send("POST", url, run_id, content=encode_body(payload), headers=headers)
             if not isinstance(answer, dict):
                 return {}
             tracing.annotate(duplicate=answer.get("duplicate"))
             return answer
+
+    async def body_limit(self) -> int | None:
+        """The service's request body limit (``GET /v1/limits``); None when it does not say (a
+        service without the endpoint)."""
+        try:
+            answer = await self._send("GET", f"{self.base_url}/v1/limits", "", headers=self._headers)
+        except UploadRejected:
+            return None
+        limit = answer.get("max_body_bytes") if isinstance(answer, dict) else None
+        return limit if is_int(limit) and limit > 0 else None
 
     async def _read(self, run_id: str, tail: str) -> Any:
         try:

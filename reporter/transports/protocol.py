@@ -47,6 +47,15 @@ class UploadRejected(Refused):
         self.message = message
 
 
+class BodyTooLarge(UploadRejected):
+    """The ledger refused the body as larger than it takes (413); `max_body_bytes` is its limit
+    when the answer said it. Nothing was applied."""
+
+    def __init__(self, message: str, max_body_bytes: int | None) -> None:
+        super().__init__(413, message)
+        self.max_body_bytes = max_body_bytes
+
+
 def terminal_message(run_id: str, terminal: dict[str, Any]) -> str:
     """Who ended the run and how, from its stored terminal state."""
     status = terminal.get("status") or "terminal"

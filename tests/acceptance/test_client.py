@@ -104,8 +104,10 @@ async def test_ingestion(api: Api) -> None:
     run_id = new_id("client-ingest")
     upload = {"run_id": run_id, "upload_seq": 1, "producer_attempt": 2, "status": "running"}
     first = await api("upload_status", run_id, upload)
-    again = await api("upload_status", run_id, upload)  # the same key: the stored answer
-    assert first == again and first["producer_attempt"] == 2 and first["last_upload_seq"] == 1
+    # Another call (a key of its own, as another caller's would be): a late duplicate, applied once.
+    again = await api("upload_status", run_id, upload)
+    assert first["duplicate"] is False and again == {**first, "duplicate": True}
+    assert first["producer_attempt"] == 2 and first["last_upload_seq"] == 1
     with pytest.raises(StaleAttempt) as stale:
         await api("upload_status", run_id, {**upload, "producer_attempt": 1, "upload_seq": 2})
     assert stale.value.current == 2 and stale.value.run_id == run_id

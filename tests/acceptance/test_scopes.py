@@ -34,6 +34,7 @@ SCOPES = ("read", "run", "other-run")
 # Routes anyone may call (probes), or that check a session themselves (the dashboard's pages).
 PUBLIC = {
     ("GET", "/healthz"),
+    ("GET", "/v1/limits"),
     ("GET", "/readyz"),
     ("GET", "/"),
     ("GET", "/ui"),

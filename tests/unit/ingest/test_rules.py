@@ -512,7 +512,7 @@ def test_json_nested_deeper_than_a_stored_value_may_is_refused_naming_the_field(
     deep: Any = 1
     for _ in range(61):
         deep = [deep]
-    with pytest.raises(InvalidInput, match="nests deeper than 60") as exc:
+    with pytest.raises(InvalidInput, match="nests deeper than 59") as exc:
         parse_upload("r", {"status": "running", "dataset_lifecycle_events": [{"d": deep}]})
     assert exc.value.field == "dataset_lifecycle_events[0]"
 

@@ -123,7 +123,10 @@ def test_the_command_pipes_stdin_to_the_ledger_over_http(
     assert uploads[-1]["live_node_progress"]["enrich"]["completed"] == SIM.completed_rows
     # direct_worker mode: the worker's own line stayed out of the durable log
     assert all("sandbox ready" not in line for u in uploads for line in u["live_logs"])
-    assert [r.url.path for r in seen if r.method == "GET"] == [
+    reads = [r.url.path for r in seen if r.method == "GET"]
+    # The limits are asked once, before the first upload (this fake answers without a limit).
+    assert reads.count("/v1/limits") == 1
+    assert [path for path in reads if path != "/v1/limits"] == [
         "/v1/runs/r-9/sheets",
         "/v1/runs/r-9/observations",
     ]

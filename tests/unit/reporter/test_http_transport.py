@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from ledger.validate import encode_body
 from reporter.transports.http import HttpTransport, RetryPolicy, parse_retry_after
 from reporter.transports.protocol import RunTerminalError, StaleAttemptError, TransportError, UploadRejected
 
@@ -51,7 +52,9 @@ async def test_upload_posts_the_body_with_auth_and_idempotency_key() -> None:
     assert request.method == "POST"
     assert str(request.url) == "http://ledger.test/v1/runs/run%2F1/status"
     assert request.headers["Authorization"] == "Bearer tok"
-    assert request.headers["Idempotency-Key"] == "run/1:2:7"
+    assert request.headers["Idempotency-Key"] == f"2:7:{transport.key_id}"
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.content == encode_body(PAYLOAD)  # the very bytes the uploader measures
     assert json.loads(request.content) == PAYLOAD
     await close()
 
@@ -67,7 +70,7 @@ async def test_503_is_retried_honouring_retry_after_as_a_minimum_with_the_same_k
     )
     assert await transport.upload(dict(PAYLOAD)) == {"ok": True, "redelivered": True}
     assert len(recorder.requests) == 4
-    assert {r.headers["Idempotency-Key"] for r in recorder.requests} == {"run/1:2:7"}
+    assert {r.headers["Idempotency-Key"] for r in recorder.requests} == {f"2:7:{transport.key_id}"}
     assert recorder.sleeps[0] >= 5.0  # Retry-After wins over the (capped at 2 s) backoff
     assert all(0 <= s <= 2.0 for s in recorder.sleeps[1:])
     await close()

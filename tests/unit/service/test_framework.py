@@ -57,6 +57,7 @@ async def test_a_declared_length_over_the_limit_is_refused() -> None:
     assert answer.json() == {
         "error": "request body is larger than the limit of 100 bytes",
         "code": "too_large",
+        "max_body_bytes": 100,
     }
 
 

@@ -1,0 +1,148 @@
+"""Splitting an upload that would be larger than the service takes into successive uploads.
+
+The sanitizer already bounds every single item (a log line, a node's I/O value, a lifecycle event,
+an activity observation; `ledger.validate.UploadBounds`), so one item always fits an upload of its
+own; what can still be too big is their sum. `split_upload` then cuts the upload into bodies that
+each encode (`ledger.validate.encode_body`, exactly the bytes sent) to at most the limit, and that
+together carry everything the one upload did, losing no line:
+
+* the live tail's lines go first, in order, each body's ``live_log_total_count`` the position of
+  its last line (so the ledger places every line where the one upload would have);
+* then the nodes (the ledger keeps a node an upload does not name), the lifecycle events and the
+  activity observations;
+* then the terminal log replay's lines, each body's ``total_count`` placing its slice;
+* the status (and its ``error``) only in the last body (the others are ``running``), so the run
+  ends once all of it has landed. The first body carries ``dropped_one_shot_events``.
+
+``upload_seq`` is measured as the widest number it can be; the caller numbers the bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.validate import INT64_MAX, encode_body, truncate_line
+
+# The widest value a number the caller fills in later can take, for measuring.
+_WIDEST = INT64_MAX
+_LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")
+
+
+@dataclass
+class _Body:
+    logs: list[str] = field(default_factory=list)
+    log_end: int = 0
+    nodes: dict[str, Any] = field(default_factory=dict)
+    lists: dict[str, list[Any]] = field(default_factory=lambda: {name: [] for name in _LIST_FIELDS})
+    replay: list[str] = field(default_factory=list)
+    replay_end: int = 0
+    size: int = 0
+
+
+def split_upload(
+    body: dict[str, Any], max_bytes: int, *, shrunk: Callable[[str], None] = lambda kind: None
+) -> list[dict[str, Any]]:
+    """`body` as successive bodies of at most `max_bytes` encoded bytes (module docstring); just
+    `[body]` when it fits. An item too big even for a body of its own (only when the limit is
+    smaller than the bounds it was checked against) is shortened if it is a line, else dropped;
+    `shrunk(kind)` is told either way."""
+    if len(encode_body({**body, "upload_seq": _WIDEST})) <= max_bytes:
+        return [body]
+    replay = body.get("terminal_log_replay")
+    status = body["status"]
+    skeleton = {
+        **body,
+        "upload_seq": _WIDEST,
+        "status": max(status, "running", key=len),
+        "live_node_progress": {},
+        "live_logs": [],
+        "live_log_total_count": _WIDEST,
+        **{name: [] for name in _LIST_FIELDS},
+        "terminal_log_replay": None,
+    }
+    room = max_bytes - len(encode_body(skeleton))
+    replay_room = 0
+    if replay is not None:
+        empty_replay = {**replay, "lines": [], "total_count": _WIDEST}
+        replay_room = len(encode_body(empty_replay)) - len(b"null")
+    bodies: list[_Body] = []
+    current = _Body()
+    live = list(body["live_logs"])
+    live_start = int(body["live_log_total_count"]) - len(live)
+    current.log_end = live_start
+
+    def close() -> None:
+        nonlocal current
+        bodies.append(current)
+        current = _Body(log_end=current.log_end, replay_end=current.replay_end)
+
+    def place(size: int, opening: int = 0, reopening: int = 0) -> bool:
+        """Whether an item of `size` bytes fits `current` (`opening` more: it opens its list there),
+        else a new body (`reopening` more there), which it then starts; False when it fits none."""
+        if current.size + size + opening <= room:
+            current.size += size + opening
+            return True
+        if size + reopening > room:
+            return False
+        close()
+        current.size += size + reopening
+        return True
+
+    def line(text: str, extra: int) -> tuple[str, int]:
+        size = len(encode_body(text)) + 1
+        if size + extra > room:
+            # Every UTF-8 byte encodes to at most six (a control character's \\u escape).
+            text = truncate_line(text, max(64, (room - extra - 3) // 6))
+            size = len(encode_body(text)) + 1
+            shrunk("log line")
+        return text, size
+
+    for position, text in enumerate(live, start=live_start + 1):
+        text, size = line(text, 0)
+        place(size)
+        current.logs.append(text)
+        current.log_end = position
+    for node_id, node in body["live_node_progress"].items():
+        if place(len(encode_body(node_id)) + len(encode_body(node)) + 2):
+            current.nodes[node_id] = node
+        else:
+            shrunk("node")
+    for name in _LIST_FIELDS:
+        for item in body[name]:
+            if place(len(encode_body(item)) + 1):
+                current.lists[name].append(item)
+            else:
+                shrunk(name)
+    if replay is not None:
+        lines = list(replay["lines"])
+        replay_start = int(replay["total_count"]) - len(lines)
+        current.replay_end = replay_start
+        for position, text in enumerate(lines, start=replay_start + 1):
+            text, size = line(text, replay_room)
+            place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
+            current.replay.append(text)
+            current.replay_end = position
+    bodies.append(current)
+    return [_render(body, part, index == 0, index == len(bodies) - 1) for index, part in enumerate(bodies)]
+
+
+def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[str, Any]:
+    out = {
+        **body,
+        "status": body["status"] if last else "running",
+        "live_node_progress": part.nodes,
+        "live_logs": part.logs,
+        "live_log_total_count": part.log_end,
+        **part.lists,
+        "terminal_log_replay": None,
+    }
+    replay = body.get("terminal_log_replay")
+    if replay is not None and part.replay:
+        out["terminal_log_replay"] = {**replay, "lines": part.replay, "total_count": part.replay_end}
+    if not first:
+        out.pop("dropped_one_shot_events", None)
+    if not last:
+        out.pop("error", None)
+    return out
