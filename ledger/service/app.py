@@ -36,7 +36,7 @@ from ledger.service import (
 from ledger.service.append_route import AppendRoute
 from ledger.service.errors import install_error_handlers
 from ledger.service.idempotent import IdempotencyMiddleware
-from ledger.service.jsontext import too_deep
+from ledger.service.jsontext import body_problem
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
 from ledger.service.run_gate import RunWriteGate
@@ -156,11 +156,11 @@ def create_app(
     app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
     # Outside Idempotency-Key handling, which takes a pooled connection for the whole request.
     app.add_middleware(RunWriteGate, wait_s=settings.db_lock_timeout_s)
-    # Stream payloads are bytes: the JSON depth check is not theirs (JSON mode parses its own).
+    # Stream payloads are bytes: the UTF-8 and depth checks are not theirs (JSON mode has its own).
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        check=too_deep,
+        check=body_problem,
         unchecked_paths=(routes_streams.PREFIX,),
     )
     app.add_middleware(RunPathMiddleware)

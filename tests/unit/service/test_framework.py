@@ -18,7 +18,7 @@ from ledger.idempotency import fingerprint_body
 from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
 from ledger.service.idempotent import key_problem
-from ledger.service.jsontext import bracket_depth, too_deep
+from ledger.service.jsontext import body_problem, bracket_depth, too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
 from ledger.service.settings import ServiceSettings
@@ -182,12 +182,18 @@ def test_json_deeper_than_the_limit_is_found_without_recursing() -> None:
 
 
 async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
-    app = BodyLimitMiddleware(echo_size, max_bytes=1_000_000, check=too_deep)
+    app = BodyLimitMiddleware(echo_size, max_bytes=1_000_000, check=body_problem)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         refused = await client.post("/", content=nested(100))
+        utf16 = await client.post("/", content=nested(100).decode().encode("utf-16-le"))
         fine = await client.post("/", content=b'{"run_id": "r"}')
     assert refused.status_code == 422
-    assert refused.json()["error"] == "body: JSON nests deeper than 64 levels"
+    assert refused.json() == {"error": "body: JSON nests deeper than 64 levels", "code": "too_deep"}
+    assert utf16.status_code == 400
+    assert utf16.json() == {
+        "error": "body: must be UTF-8 JSON; it looks like UTF-16-LE",
+        "code": "invalid_encoding",
+    }
     assert fine.json() == {"size": 15}
 
 
