@@ -181,7 +181,9 @@ IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
         "pattern": "^[\\x20-\\x7e\\x80-\\xff]*[\\x21-\\x7e\\x80-\\xff][\\x20-\\x7e\\x80-\\xff]*$",
     },
     "description": "Send the same key on every retry of one request: its answer is kept 24 hours (per "
-    "token and path) and given again, nothing written twice. Another body with the same key is 422.",
+    "token and path) and given again, with its protocol headers, nothing written twice. The token is "
+    "checked first (a refused one gets its 401 or 403). Another body, or other headers that change "
+    "the write (Content-Type, Stream-*, Producer-*), with the same key is 422.",
 }
 UNAVAILABLE_RESPONSE: dict[str, Any] = {
     "description": "The database is unavailable (connection lost, pool exhausted, lock or statement "

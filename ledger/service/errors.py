@@ -2,7 +2,8 @@
 
 | raised                                   | status | why                                        |
 |------------------------------------------|--------|--------------------------------------------|
-| malformed JSON, non-JSON body            | 400    | the request could not be read at all        |
+| body not UTF-8 (`invalid_encoding`),     | 400    | the request could not be read at all        |
+| malformed JSON, non-JSON body            |        |                                            |
 | `InvalidInput`, request validation       | 422    | readable, but a field is wrong ("field: …") |
 | `NotFound`, unknown route                | 404    |                                            |
 | `Conflict`                               | 409    | contradicts stored state; `code` says how   |
@@ -50,7 +51,8 @@ log = logging.getLogger("ledger.service")
 
 # What each error status means, for the OpenAPI document (`error_responses`).
 ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
-    400: "The body could not be read: malformed JSON, or not JSON at all.",
+    400: "The body could not be read: not UTF-8 (`code`: `invalid_encoding`), malformed JSON, or not "
+    "JSON at all.",
     401: "No bearer token, or not one the service accepts (`code` says which).",
     403: "The token is valid, but its scope does not cover this request (`code`: `forbidden`).",
     404: "No such run.",
@@ -58,8 +60,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "`producer_attempt`: stop) or `terminal` (with the stored `terminal` state).",
     410: "The cursor is older than the oldest retained event (`first_seq`).",
     413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES).",
-    422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
-    "another body. Nothing was written.",
+    422: "A value is out of bounds (`error` names the field), the body nests too deep (`code`: "
+    "`too_deep`), or the Idempotency-Key was used for another request. Nothing was written.",
     503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout): "
     "retry after `Retry-After` seconds. Nothing was written.",
 }
