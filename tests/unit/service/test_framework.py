@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.types import Message, Receive, Scope, Send
@@ -18,7 +19,7 @@ from ledger.idempotency import fingerprint_body
 from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
 from ledger.service.idempotent import key_problem
-from ledger.service.jsontext import body_problem, bracket_depth, too_deep
+from ledger.service.jsontext import body_problem, bracket_depth, encoding_problem, too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
 from ledger.service.settings import ServiceSettings
@@ -179,6 +180,33 @@ def test_json_deeper_than_the_limit_is_found_without_recursing() -> None:
     assert too_deep(b"[" * 70 + b"oops") is None
     # Lone surrogates are no longer refused up front: free text is repaired by the library.
     assert too_deep(b'{"events": [{"type": "log", "line": "ok \\ud800"}]}') is None
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"a": "Ģ"}'.encode("utf-16-le"), "it looks like UTF-16-LE"),
+        ('{"a": 1}'.encode("utf-16-be"), "it looks like UTF-16-BE"),
+        ('{"a": 1}'.encode("utf-16"), "it is UTF-16-LE"),
+        ('{"a": 1}'.encode("utf-32"), "it is UTF-32-LE"),
+        ('{"a": 1}'.encode("utf-32-le"), "it looks like UTF-32-LE"),
+        ('{"a": 1}'.encode("utf-32-be"), "it looks like UTF-32-BE"),
+        (b'\xef\xbb\xbf{"a": 1}', "it is UTF-8 with a byte order mark"),
+        (b'{"a": "\xed\xa0\x80"}', "byte 0xed at offset 7"),
+        (b'{"a": "\xe9"}', "byte 0xe9 at offset 7"),
+        (b'{"a": "x\x00"}', "a NUL byte at offset 8"),
+    ],
+)
+def test_a_body_that_is_not_utf8_json_text_is_named(body: bytes, why: str) -> None:
+    problem = encoding_problem(body)
+    assert problem is not None and problem.startswith(f"body: must be UTF-8 JSON; {why}")
+    refusal = body_problem(body)
+    assert refusal is not None and (refusal.status, refusal.code) == (400, "invalid_encoding")
+
+
+def test_utf8_text_and_an_empty_body_pass_the_encoding_check() -> None:
+    for body in (b"", b"{}", '{"a": "Ģ 日本 🙂", "b": "\\u0000 \\ud800"}'.encode()):
+        assert encoding_problem(body) is None
 
 
 async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
