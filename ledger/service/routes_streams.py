@@ -193,12 +193,16 @@ def stream_name(request: Request, name: str) -> str:
     """The stream's name, checked: its bytes as percent-decoded from the raw path (`name`, the
     router's copy, has bytes that are not UTF-8 silently replaced), which must be UTF-8."""
     raw = request.scope.get("raw_path")
-    prefix = (request.scope.get("root_path", "") + PREFIX).encode("utf-8", "surrogateescape")
-    if isinstance(raw, bytes) and raw.startswith(prefix):
-        try:
-            name = unquote_to_bytes(raw[len(prefix) :]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise bad_request("stream name: must be UTF-8 once percent-decoded") from None
+    if isinstance(raw, bytes):
+        # Servers differ on whether the raw path holds the root path (behind a proxy's prefix).
+        root = str(request.scope.get("root_path", "")).encode("utf-8", "surrogateescape")
+        if root and raw.startswith(root + PREFIX.encode()):
+            raw = raw[len(root) :]
+        if raw.startswith(PREFIX.encode()):
+            try:
+                name = unquote_to_bytes(raw[len(PREFIX) :]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise bad_request("stream name: must be UTF-8 once percent-decoded") from None
     return check_name(name)
 
 

@@ -12,6 +12,9 @@ One dependency, `require_token`, sits on every protected router. It
 A missing, unknown or expired credential is 401; a valid one outside its scope is 403
 `{"error": ..., "code": "forbidden"}`, raised before the endpoint runs, so nothing is written.
 A route missing from `ACCESS` is refused to everyone but admin (and a test fails for it).
+
+A middleware that must not act for a caller the route would refuse (the Idempotency-Key store)
+runs the same decision before routing: `refusal_answer` matches the path against `ACCESS`.
 """
 
 from __future__ import annotations

@@ -850,12 +850,18 @@ def fuzz_service(pg_admin_url: str, tmp_path_factory: pytest.TempPathFactory) ->
 SERVER_ERRORS = ("Traceback", '"level":"error"', '"level": "error"')
 
 
+PROFILE = fuzz_profile()
+
+
 @pytest.mark.fuzz
+# Past the suite's per-test timeout: the ci profile takes about a minute on an idle machine, the
+# soak as long as it is told; this only stops a hung run.
+@pytest.mark.timeout((PROFILE.seconds or 0) + 600)
 def test_byte_mutations_of_every_request_never_5xx_log_a_traceback_or_write_when_refused(
     fuzz_service: tuple[Server, str],
 ) -> None:
     server, url = fuzz_service
-    profile = fuzz_profile()
+    profile = PROFILE
     rng = random.Random(profile.seed)
     stats = FuzzStats()
     fuzzer = Fuzzer(server, url, stats)

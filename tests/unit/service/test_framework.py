@@ -22,6 +22,7 @@ from ledger.service.idempotent import key_problem
 from ledger.service.jsontext import body_problem, bracket_depth, encoding_problem, too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
+from ledger.service.security import ACCESS, api_access
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Drain
 from ledger.validate import json_depth
@@ -300,3 +301,16 @@ def test_brackets_outside_strings_nest_as_deep_as_the_json(
 ) -> None:
     body = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode()
     assert bracket_depth(body) == json_depth(value)
+
+
+def test_every_api_route_is_found_in_access_before_routing_with_its_path_parameters() -> None:
+    for (method, template), need in ACCESS.items():
+        if not template.startswith("/v1/"):
+            continue
+        path = template.replace("{run_id}", "r-1").replace("{pool}", "p").replace("{name:path}", "a/b c")
+        found = api_access(method, path)
+        assert found is not None, (method, template)
+        assert found[0] is need, (method, template)
+        assert set(found[1].values()) <= {"r-1", "p", "a/b c"}
+    assert api_access("PATCH", "/v1/runs/r") is None
+    assert api_access("GET", "/v1/nothing/here") is None
