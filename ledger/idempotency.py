@@ -81,10 +81,10 @@ def fingerprint_token(token: str) -> str:
 
 def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as_json: bool = True) -> str:
     """The request's fingerprint: of its body's canonical JSON (key order and spacing do not count)
-    when `as_json` and it is JSON, else of its bytes; and of `headers`, the request headers that
-    change what the request writes (`(name, value)`, names in lower case), in any order."""
-    digest = hashlib.sha256()
-    kind = "bytes"
+    when `as_json` and it is JSON, else of its bytes and its content type; and of `headers`, the
+    request headers that change what it writes (`(name, value)`, names in lower case), in any
+    order. A JSON body's content type is implied by its being read as JSON, so a plain API request
+    is fingerprinted by its body alone."""
     canonical: bytes | None = None
     if as_json:
         try:
@@ -93,15 +93,13 @@ def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as
             ).encode("ascii")
         except (ValueError, RecursionError, TypeError):
             canonical = None
-    if canonical is not None:
-        kind = "json"
-        digest.update(canonical)
-    else:
-        digest.update(body)
+    digest = hashlib.sha256(body if canonical is None else canonical)
     for name, value in sorted(headers):
+        if name == "content-type" and canonical is not None:
+            continue
         # Header bytes hold neither a NUL nor a newline: the separators cannot be forged.
         digest.update(b"\x00" + name.encode("latin-1") + b"\n" + value.encode("latin-1"))
-    return f"{kind}:{digest.hexdigest()}"
+    return f"{'bytes' if canonical is None else 'json'}:{digest.hexdigest()}"
 
 
 @dataclass(frozen=True)

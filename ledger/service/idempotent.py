@@ -10,9 +10,9 @@ transaction (`Database.shared_transaction`; the SQL is `ledger.idempotency`):
   key was used;
 - a stored answer younger than 24 hours is replayed (`Idempotent-Replayed: true`), with its
   protocol headers (`Location`, `Stream-*`, `Producer-*`), when the request is the same (equal
-  canonical JSON, or bytes for a body that is not JSON; and the same headers that change a write:
-  `Content-Type`, `Stream-*`, `Producer-*`), and nothing is written; a different request is
-  refused with 422 naming `Idempotency-Key`;
+  canonical JSON, or bytes and `Content-Type` for a body that is not JSON; and the same
+  `Stream-*` and `Producer-*` headers, which change a write), and nothing is written; a different
+  request is refused with 422 naming `Idempotency-Key`;
 - otherwise the endpoint runs, its writes joining the transaction, and its answer is stored with
   them when it is a 2xx or a 4xx (a 4xx says the request itself is wrong: the same request gets
   it again). 5xx answers are never stored: the transaction rolls back, writes and all, and a retry
@@ -55,7 +55,8 @@ _ANSWER_HEADERS: Final = frozenset({b"location"})
 
 
 def request_headers(scope: Scope) -> list[tuple[str, str]]:
-    """The request's headers that change what it writes (names in lower case), for its fingerprint."""
+    """The request's headers that change what it writes (names in lower case), for its fingerprint:
+    its content type and the protocol's."""
     return [
         (name.decode("latin-1"), value.decode("latin-1").strip())
         for name, value in scope["headers"]

@@ -314,3 +314,29 @@ def test_every_api_route_is_found_in_access_before_routing_with_its_path_paramet
         assert set(found[1].values()) <= {"r-1", "p", "a/b c"}
     assert api_access("PATCH", "/v1/runs/r") is None
     assert api_access("GET", "/v1/nothing/here") is None
+
+
+def test_a_fingerprint_covers_the_headers_that_change_a_write() -> None:
+    json_type = [("content-type", "application/json")]
+    # A JSON body: by meaning, its content type implied (the fingerprint an API request always had).
+    assert fingerprint_body(b'{"a": 1, "b": 2}', json_type) == fingerprint_body(b'{"b":2,"a":1}')
+    assert fingerprint_body(b'{"a": 1}', [("content-type", "application/json; charset=utf-8")]) == (
+        fingerprint_body(b'{"a":1}', json_type)
+    )
+    # Bytes: by bytes and content type.
+    octets = [("content-type", "application/octet-stream")]
+    assert fingerprint_body(b'{"a": 1}', octets, as_json=False) != fingerprint_body(
+        b'{"a":1}', octets, as_json=False
+    )
+    assert fingerprint_body(b"x", octets, as_json=False) != fingerprint_body(
+        b"x", [("content-type", "text/plain")], as_json=False
+    )
+    # The protocol's headers, in any order.
+    producer = [("producer-id", "p"), ("producer-epoch", "0"), ("producer-seq", "0")]
+    assert fingerprint_body(b"x", octets + producer, as_json=False) == fingerprint_body(
+        b"x", producer[::-1] + octets, as_json=False
+    )
+    assert fingerprint_body(b"x", octets + producer, as_json=False) != fingerprint_body(
+        b"x", [*octets, *producer[:2], ("producer-seq", "1")], as_json=False
+    )
+    assert fingerprint_body(b"", [("stream-closed", "true")]) != fingerprint_body(b"")
