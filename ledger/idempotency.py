@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
+
+from psycopg.types.json import Jsonb
 
 from ledger.db import Conn
 from ledger.validate import repair_text
@@ -38,7 +41,7 @@ KEY_LIFETIME: Final = timedelta(hours=24)
 LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
 
 FIND_ANSWER_SQL: Final = """
-SELECT request_fingerprint, status_code, content_type, response_body
+SELECT request_fingerprint, status_code, content_type, response_body, response_headers
 FROM ledger.idempotency_keys
 WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_digest)s
   AND created_at > now() - %(lifetime)s
@@ -48,14 +51,15 @@ WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_diges
 STORE_ANSWER_SQL: Final = """
 INSERT INTO ledger.idempotency_keys
     (token_fingerprint, scope_digest, method, path, idempotency_key, request_fingerprint,
-     status_code, content_type, response_body, created_at)
+     status_code, content_type, response_body, response_headers, created_at)
 VALUES (%(token_fingerprint)s, %(scope_digest)s, %(method)s, %(path)s, %(idempotency_key)s,
-        %(request_fingerprint)s, %(status_code)s, %(content_type)s, %(response_body)s, now())
+        %(request_fingerprint)s, %(status_code)s, %(content_type)s, %(response_body)s,
+        %(response_headers)s, now())
 ON CONFLICT (token_fingerprint, scope_digest) DO UPDATE SET
     method = EXCLUDED.method, path = EXCLUDED.path, idempotency_key = EXCLUDED.idempotency_key,
     request_fingerprint = EXCLUDED.request_fingerprint, status_code = EXCLUDED.status_code,
     content_type = EXCLUDED.content_type, response_body = EXCLUDED.response_body,
-    created_at = EXCLUDED.created_at
+    response_headers = EXCLUDED.response_headers, created_at = EXCLUDED.created_at
 """
 
 SWEEP_EXPIRED_SQL: Final = """
@@ -75,16 +79,27 @@ def fingerprint_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def fingerprint_body(body: bytes) -> str:
-    """The request body's fingerprint: of its canonical JSON (key order and spacing do not count),
-    or of its bytes when it is not JSON."""
-    try:
-        canonical = json.dumps(
-            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
-        )
-    except (ValueError, RecursionError, TypeError):
-        return "bytes:" + hashlib.sha256(body).hexdigest()
-    return "json:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as_json: bool = True) -> str:
+    """The request's fingerprint: of its body's canonical JSON (key order and spacing do not count)
+    when `as_json` and it is JSON, else of its bytes and its content type; and of `headers`, the
+    request headers that change what it writes (`(name, value)`, names in lower case), in any
+    order. A JSON body's content type is implied by its being read as JSON, so a plain API request
+    is fingerprinted by its body alone."""
+    canonical: bytes | None = None
+    if as_json:
+        try:
+            canonical = json.dumps(
+                json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
+            ).encode("ascii")
+        except (ValueError, RecursionError, TypeError):
+            canonical = None
+    digest = hashlib.sha256(body if canonical is None else canonical)
+    for name, value in sorted(headers):
+        if name == "content-type" and canonical is not None:
+            continue
+        # Header bytes hold neither a NUL nor a newline: the separators cannot be forged.
+        digest.update(b"\x00" + name.encode("latin-1") + b"\n" + value.encode("latin-1"))
+    return f"{'bytes' if canonical is None else 'json'}:{digest.hexdigest()}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +128,8 @@ class StoredAnswer:
     status_code: int
     content_type: str
     body: bytes
+    # The answer's protocol headers, given again with it (`(name, value)`).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 async def lock_scope(conn: Conn, scope: Scope) -> None:
@@ -132,6 +149,7 @@ async def find_answer(conn: Conn, scope: Scope, *, lifetime: timedelta = KEY_LIF
         status_code=int(row["status_code"]),
         content_type=row["content_type"],
         body=bytes(row["response_body"]),
+        headers=tuple((str(name), str(value)) for name, value in row["response_headers"]),
     )
 
 
@@ -149,6 +167,7 @@ async def store_answer(conn: Conn, scope: Scope, answer: StoredAnswer) -> None:
             "status_code": answer.status_code,
             "content_type": repair_text(answer.content_type),
             "response_body": answer.body,
+            "response_headers": Jsonb([list(pair) for pair in answer.headers]),
         },
     )
 

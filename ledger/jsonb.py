@@ -32,11 +32,12 @@ def dumps(value: Any) -> str:
 
 def loads(raw: bytes) -> Any:
     """The JSON value of `raw`, every integer exact. `json.JSONDecodeError` for malformed JSON,
-    `ValueError` for bytes that are not JSON text at all. What orjson refuses and the standard
-    decoder reads (a lone surrogate escape; UTF-16 text) is read the standard way."""
+    `ValueError` for bytes that are not UTF-8 text at all (JSON between systems is UTF-8: never
+    guessed to be UTF-16 or UTF-32). What orjson refuses and the standard decoder reads (a lone
+    surrogate escape) is read the standard way."""
     if _LONG_DIGITS.search(raw) is None:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(raw)
+    return json.loads(raw.decode("utf-8"))

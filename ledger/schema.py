@@ -244,6 +244,8 @@ idempotency_keys = Table(
     Column("content_type", Text, nullable=False),
     Column("response_body", BYTEA, nullable=False),
     _ts("created_at", nullable=False, default_now=True),
+    # The answer's protocol headers (`[name, value]` pairs), given again with it.
+    Column("response_headers", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     PrimaryKeyConstraint("token_fingerprint", "scope_digest"),
     CheckConstraint("status_code BETWEEN 100 AND 499", name="status_code_stored"),
     # The watchdog sweeps expired keys oldest first.

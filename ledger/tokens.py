@@ -41,7 +41,13 @@ VERSION: Final = "v1"
 DEFAULT_TTL_S: Final = 24 * 3600
 MAX_TTL_S: Final = 30 * 24 * 3600
 MIN_SECRET_LENGTH: Final = 16
+# The longest payload a minted token can have (a run id of 512 four-byte characters and the other
+# claims, in base64url), with room to spare; a longer one is not ours and is never decoded.
+MAX_PAYLOAD_CHARS: Final = 4096
+# `exp` is epoch seconds a `datetime` can hold (year 9999): one past it is not a time.
+MAX_EXP_S: Final = validate.MAX_EPOCH_MS // 1000
 _KID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
 
 class Scope(enum.StrEnum):
@@ -153,7 +159,7 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    if not re.fullmatch(r"[A-Za-z0-9_-]*", text):
+    if not _B64URL.fullmatch(text):
         raise TokenError("malformed token")
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -220,42 +226,73 @@ def looks_minted(token: str) -> bool:
 def verify(keyring: Keyring, token: str, *, now_s: float) -> Grant:
     """The grant a minted token carries; `TokenError` unless it is well-formed, signed by a key of
     the ring and, last, unexpired (`TokenExpired`). The signature is checked before anything in
-    the payload is trusted."""
+    the payload but its key id is trusted.
+
+    Whatever a client sends is refused as a `TokenError`, never raised as anything else: the
+    payload must be strict UTF-8 JSON of bounded size, one flat object, and every claim of its
+    type and within its range."""
     parts = token.split(".")
-    if len(parts) != 3 or parts[0] != VERSION:
+    if len(parts) != 3 or parts[0] != VERSION or len(parts[1]) > MAX_PAYLOAD_CHARS:
         raise TokenError("malformed token")
-    try:
-        claims = json.loads(_unb64(parts[1]))
-    except (UnicodeDecodeError, ValueError):
-        raise TokenError("malformed token") from None
-    if not isinstance(claims, dict) or not isinstance(claims.get("kid"), str):
+    claims = _claims(_unb64(parts[1]))
+    kid = claims.get("kid")
+    if not isinstance(kid, str) or not _KID.fullmatch(kid):
         raise TokenError("malformed token")
-    secret = keyring.secret(claims["kid"])
+    secret = keyring.secret(kid)
     if secret is None:
-        raise TokenError(f"token signed with an unknown key id {claims['kid']!r} (rotated out?)")
+        raise TokenError(f"token signed with an unknown key id {kid!r} (rotated out?)")
     if not hmac.compare_digest(_signature(secret, f"{parts[0]}.{parts[1]}"), _unb64(parts[2])):
         raise TokenError("token signature does not match")
-    grant = _grant(claims)
+    grant = _grant(claims, kid)
     assert grant.expires_at_s is not None
     if now_s >= grant.expires_at_s:
         raise TokenExpired(f"token expired at epoch second {grant.expires_at_s}")
     return grant
 
 
-def _grant(claims: dict[str, object]) -> Grant:
-    # Signed by us, so only a bug (or a key shared with another issuer) gets here with junk.
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _claims(payload: bytes) -> dict[str, object]:
+    """The payload's claims: a flat JSON object of scalars in strict UTF-8, else `TokenError`.
+    The payload is bounded (`MAX_PAYLOAD_CHARS`), so a deeply nested one costs a bounded parse
+    that ends in `RecursionError`."""
+    try:
+        claims = json.loads(payload.decode("utf-8"), parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise TokenError("malformed token") from None
+    if not isinstance(claims, dict) or not all(
+        value is None or isinstance(value, str | int) for value in claims.values()
+    ):
+        raise TokenError("malformed token")
+    return claims
+
+
+def _grant(claims: dict[str, object], kid: str) -> Grant:
+    # Signed by us, so only a bug (or a key shared with another issuer) gets here with junk; it is
+    # refused all the same, claim by claim, as a token that is not ours.
     scope, run, exp = claims.get("scope"), claims.get("run"), claims.get("exp")
     attempt = claims.get("max_attempt")
-    if not validate.is_int(exp) or scope not in [s.value for s in MINTABLE]:
+    if not validate.is_int(exp) or not 0 <= exp <= MAX_EXP_S or scope not in [s.value for s in MINTABLE]:
         raise TokenError("malformed token")
     kind = Scope(str(scope))
     if kind is Scope.RUN:
-        if not isinstance(run, str) or not validate.is_int(attempt):
+        if not _is_run_id(run) or not validate.is_int(attempt) or not 0 <= attempt <= validate.INT32_MAX:
             raise TokenError("malformed token")
-        return Grant(kind, run, attempt, exp, str(claims["kid"]))
+        assert isinstance(run, str)
+        return Grant(kind, run, attempt, exp, kid)
     if run is not None or attempt is not None:
         raise TokenError("malformed token")
-    return Grant(kind, None, None, exp, str(claims["kid"]))
+    return Grant(kind, None, None, exp, kid)
+
+
+def _is_run_id(value: object) -> bool:
+    try:
+        validate.run_id("run", value)
+    except validate.InvalidInput:
+        return False
+    return True
 
 
 # -- what a grant may do --------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from ledger.service import (
 from ledger.service.append_route import AppendRoute
 from ledger.service.errors import install_error_handlers
 from ledger.service.idempotent import IdempotencyMiddleware
-from ledger.service.jsontext import too_deep
+from ledger.service.jsontext import body_problem
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
 from ledger.service.run_gate import RunWriteGate
@@ -159,11 +159,11 @@ def create_app(
     app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
     # Outside Idempotency-Key handling, which takes a pooled connection for the whole request.
     app.add_middleware(RunWriteGate, wait_s=settings.db_lock_timeout_s)
-    # Stream payloads are bytes: the JSON depth check is not theirs (JSON mode parses its own).
+    # Stream payloads are bytes: the UTF-8 and depth checks are not theirs (JSON mode has its own).
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        check=too_deep,
+        check=body_problem,
         unchecked_paths=(routes_streams.PREFIX,),
     )
     app.add_middleware(RunPathMiddleware)
@@ -186,7 +186,9 @@ IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
         "pattern": "^[\\x20-\\x7e\\x80-\\xff]*[\\x21-\\x7e\\x80-\\xff][\\x20-\\x7e\\x80-\\xff]*$",
     },
     "description": "Send the same key on every retry of one request: its answer is kept 24 hours (per "
-    "token and path) and given again, nothing written twice. Another body with the same key is 422.",
+    "token and path) and given again, with its protocol headers, nothing written twice. The token is "
+    "checked first (a refused one gets its 401 or 403). Another body, or other headers that change "
+    "the write (Content-Type, Stream-*, Producer-*), with the same key is 422.",
 }
 UNAVAILABLE_RESPONSE: dict[str, Any] = {
     "description": "The database is unavailable (connection lost, pool exhausted, lock or statement "

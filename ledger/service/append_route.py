@@ -6,8 +6,9 @@ path together. This middleware, the innermost (every other middleware - run path
 limit, run write gate, Idempotency-Key, metrics and the access line - still applies), serves the
 request with the same parts the route uses:
 
-- the body is parsed as FastAPI parses it (`json.loads`) and checked by the route's own model,
-  `AppendEvents` (the library then checks every value, as for the route);
+- the body (UTF-8, checked by the body limit middleware) is parsed as FastAPI parses it
+  (`json.loads`) and checked by the route's own model, `AppendEvents` (the library then checks
+  every value, as for the route);
 - the caller is authorized by `require_token` against the route's `ACCESS` entry;
 - the append is `routes_runs.append_answer`, the route's own body;
 - a failure becomes the answer the app's own exception handler for it gives.
@@ -66,8 +67,9 @@ def _is_json(scope: Scope) -> bool:
 def _events(body: bytes) -> list[dict[str, Any]] | None:
     """The events of a body the route's model accepts, else None (the route answers it)."""
     try:
-        return AppendEvents.model_validate(json.loads(body)).events
-    except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        # Decoded as UTF-8, never guessed (the body check refused anything else before here).
+        return AppendEvents.model_validate(json.loads(body.decode("utf-8"))).events
+    except (ValueError, ValidationError, RecursionError):  # JSONDecodeError, UnicodeDecodeError too
         return None
 
 

@@ -4,7 +4,8 @@ names a more precise one; docs/errors.md lists them all.
 
 | raised                                   | status | why                                        |
 |------------------------------------------|--------|--------------------------------------------|
-| malformed JSON, non-JSON body            | 400    | the request could not be read at all        |
+| body not UTF-8 (`invalid_encoding`),     | 400    | the request could not be read at all        |
+| malformed JSON, non-JSON body            |        |                                            |
 | `InvalidInput`, request validation       | 422    | readable, but a field is wrong ("field: …") |
 | `NotFound`, unknown route                | 404    |                                            |
 | a method the route does not take         | 405    |                                            |
@@ -53,7 +54,8 @@ log = logging.getLogger("ledger.service")
 
 # What each error status means, for the OpenAPI document (`error_responses`).
 ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
-    400: "The body could not be read: malformed JSON, or not JSON at all (`code`: `bad_request`).",
+    400: "The body could not be read: not UTF-8 (`code`: `invalid_encoding`), malformed JSON, or not "
+    "JSON at all (`code`: `bad_request`).",
     401: "No bearer token, or not one the service accepts (`code`: `unauthorized` or `token_expired`).",
     403: "The token is valid, but its scope does not cover this request; `error` says which token "
     "would (`code`: `forbidden`).",
@@ -64,8 +66,9 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     410: "The cursor is older than the oldest retained event (`code`: `cursor_expired`, with `first_seq`).",
     413: "The body is larger than the service's limit (LEDGER_MAX_BODY_BYTES): `code` `too_large`, "
     "with the limit in `max_body_bytes` (also in `GET /v1/limits`).",
-    422: "A value is out of bounds (`error` names the field), or the Idempotency-Key was used for "
-    "another body (`code`: `invalid`). Nothing was written.",
+    422: "A value is out of bounds (`error` names the field; `code`: `invalid`), the body nests too "
+    "deep (`code`: `too_deep`), or the Idempotency-Key was used for another request. Nothing was "
+    "written.",
     503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout), "
     "or the run is busy (`code`: `unavailable` or `busy`): retry after `Retry-After` seconds. "
     "Nothing was written.",

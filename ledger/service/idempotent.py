@@ -5,9 +5,14 @@ transaction (`Database.shared_transaction`; the SQL is `ledger.idempotency`):
 
 - the request's scope (token fingerprint, method, path, key) is locked first, so a concurrent
   duplicate waits here for the first one to finish;
-- a stored answer younger than 24 hours is replayed (`Idempotent-Replayed: true`) when the body is
-  the same (equal canonical JSON; bytes for a body that is not JSON), and nothing is written; a
-  different body is refused with 422 naming `Idempotency-Key`;
+- the caller is authorized first, exactly as the route will (`security.refusal_answer`): a token
+  that is invalid, expired or outside its scope gets its 401 or 403 and never learns whether the
+  key was used;
+- a stored answer younger than 24 hours is replayed (`Idempotent-Replayed: true`), with its
+  protocol headers (`Location`, `Stream-*`, `Producer-*`), when the request is the same (equal
+  canonical JSON, or bytes and `Content-Type` for a body that is not JSON; and the same
+  `Stream-*` and `Producer-*` headers, which change a write), and nothing is written; a different
+  request is refused with 422 naming `Idempotency-Key`;
 - otherwise the endpoint runs, its writes joining the transaction, and its answer is stored with
   them when it is a 2xx or a 4xx (a 4xx says the request itself is wrong: the same request gets
   it again). 5xx answers are never stored: the transaction rolls back, writes and all, and a retry
@@ -34,6 +39,7 @@ from ledger.db import DB_FAULTS, Database
 from ledger.service.errors import RETRY_AFTER_S, unavailable_message
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import read_body, replaying, send_json_error
+from ledger.service.security import refusal_answer
 
 log = logging.getLogger("ledger.service.idempotency")
 
@@ -41,6 +47,35 @@ HEADER: Final = "Idempotency-Key"
 MAX_KEY_BYTES: Final = 1024
 METHODS: Final = frozenset({"POST", "PUT"})
 _HEADER_NAME: Final = HEADER.lower().encode()
+# Headers that change what a write does (a stream's content type, closing it, a producer's epoch
+# and seq, ...): part of the request's fingerprint. The same prefixes name the answer headers
+# that are part of the answer (a stream's next offset, ...), kept and given again with it.
+_PROTOCOL_PREFIXES: Final = (b"stream-", b"producer-")
+_ANSWER_HEADERS: Final = frozenset({b"location"})
+
+
+def request_headers(scope: Scope) -> list[tuple[str, str]]:
+    """The request's headers that change what it writes (names in lower case), for its fingerprint:
+    its content type and the protocol's."""
+    return [
+        (name.decode("latin-1"), value.decode("latin-1").strip())
+        for name, value in scope["headers"]
+        if name == b"content-type" or name.startswith(_PROTOCOL_PREFIXES)
+    ]
+
+
+def is_json_body(scope: Scope) -> bool:
+    """Whether the body is read as JSON (no content type, or a JSON one): fingerprinted by its
+    meaning; any other body by its bytes (a stream's payload is bytes, `{"a": 1}` included)."""
+    name: bytes
+    value: bytes
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            media = value.partition(b";")[0].strip().lower()
+            return media == b"application/json" or (
+                media.startswith(b"application/") and media.endswith(b"+json")
+            )
+    return True
 
 
 class _Discard(Exception):
@@ -104,6 +139,14 @@ class _Captured:
         )
 
     @property
+    def protocol_headers(self) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in self.headers
+            if name.lower() in _ANSWER_HEADERS or name.lower().startswith(_PROTOCOL_PREFIXES)
+        )
+
+    @property
     def content_type(self) -> str:
         for name, value in self.headers:
             if name.lower() == b"content-type":
@@ -124,6 +167,7 @@ async def _send_stored(send: Send, stored: idempotency.StoredAnswer) -> None:
             "headers": [
                 (b"content-type", stored.content_type.encode("latin-1", "replace")),
                 (b"content-length", str(len(stored.body)).encode()),
+                *((name.encode("latin-1"), value.encode("latin-1")) for name, value in stored.headers),
                 (b"idempotent-replayed", b"true"),
             ],
         }
@@ -173,6 +217,12 @@ class IdempotencyMiddleware:
         body = await read_body(receive)
         if body is None:
             return
+        # Authorized before any answer is looked up: a caller the route would refuse gets that
+        # refusal, never a stored answer nor a word on whether the key was used.
+        refused = await refusal_answer(scope, replaying(body, receive))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         key_scope = idempotency.Scope(
             token_fingerprint=idempotency.fingerprint_token(token),
             method=scope["method"],
@@ -190,7 +240,9 @@ class IdempotencyMiddleware:
         key_scope: idempotency.Scope,
         body: bytes,
     ) -> None:
-        request_fingerprint = idempotency.fingerprint_body(body)
+        request_fingerprint = idempotency.fingerprint_body(
+            body, request_headers(scope), as_json=is_json_body(scope)
+        )
         captured = _Captured()
         stored: idempotency.StoredAnswer | None = None
         try:
@@ -209,6 +261,7 @@ class IdempotencyMiddleware:
                             status_code=captured.status or 0,
                             content_type=captured.content_type,
                             body=b"".join(captured.chunks),
+                            headers=captured.protocol_headers,
                         ),
                     )
         except _Discard:

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger import validate
 from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
+from ledger.service.jsontext import BodyRefusal
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
 
@@ -123,15 +124,16 @@ class BodyLimitMiddleware:
     A declared `Content-Length` over the limit is refused without reading; otherwise the body is
     read (and counted, for chunked uploads that declare nothing) up to the limit, then replayed to
     the app. Later `receive()` calls go to the server, so disconnects are still seen. `check` may
-    refuse a complete body (422 with its message) before the app sees it, except under
-    `unchecked_paths` (path prefixes whose bodies are opaque bytes, not JSON the service parses).
+    refuse a complete body (with its status, code and message) before the app sees it, except
+    under `unchecked_paths` (path prefixes whose bodies are opaque bytes, not JSON the service
+    parses).
     """
 
     def __init__(
         self,
         app: ASGIApp,
         max_bytes: int,
-        check: Callable[[bytes], str | None] | None = None,
+        check: Callable[[bytes], BodyRefusal | None] | None = None,
         unchecked_paths: tuple[str, ...] = (),
     ) -> None:
         self.app = app
@@ -175,7 +177,7 @@ class BodyLimitMiddleware:
         checked = self.check is not None and not scope["path"].startswith(self.unchecked_paths)
         problem = self.check(body) if checked and self.check is not None else None
         if problem is not None:
-            await send_json_error(send, 422, problem)
+            await send_json_error(send, problem.status, problem.message, code=problem.code)
             return
         await self.app(scope, replaying(body, receive), send)
 

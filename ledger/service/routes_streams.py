@@ -18,6 +18,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Coroutine
 from typing import Annotated, Any, Final
+from urllib.parse import quote, unquote_to_bytes
 
 import psycopg
 from fastapi import APIRouter, Depends, Request
@@ -174,7 +175,8 @@ def _read_only(name: str) -> StreamRefused:
 
 
 def _fork_source(raw: str) -> str:
-    """The source's name from `Stream-Forked-From` (its path or URL under `/v1/stream/`)."""
+    """The source's name from `Stream-Forked-From` (its path or URL under `/v1/stream/`,
+    percent-encoded as in a request path or a `Location`)."""
     value = raw.strip()
     at = value.find(PREFIX)
     if at >= 0:
@@ -182,7 +184,33 @@ def _fork_source(raw: str) -> str:
     value = value.split("?", 1)[0]
     if not value:
         raise bad_request("Stream-Forked-From: names no stream")
-    return value
+    try:
+        return unquote_to_bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad_request("Stream-Forked-From: must be UTF-8 once percent-decoded") from None
+
+
+def stream_name(request: Request, name: str) -> str:
+    """The stream's name, checked: its bytes as percent-decoded from the raw path (`name`, the
+    router's copy, has bytes that are not UTF-8 silently replaced), which must be UTF-8."""
+    raw = request.scope.get("raw_path")
+    if isinstance(raw, bytes):
+        # Servers differ on whether the raw path holds the root path (behind a proxy's prefix).
+        root = str(request.scope.get("root_path", "")).encode("utf-8", "surrogateescape")
+        if root and raw.startswith(root + PREFIX.encode()):
+            raw = raw[len(root) :]
+        if raw.startswith(PREFIX.encode()):
+            try:
+                name = unquote_to_bytes(raw[len(PREFIX) :]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise bad_request("stream name: must be UTF-8 once percent-decoded") from None
+    return check_name(name)
+
+
+def location(request: Request, name: str) -> str:
+    """The stream's URL, percent-encoded: a header carries bytes of one byte per character, and a
+    name may hold any character (`?` and `#` included)."""
+    return f"{str(request.base_url).rstrip('/')}{PREFIX}{quote(name, safe='/')}"
 
 
 def check_name(name: str) -> str:
@@ -202,7 +230,7 @@ async def create_stream(name: str, request: Request, svc: Svc) -> Response:
 
 
 async def _create(name: str, request: Request, svc: Svc) -> Response:
-    check_name(name)
+    name = stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     ttl_raw, expires_raw = _header(request, "Stream-TTL"), _header(request, "Stream-Expires-At")
@@ -235,7 +263,7 @@ async def _create(name: str, request: Request, svc: Svc) -> Response:
     created, stream = await _store(svc).create(name, create)
     headers = _meta_headers(stream)
     if created:
-        headers["Location"] = str(request.url)
+        headers["Location"] = location(request, name)
     return Response(status_code=201 if created else 200, headers=headers)
 
 
@@ -245,7 +273,7 @@ async def append_stream(name: str, request: Request, svc: Svc) -> Response:
 
 
 async def _append(name: str, request: Request, svc: Svc) -> Response:
-    check_name(name)
+    name = stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     body = await request.body()
@@ -277,12 +305,12 @@ async def _append(name: str, request: Request, svc: Svc) -> Response:
 
 
 @router.delete("/{name:path}", status_code=204, summary="Delete a stream")
-async def delete_stream(name: str, svc: Svc) -> Response:
-    return await answer(_delete(name, svc))
+async def delete_stream(name: str, request: Request, svc: Svc) -> Response:
+    return await answer(_delete(name, request, svc))
 
 
-async def _delete(name: str, svc: Svc) -> Response:
-    check_name(name)
+async def _delete(name: str, request: Request, svc: Svc) -> Response:
+    name = stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     await _store(svc).delete(name)
@@ -290,12 +318,12 @@ async def _delete(name: str, svc: Svc) -> Response:
 
 
 @router.head("/{name:path}", summary="A stream's metadata: content type, tail offset, TTL, closed")
-async def head_stream(name: str, svc: Svc) -> Response:
-    return await answer(_head(name, svc))
+async def head_stream(name: str, request: Request, svc: Svc) -> Response:
+    return await answer(_head(name, request, svc))
 
 
-async def _head(name: str, svc: Svc) -> Response:
-    check_name(name)
+async def _head(name: str, request: Request, svc: Svc) -> Response:
+    name = stream_name(request, name)
     run_id = _run_id(name)
     stream = await (RunStreams(svc.runlog).head(run_id) if run_id is not None else _store(svc).head(name))
     headers = {**_meta_headers(stream), "Cache-Control": "no-store"}
@@ -352,7 +380,7 @@ def _chunk_headers(chunk: Chunk) -> dict[str, str]:
 
 
 async def _read(name: str, request: Request, svc: Svc) -> Response:
-    check_name(name)
+    name = stream_name(request, name)
     offsets = request.query_params.getlist("offset")
     if len(offsets) > 1:
         raise bad_request("offset: send it once")

@@ -13,6 +13,9 @@ One dependency, `require_token`, sits on every protected router. It
 A missing, unknown or expired credential is 401; a valid one outside its scope is 403
 `{"error": ..., "code": "forbidden"}`, raised before the endpoint runs, so nothing is written.
 A route missing from `ACCESS` is refused to everyone but admin (and a test fails for it).
+
+A middleware that must not act for a caller the route would refuse (the Idempotency-Key store)
+runs the same decision before routing: `refusal_answer` matches the path against `ACCESS`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
+from starlette.routing import compile_path
+from starlette.types import Receive, Scope
 
 from ledger import tokens
 from ledger.auth import token_matches
@@ -211,10 +216,14 @@ async def require_token(
 ) -> Grant:
     """Authorize the request with `credentials` (see the module docstring): the caller's grant,
     else `AccessDenied` (an `HTTPException`) 401 or 403."""
+    return await authorize(request, credentials, route_need(request))
+
+
+async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None, need: Need) -> Grant:
+    """The caller's grant when it may make the request needing `need`, else `AccessDenied`."""
     grant = await resolve_credential(request, credentials)
     if grant.scope is tokens.Scope.ADMIN:
         return grant
-    need = route_need(request)
     run_id: object = None
     attempt: object = None
     if need.run == "path":
@@ -229,3 +238,43 @@ async def require_token(
     if problem is not None:
         raise AccessDenied(403, problem, "forbidden")
     return grant
+
+
+# Every API write lives under /v1/; the dashboard's forms check their caller themselves.
+_API_PREFIX: Final = "/v1/"
+_ACCESS_PATTERNS: Final = tuple(
+    (method, path, compile_path(path)) for method, path in ACCESS if path.startswith(_API_PREFIX)
+)
+
+
+def api_access(method: str, path: str) -> tuple[Need, dict[str, Any]] | None:
+    """The `ACCESS` entry of an API request's route and its path parameters, matched as the router
+    matches it, or None (no API route has that method and path)."""
+    for entry_method, template, (pattern, _, convertors) in _ACCESS_PATTERNS:
+        if entry_method != method:
+            continue
+        match = pattern.match(path)
+        if match is not None:
+            params = {key: convertors[key].convert(value) for key, value in match.groupdict().items()}
+            return ACCESS[(entry_method, template)], params
+    return None
+
+
+async def refusal_answer(scope: Scope, receive: Receive) -> JsonAnswer | None:
+    """Authorize an API request before the app routes it, as its route's `require_token` will:
+    the 401 or 403 answer when refused, else None (also for a path no API route serves).
+
+    For a middleware that must not act for a caller the route would refuse: an answer stored
+    under an Idempotency-Key is given only to a request that may make it (an expired token, or a
+    run token outside its run, must not learn whether a key exists). `receive` yields the body.
+    """
+    access = api_access(scope["method"], scope["path"])
+    if access is None:
+        return None
+    need, params = access
+    request = Request({**scope, "path_params": params}, receive)
+    try:
+        await authorize(request, await bearer_credentials(request), need)
+    except AccessDenied as exc:
+        return await _access_denied(request, exc)
+    return None

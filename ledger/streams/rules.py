@@ -133,19 +133,45 @@ def parse_producer(pid: str | None, epoch: str | None, seq: str | None) -> Produ
     return Producer(pid, parse_decimal("Producer-Epoch", epoch), parse_decimal("Producer-Seq", seq))
 
 
+def _not_json(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_messages(body: bytes, *, allow_empty: bool) -> list[bytes]:
     """The messages of a JSON-mode body: an array is flattened one level, any other value is one
-    message. Each is stored re-serialized compactly (so it holds no raw newline)."""
+    message. Each is stored re-serialized compactly (so it holds no raw newline).
+
+    Only strict JSON is taken (400 otherwise): UTF-8, no NaN or Infinity (nor a number too large
+    for a double, which reads as one), no lone surrogate escape. Every later read hands the stored
+    messages to a JSON parser as they are, and none of those would parse there."""
     try:
-        value = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        value = json.loads(body.decode("utf-8"), parse_constant=_not_json)
+    except UnicodeDecodeError as exc:
+        raise bad_request(
+            f"body: not UTF-8 JSON (byte 0x{body[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    except ValueError as exc:
         raise bad_request(f"body: invalid JSON ({exc})") from None
     except RecursionError:
         raise bad_request("body: JSON nested too deep") from None
     items = value if isinstance(value, list) else [value]
     if not items and not allow_empty:
         raise bad_request("body: an empty JSON array appends nothing")
-    return [json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode() for item in items]
+    try:
+        return [
+            json.dumps(item, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            for item in items
+        ]
+    except ValueError as exc:  # Infinity from a huge number; a lone surrogate (UnicodeEncodeError)
+        raise bad_request(f"body: not strict JSON ({_strict_problem(exc)})") from None
+    except RecursionError:
+        raise bad_request("body: JSON nested too deep") from None
+
+
+def _strict_problem(exc: ValueError) -> str:
+    if isinstance(exc, UnicodeEncodeError):
+        return "a string holds a lone surrogate escape"
+    return "a number is out of range for a double"
 
 
 def json_array(messages: list[bytes]) -> bytes:

@@ -76,7 +76,7 @@ def test_a_body_nested_100000_deep_is_422_not_a_crash(client: httpx.Client) -> N
     for raw in (b"[" * 100_000 + b"]" * 100_000, b'{"events": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"):
         answer = client.post("/v1/runs", content=raw, headers=JSON)
         assert answer.status_code == 422
-        assert answer.json() == {"error": "body: JSON nests deeper than 64 levels", "code": "invalid"}
+        assert answer.json() == {"error": "body: JSON nests deeper than 64 levels", "code": "too_deep"}
     assert client.get("/healthz").status_code == 200
 
 

@@ -36,7 +36,6 @@ def test_dumps_refuses_nan_like_the_standard_encoder_when_orjson_cannot_say() ->
         b'{"a": 100000000000000000000000, "b": -18446744073709551617, "c": 18446744073709551615}',
         b'[9223372036854775807, -9223372036854775808, 1.5e300, "\\u00e9"]',
         b'{"line": "\\ud800 lone surrogate", "n": 1}',
-        '{"utf16": 1}'.encode("utf-16"),
     ],
 )
 def test_loads_reads_what_the_standard_decoder_reads_every_integer_exact(raw: bytes) -> None:
@@ -51,3 +50,10 @@ def test_loads_refuses_what_the_standard_decoder_refuses() -> None:
         jsonb.loads(b'{"a": ')
     with pytest.raises(ValueError):
         jsonb.loads(b"\xff\xfe\xff")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-8-sig"])
+def test_loads_reads_utf8_only_never_a_guessed_encoding(encoding: str) -> None:
+    # The standard decoder guesses UTF-16 and UTF-32 from NUL bytes; JSON between systems is UTF-8.
+    with pytest.raises(ValueError):
+        jsonb.loads('{"n": 10000000000000000000000}'.encode(encoding))

@@ -339,3 +339,90 @@ def test_run_uploads_only_up_to_its_attempt_and_must_name_it() -> None:
     for attempt in (3, 2.5, None, "2", True):
         assert tokens.refusal(RUN_A, UPLOAD_RUN, run_id="run-a", attempt=attempt) is not None
     assert tokens.refusal(RUN_A, UPLOAD_RUN, run_id="run-b", attempt=1) is not None
+
+
+# -- hostile payloads: every one a TokenError, never anything else --------------------------------
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def signed_payload(payload: bytes, keyring: tokens.Keyring = OLD) -> str:
+    """A token of `payload` signed with the keyring's key, whatever the payload holds."""
+    _, secret = keyring.signing
+    head = f"v1.{_b64(payload)}"
+    signature = hmac.new(secret, head.encode(), "sha256").digest()
+    return f"{head}.{_b64(signature)}"
+
+
+def good_claims(**changes: object) -> bytes:
+    claims = {"exp": int(NOW) + 60, "kid": "k1", "max_attempt": 2, "run": "run-a", "scope": "run", **changes}
+    return json.dumps(claims).encode()
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"kid":"\\ud800","exp":1}',  # a lone surrogate key id
+        b'{"kid":"k1\\n","exp":1}',  # a key id that `$` would let through
+        b'{"kid":"k\xed\xa0\x80","exp":1}',  # an encoded surrogate: not UTF-8
+        b"\xff\xfe{\x00}\x00",
+        '{"kid": "k1"}'.encode("utf-16"),
+        b'\xef\xbb\xbf{"kid": "k1"}',
+        b'{"kid":' + b"[" * 2000 + b"]" * 2000 + b"}",
+        b'{"kid":"k1","x":' + b'{"a":' * 2000 + b"1" + b"}" * 2000 + b"}",
+        b'{"kid":"k1","exp":NaN}',
+        b"[1, 2]",
+        b"null",
+        b"",
+    ],
+)
+def test_a_malformed_payload_is_a_token_error_signed_or_not(payload: bytes) -> None:
+    for token in (f"v1.{_b64(payload)}.AAAA", signed_payload(payload)):
+        with pytest.raises(TokenError):
+            tokens.verify(OLD, token, now_s=NOW)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"exp": 10**30},
+        {"exp": tokens.MAX_EXP_S + 1},
+        {"exp": -1},
+        {"exp": 1e400},
+        {"exp": "soon"},
+        {"exp": True},
+        {"max_attempt": 2**31},
+        {"max_attempt": -1},
+        {"run": ["run-a"]},
+        {"run": "a/b"},
+        {"run": "\ud800"},
+        {"run": ""},
+        {"scope": "admin", "run": None, "max_attempt": None},
+        {"scope": {"a": [1]}},
+        {"kid": 7},
+    ],
+)
+def test_claims_of_the_wrong_type_or_out_of_range_are_refused_though_signed(
+    changes: dict[str, object],
+) -> None:
+    payload = json.dumps({**json.loads(good_claims()), **changes}).encode()
+    with pytest.raises(TokenError):
+        tokens.verify(OLD, signed_payload(payload), now_s=NOW)
+
+
+def test_the_last_valid_expiry_is_accepted() -> None:
+    grant = tokens.verify(OLD, signed_payload(good_claims(exp=tokens.MAX_EXP_S)), now_s=NOW)
+    assert grant.expires_at_s == tokens.MAX_EXP_S
+
+
+def test_a_payload_past_the_size_bound_is_refused_before_decoding() -> None:
+    payload = "A" * tokens.MAX_PAYLOAD_CHARS
+    with pytest.raises(TokenError, match="malformed"):
+        tokens.verify(OLD, f"v1.{payload}A.AAAA", now_s=NOW)
+    # The longest run id, in four-byte characters, still fits: the bound is above every real token.
+    run = "🙂" * 512
+    token, _ = tokens.mint(OLD, Scope.RUN, now_s=NOW, ttl_s=60, run_id=run, max_attempt=2)
+    assert len(token.split(".")[1]) < tokens.MAX_PAYLOAD_CHARS
+    assert tokens.verify(OLD, token, now_s=NOW).run_id == run

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.types import Message, Receive, Scope, Send
@@ -18,9 +19,10 @@ from ledger.idempotency import fingerprint_body
 from ledger.service.app import create_app
 from ledger.service.errors import describe_validation_error
 from ledger.service.idempotent import key_problem
-from ledger.service.jsontext import bracket_depth, too_deep
+from ledger.service.jsontext import body_problem, bracket_depth, encoding_problem, too_deep
 from ledger.service.logs import JsonFormatter, current_run_id
 from ledger.service.middleware import BodyLimitMiddleware, path_run_id_problem
+from ledger.service.security import ACCESS, api_access
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Drain
 from ledger.validate import json_depth
@@ -185,13 +187,46 @@ def test_json_deeper_than_the_limit_is_found_without_recursing() -> None:
     assert too_deep(b'{"events": [{"type": "log", "line": "ok \\ud800"}]}') is None
 
 
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"a": "Ģ"}'.encode("utf-16-le"), "it looks like UTF-16-LE"),
+        ('{"a": 1}'.encode("utf-16-be"), "it looks like UTF-16-BE"),
+        ('{"a": 1}'.encode("utf-16"), "it is UTF-16-LE"),
+        ('{"a": 1}'.encode("utf-32"), "it is UTF-32-LE"),
+        ('{"a": 1}'.encode("utf-32-le"), "it looks like UTF-32-LE"),
+        ('{"a": 1}'.encode("utf-32-be"), "it looks like UTF-32-BE"),
+        (b'\xef\xbb\xbf{"a": 1}', "it is UTF-8 with a byte order mark"),
+        (b'{"a": "\xed\xa0\x80"}', "byte 0xed at offset 7"),
+        (b'{"a": "\xe9"}', "byte 0xe9 at offset 7"),
+        (b'{"a": "x\x00"}', "a NUL byte at offset 8"),
+    ],
+)
+def test_a_body_that_is_not_utf8_json_text_is_named(body: bytes, why: str) -> None:
+    problem = encoding_problem(body)
+    assert problem is not None and problem.startswith(f"body: must be UTF-8 JSON; {why}")
+    refusal = body_problem(body)
+    assert refusal is not None and (refusal.status, refusal.code) == (400, "invalid_encoding")
+
+
+def test_utf8_text_and_an_empty_body_pass_the_encoding_check() -> None:
+    for body in (b"", b"{}", '{"a": "Ģ 日本 🙂", "b": "\\u0000 \\ud800"}'.encode()):
+        assert encoding_problem(body) is None
+
+
 async def test_a_body_refused_by_the_check_never_reaches_the_app() -> None:
-    app = BodyLimitMiddleware(echo_size, max_bytes=1_000_000, check=too_deep)
+    app = BodyLimitMiddleware(echo_size, max_bytes=1_000_000, check=body_problem)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         refused = await client.post("/", content=nested(100))
+        utf16 = await client.post("/", content=nested(100).decode().encode("utf-16-le"))
         fine = await client.post("/", content=b'{"run_id": "r"}')
     assert refused.status_code == 422
-    assert refused.json()["error"] == "body: JSON nests deeper than 64 levels"
+    assert refused.json() == {"error": "body: JSON nests deeper than 64 levels", "code": "too_deep"}
+    assert utf16.status_code == 400
+    assert utf16.json() == {
+        "error": "body: must be UTF-8 JSON; it looks like UTF-16-LE",
+        "code": "invalid_encoding",
+    }
     assert fine.json() == {"size": 15}
 
 
@@ -270,3 +305,42 @@ def test_brackets_outside_strings_nest_as_deep_as_the_json(
 ) -> None:
     body = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode()
     assert bracket_depth(body) == json_depth(value)
+
+
+def test_every_api_route_is_found_in_access_before_routing_with_its_path_parameters() -> None:
+    for (method, template), need in ACCESS.items():
+        if not template.startswith("/v1/"):
+            continue
+        path = template.replace("{run_id}", "r-1").replace("{pool}", "p").replace("{name:path}", "a/b c")
+        found = api_access(method, path)
+        assert found is not None, (method, template)
+        assert found[0] is need, (method, template)
+        assert set(found[1].values()) <= {"r-1", "p", "a/b c"}
+    assert api_access("PATCH", "/v1/runs/r") is None
+    assert api_access("GET", "/v1/nothing/here") is None
+
+
+def test_a_fingerprint_covers_the_headers_that_change_a_write() -> None:
+    json_type = [("content-type", "application/json")]
+    # A JSON body: by meaning, its content type implied (the fingerprint an API request always had).
+    assert fingerprint_body(b'{"a": 1, "b": 2}', json_type) == fingerprint_body(b'{"b":2,"a":1}')
+    assert fingerprint_body(b'{"a": 1}', [("content-type", "application/json; charset=utf-8")]) == (
+        fingerprint_body(b'{"a":1}', json_type)
+    )
+    # Bytes: by bytes and content type.
+    octets = [("content-type", "application/octet-stream")]
+    assert fingerprint_body(b'{"a": 1}', octets, as_json=False) != fingerprint_body(
+        b'{"a":1}', octets, as_json=False
+    )
+    assert fingerprint_body(b"x", octets, as_json=False) != fingerprint_body(
+        b"x", [("content-type", "text/plain")], as_json=False
+    )
+    # The protocol's headers, in any order.
+    producer = [("producer-id", "p"), ("producer-epoch", "0"), ("producer-seq", "0")]
+    assert fingerprint_body(b"x", octets + producer, as_json=False) == fingerprint_body(
+        b"x", producer[::-1] + octets, as_json=False
+    )
+    assert fingerprint_body(b"x", octets + producer, as_json=False) != fingerprint_body(
+        b"x", [*octets, *producer[:2], ("producer-seq", "1")], as_json=False
+    )
+    assert fingerprint_body(b"", [("stream-closed", "true")]) != fingerprint_body(b"")
