@@ -337,6 +337,7 @@ class NotReady(TypedDict):
 # precise ones; "error" for a status that has none of its own).
 ErrorCode = Literal[
     "bad_request",
+    "invalid_encoding",
     "unauthorized",
     "token_expired",
     "forbidden",
@@ -351,6 +352,7 @@ ErrorCode = Literal[
     "cursor_expired",
     "too_large",
     "invalid",
+    "too_deep",
     "headers_too_large",
     "internal",
     "unavailable",
@@ -363,14 +365,14 @@ class ErrorBody(TypedDict):
     """Every error answer: `error` says what is wrong (naming the field for bad input), `code`
     which kind of failure it is, for a program to act on (docs/errors.md lists them all).
 
-    By status: 400 `bad_request`, 401 `unauthorized` (or `token_expired`), 403 `forbidden` (the
-    `error` says which token the request needs), 404 `not_found`, 405 `method_not_allowed`, 408
-    `request_timeout`, 409 `conflict`, 410 `gone`, 413 `too_large`, 422 `invalid`, 431
-    `headers_too_large`, 500 `internal`, 503 `unavailable` (or `busy`). More precise ones: a 409
-    says `stale_attempt` with the current `producer_attempt` (stop reporting), `terminal` with the
-    stored `terminal` state (who ended the run and how), or `instance_mapped`; a 410
-    `cursor_expired` carries `first_seq`, the oldest event still retained; a 413 `too_large` the
-    service's `max_body_bytes`.
+    By status: 400 `bad_request` (`invalid_encoding`: a body that is not UTF-8), 401 `unauthorized`
+    (or `token_expired`), 403 `forbidden` (the `error` says which token the request needs), 404
+    `not_found`, 405 `method_not_allowed`, 408 `request_timeout`, 409 `conflict`, 410 `gone`, 413
+    `too_large`, 422 `invalid` (`too_deep`: a body nested too deep), 431 `headers_too_large`, 500
+    `internal`, 503 `unavailable` (or `busy`). More precise ones: a 409 says `stale_attempt` with
+    the current `producer_attempt` (stop reporting), `terminal` with the stored `terminal` state
+    (who ended the run and how), or `instance_mapped`; a 410 `cursor_expired` carries `first_seq`,
+    the oldest event still retained; a 413 `too_large` the service's `max_body_bytes`.
     """
 
     error: str
