@@ -123,11 +123,11 @@ async def test_readd_after_expiry_starts_over(pool: WarmPool, clock: ManualClock
 
 async def test_gc_removes_other_versions_of_the_same_pool_only(pool: WarmPool, db: Database) -> None:
     await pool.add("default", "v1", ["a", "b"], ready=True)
-    await pool.add("other", "v1", ["a"], ready=True)
+    await pool.add("other", "v1", ["o"], ready=True)
     await pool.add("default", "v2", ["c"])
     assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [
         ("default", "c"),
-        ("other", "a"),
+        ("other", "o"),
     ]
     # Any operation naming a version collects, a count as well.
     assert await pool.count("other", "v3") == {"available": 0, "warming": 0}
@@ -279,13 +279,13 @@ async def test_ready_keeps_an_earlier_ready_at(pool: WarmPool, clock: ManualCloc
 
 async def test_delete_and_clear(pool: WarmPool, db: Database) -> None:
     await pool.add("default", V, ["a", "b", "c"])
-    await pool.add("other", V, ["a"])
-    await pool.map_run("r1", "a", V)
+    await pool.add("other", V, ["o"])
+    await pool.map_run("r1", "m", V)
     assert await pool.delete("default", V, ["a", "b", "zz"]) == 2
     assert await pool.delete("default", V, ["a"]) == 0
     assert await pool.clear("default") == 1
     assert await pool.clear("default") == 0
-    assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [("other", "a")]
+    assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [("other", "o")]
     assert await mapping(db, "r1") is not None  # clear leaves run mappings alone
 
 
