@@ -144,6 +144,23 @@ def violations(database_url: str) -> list[str]:
     return problems
 
 
+# Live entries plus live mappings of each instance, for tests that know where every one of theirs
+# must be (exactly one place; runs that end are not counted out here).
+_PLACES = """
+SELECT i AS instance_id,
+       (SELECT count(*) FROM ledger.pool_entries p WHERE p.id = i AND p.expires_at > now())
+     + (SELECT count(*) FROM ledger.run_mappings m
+        WHERE m.instance_id = i AND m.expires_at > now()) AS places
+FROM unnest(%(ids)s::text[]) AS i
+"""
+
+
+def places(conn: psycopg.Connection[dict[str, Any]], instance_ids: list[str]) -> dict[str, int]:
+    """How many places (live pool entries and live mappings) each instance is in."""
+    rows = conn.execute(_PLACES, {"ids": instance_ids}).fetchall()
+    return {r["instance_id"]: r["places"] for r in rows}
+
+
 def instance_problems(conn: psycopg.Connection[dict[str, Any]], now: datetime | None = None) -> list[str]:
     """The instances in two places at `now` (the database's when None), by `INSTANCE_RULES`."""
     problems: list[str] = []

@@ -24,7 +24,7 @@ from ledger.db import Database
 from ledger.errors import InstanceMapped
 from ledger.pool import store
 from ledger.pool.store import WarmPool
-from tests.faults.invariants import instance_problems
+from tests.faults.invariants import instance_problems, places
 
 V = "v1"
 
@@ -186,8 +186,7 @@ async def test_maps_adds_readies_and_claims_racing_on_one_instance_leave_it_in_o
                     raise result
                 outcomes[(racers[i][0], _outcome(result))] += 1
             assert instance_problems(checker) == [], n
-            places = checker.execute(PLACES, {"ids": pooled + fresh}).fetchall()
-            assert {r["instance_id"]: r["places"] for r in places} == dict.fromkeys(pooled + fresh, 1), n
+            assert places(checker, pooled + fresh) == dict.fromkeys(pooled + fresh, 1), n
     # The races went both ways (a claim mostly beats a ready, and may lose to none).
     won = {kind for kind, outcome in outcomes if outcome == "won"}
     refused = {kind for kind, outcome in outcomes if outcome == "refused"}
@@ -202,16 +201,6 @@ def _outcome(result: object) -> str:
     if result in (1, True, {"mapped": True}) or (isinstance(result, dict) and result.get("id")):
         return "won"
     return "nothing"  # a claim that found no entry, a ready whose entry a claim took
-
-
-# Live entries and live mappings per instance (no run here ends).
-PLACES = """
-SELECT i AS instance_id,
-       (SELECT count(*) FROM ledger.pool_entries p WHERE p.id = i AND p.expires_at > now())
-     + (SELECT count(*) FROM ledger.run_mappings m
-        WHERE m.instance_id = i AND m.expires_at > now()) AS places
-FROM unnest(%(ids)s::text[]) AS i
-"""
 
 
 async def test_an_add_waiting_on_a_claim_s_entry_sees_the_claim_s_mapping(db: Database) -> None:
@@ -254,7 +243,10 @@ async def test_a_map_waiting_on_an_add_of_its_instance_sees_the_entry(db: Databa
 
 async def _blocked(db: Database, task: asyncio.Future[Any]) -> None:
     """Wait until `task`'s transaction waits on a lock another holds (it must not have finished)."""
-    waiting = "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    waiting = (
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
     while (await _fetch(db, waiting))[0]["n"] == 0:
         assert not task.done(), task
         await asyncio.sleep(0.01)
