@@ -2,8 +2,9 @@
 every limit (stale at 7 min, expiry, the minimum ready age, ties, another version, ready in the
 future), to the microsecond, some of them instances mapped to runs (live or expired mappings,
 ended runs, the claiming run's own). The database must count what `rules.count` counts, claim what
-`rules.choose_claim` chooses (never an instance `rules.serves_live_run` says another run holds) and
-collect what `rules.is_garbage` calls garbage."""
+`rules.choose_claim` chooses (never an instance `rules.serves_live_run` says another run holds),
+collect what `rules.is_garbage` calls garbage, and find an instance in a pool or with a run exactly
+where `rules.holds_instance` and `rules.serves_live_run` put it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.pool import rules
+from ledger.pool import rules, store
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
 
 S = PoolSettings()
@@ -108,6 +109,7 @@ def _check(
         busy = {
             m.instance_id for m, ended in mapped if m.run_id != "run" and rules.serves_live_run(m, ended, NOW)
         }
+        _check_placed(conn, entries, mapped)
         oldest, newest = rules.claim_window(NOW, min_age, S)
         counts = conn.execute(
             "SELECT * FROM ledger.pool_counts('p', 'v1', %s, %s, %s)", (NOW, oldest, newest)
@@ -131,6 +133,23 @@ def _check(
         survivors = sorted(e.id for e in left if not rules.is_garbage(e, "v1", NOW, S))
         assert [r[0] for r in kept] == survivors
         assert deleted == (len(left) - len(survivors),)
+
+
+def _check_placed(
+    conn: psycopg.Connection[tuple[object, ...]], entries: list[PoolEntry], mapped: list[Mapped]
+) -> None:
+    """Where the store finds an instance (`store.SELECT_PLACED`) is where the rules put it."""
+    for instance in "abcdef":
+        found = conn.execute(
+            store.SELECT_PLACED, {"ids": [instance], "now": NOW, "pool": None, "run_id": None}
+        ).fetchall()
+        pooled = any(e.id == instance and rules.holds_instance(e, NOW) for e in entries)
+        serving = any(
+            m.instance_id == instance and rules.serves_live_run(m, ended, NOW) for m, ended in mapped
+        )
+        assert sorted(str(pool) for _, pool in found) == sorted(
+            [*(["p"] if pooled else []), *(["None"] if serving else [])]
+        ), instance
 
 
 def test_sql_functions_agree_with_the_rules(database_url: str) -> None:
