@@ -38,9 +38,11 @@ CLAIMERS = (1, 8)
 SIZES = (100, 1_000, 10_000, 100_000)
 Row = tuple[str, ...]
 
+# Ids carry the pool's name: an instance id names one instance in every pool, and a claim skips
+# one that a run of an earlier scenario still holds.
 FILL_SQL = """
 INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
-SELECT %(pool)s, 'i' || n, 'v1', 'ready', now(), now() - n * interval '1 millisecond',
+SELECT %(pool)s, %(pool)s || '-i' || n, 'v1', 'ready', now(), now() - n * interval '1 millisecond',
        now() + interval '5 minutes'
 FROM generate_series(1, %(entries)s) AS n
 """
@@ -53,7 +55,7 @@ async def scenario(url: str, claimers: int, entries: int, tag: str) -> tuple[flo
         name = f"bench-{tag}"
         await pool.clear(name)
         for start in range(0, entries, 500):
-            ids = [f"i{n}" for n in range(start, min(start + 500, entries))]
+            ids = [f"{tag}-i{n}" for n in range(start, min(start + 500, entries))]
             await pool.add(name, "v1", ids, ready=True)
         latencies: list[float] = []
         handed: list[str] = []

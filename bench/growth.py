@@ -9,8 +9,8 @@ Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (fsync on)
 
 - append: `RunLog.append` of one event to runs already holding n retained events (at the
   default retention limit every append also trims one),
-- claim: `WarmPool.claim` from pools of n ready entries (the claimed entry is put back, untimed,
-  so the pool keeps its size),
+- claim: `WarmPool.claim` from pools of n ready entries (the claimed entry is released by its run
+  and put back, untimed, so the pool keeps its size),
 - listing: `overview.list_runs` (what `GET /v1/runs` and `ledger runs` call) over n runs: the
   first page of 50, a full page of 1,000, and a page half-way down the list by cursor,
 - ingestion: `apply_status_upload` of n-node progress maps, 10 nodes changed and every node changed.
@@ -177,13 +177,17 @@ FROM generate_series(1, %(n)s::int) AS g
 ADVANCE_RUN = "UPDATE ledger.runs SET last_seq = %(n)s, updated_at = now() WHERE run_id = %(run_id)s"
 
 # Ready for 30 s to 90 s (inside the claim window, well before the entries go stale).
+# Ids carry the pool's name: an instance id names one instance in every pool.
 FILL_POOL = """
 INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
-SELECT %(pool)s, 'instance-' || g, 'v1', 'ready', now(),
+SELECT %(pool)s, %(pool)s || '-instance-' || g, 'v1', 'ready', now(),
        now() - interval '30 seconds' - (g %% 60) * interval '1 second', now() + interval '8 minutes'
 FROM generate_series(1, %(n)s::int) AS g
 """
 
+# The run hands its instance back: a claim never hands out an instance a live run holds, so one put
+# back while its mapping lives would only be skipped, and claims would read past ever more of them.
+RELEASE = "DELETE FROM ledger.run_mappings WHERE instance_id = %(id)s"
 PUT_BACK = """
 INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
 VALUES (%(pool)s, %(id)s, 'v1', 'ready', now(), now() - interval '30 seconds', now() + interval '8 minutes')
@@ -248,7 +252,8 @@ async def claim_growth(db: Database, url: str, profile: GrowthProfile, tag: str)
 
     async def put_back(size: int, result: Any) -> None:
         assert result["id"] is not None, f"the pool of {size} ran dry"
-        await execute(url, (PUT_BACK, {"pool": pools[size], "id": result["id"]}))
+        put = {"pool": pools[size], "id": result["id"]}
+        await execute(url, (RELEASE, put), (PUT_BACK, put))
 
     points = await interleaved(calls, profile.samples, put_back)
     for pool in pools.values():

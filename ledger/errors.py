@@ -75,11 +75,13 @@ class RunTerminal(Conflict):
 
 
 class InstanceMapped(Conflict):
-    """The instance already serves another live run (mapped, not expired, not ended): an instance
-    runs one run at a time, so a second mapping would hand one worker two runs."""
+    """The instance is already placed: it serves another live run (mapped, not expired, not
+    ended), or it is a live entry of a pool. An instance runs one run at a time and waits in one
+    pool at a time, and only a claim takes it from a pool to a run; a second place would hand one
+    worker two runs. `reason` says which place holds it."""
 
-    def __init__(self, instance_id: str) -> None:
-        super().__init__(f"instance {instance_id!r} is mapped to another live run")
+    def __init__(self, instance_id: str, reason: str = "is mapped to another live run") -> None:
+        super().__init__(f"instance {instance_id!r} {reason}")
         self.instance_id = instance_id
 
 

@@ -85,6 +85,8 @@ pool_entries = Table(
     Index(
         "ix_pool_entries_version_expires_at", "pool", "version", "expires_at", postgresql_include=["ready_at"]
     ),
+    # An instance id names one instance across pools: whether it is a live entry of any pool.
+    Index("ix_pool_entries_id", "id", postgresql_include=["expires_at"]),
 )
 
 # How many entries (and ready ones) each pool and version holds, garbage included: kept by
@@ -123,6 +125,8 @@ run_mappings = Table(
     CheckConstraint("state <> 'started' OR started_at IS NOT NULL", name="started_has_started_at"),
     CheckConstraint("run_id <> ''", name="run_id_not_empty"),
     Index("ix_run_mappings_expires_at", "expires_at"),
+    # The runs an instance serves: checked by every map, add, ready and claim.
+    Index("ix_run_mappings_instance_id", "instance_id"),
 )
 
 # -- runs, their gapless events, terminal state and live progress -------------------------------

@@ -15,7 +15,7 @@ bad argument raises `InvalidInput` naming the field before anything is read or w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -241,13 +241,25 @@ def claim_order(entry: PoolEntry) -> tuple[int, str]:
 
 
 def choose_claim(
-    entries: Iterable[PoolEntry], version: str, now: datetime, min_age: timedelta, settings: PoolSettings
+    entries: Iterable[PoolEntry],
+    version: str,
+    now: datetime,
+    min_age: timedelta,
+    settings: PoolSettings,
+    busy: Collection[str] = (),
 ) -> PoolEntry | None:
-    """The entry a claim takes: the newest available one of `version`, or None."""
+    """The entry a claim takes: the newest available one of `version` whose instance is not in
+    `busy` (the instances serving another live run, see `serves_live_run`), or None.
+
+    Adds, readies and maps keep a live entry's instance from serving a run, so `busy` meets the
+    pool only in rows written before they did; a claim still never hands such an instance out.
+    """
     candidates = [
         e
         for e in entries
-        if not is_garbage(e, version, now, settings) and is_available(e, now, min_age, settings)
+        if not is_garbage(e, version, now, settings)
+        and is_available(e, now, min_age, settings)
+        and e.id not in busy
     ]
     return min(candidates, key=claim_order, default=None)
 
@@ -287,6 +299,27 @@ def promoted(entry: PoolEntry, now: datetime) -> PoolEntry:
 def marked_ready(entry: PoolEntry, now: datetime) -> PoolEntry:
     """ready: ready, keeping an earlier `ready_at` (an instance reporting twice stays as old)."""
     return replace(entry, state="ready", ready_at=entry.ready_at or now)
+
+
+# -- one instance, one place -------------------------------------------------------------------------
+#
+# An instance id names one instance across every pool, and an instance is in at most one place: a
+# live entry of one pool, or serving one live run. Only a claim moves it from the first to the
+# second (it deletes the entry and maps the run in one statement); a map, add or ready that would
+# put it in a second place is refused with `InstanceMapped`, so a run token can never take an
+# instance out of a pool, and a claim never hands out an instance another run holds.
+
+
+def holds_instance(entry: PoolEntry, now: datetime) -> bool:
+    """The entry keeps its instance in its pool until it expires, ready or warming alike: stale or
+    of another version, it is still there for a claim of its version or an add to refresh."""
+    return not is_expired(entry, now)
+
+
+def serves_live_run(mapping: RunMapping, run_ended: bool, now: datetime) -> bool:
+    """The mapping's instance serves its run: the mapping is live, names an instance (a blocked
+    run has none) and the run has not ended (a run not opened yet has not)."""
+    return live(mapping, now) is not None and mapping.instance_id != "" and not run_ended
 
 
 # -- run mappings --------------------------------------------------------------------------------

@@ -12,17 +12,24 @@ Design note. Each operation is one transaction that reads and locks what its dec
 - Writers of named entries (add, promote, ready, delete, clear) take an advisory lock on the pool,
   then `FOR UPDATE` the rows they rewrite: adds of one id cannot interleave, and claims (which never
   take that lock) only ever skip those rows.
+- An instance is in one place at a time (`rules.holds_instance`, `rules.serves_live_run`): a map,
+  and an add, promote or ready, take an advisory lock on each instance id (in the order of the lock
+  keys, so overlapping sets never wait in a cycle) before they look at where the instance is, so a
+  map and an add of one instance see each other's commit. An add or ready checks after it has
+  locked the pool's rows: a claim deleting one of them has committed its mapping by then. Locks
+  are always taken run or pool first, then instances, then rows; a claim takes no instance lock
+  and waits on nothing after its run's, so none of them can wait in a cycle.
 
 The claim is the hot path, so it is one statement in autocommit, one round trip: the function
-`ledger.pool_claim` (migration 0007) locks the run, answers from its mapping or takes and maps an
-entry, and counts. It, `ledger.pool_counts` and `ledger.pool_collect` are `rules.existing_claim`,
-`rules.choose_claim`, `rules.claimed`, `rules.count` and the GC of `rules.is_garbage` written in SQL
-over the limits of `PoolSettings` (`rules.claim_window`, `rules.gc_bounds`); the model-based tests
-hold the two together. Claims collect garbage only when `GcCadence` says so (see
-`ledger.pool.cadence` for why); every other operation naming a version still collects first.
-Counting reads per-version tallies that triggers keep (`ledger.pool_tallies`), less the garbage and
-too-young entries it scans, so a claim costs the same in a pool of a hundred or of a hundred
-thousand entries.
+`ledger.pool_claim` (migrations 0007, 0009) locks the run, answers from its mapping or takes and
+maps an entry whose instance serves no other live run, and counts. It, `ledger.pool_counts` and
+`ledger.pool_collect` are `rules.existing_claim`, `rules.choose_claim`, `rules.claimed`,
+`rules.count` and the GC of `rules.is_garbage` written in SQL over the limits of `PoolSettings`
+(`rules.claim_window`, `rules.gc_bounds`); the model-based tests hold the two together. Claims
+collect garbage only when `GcCadence` says so (see `ledger.pool.cadence` for why); every other
+operation naming a version still collects first. Counting reads per-version tallies that triggers
+keep (`ledger.pool_tallies`), less the garbage and too-young entries it scans, so a claim costs the
+same in a pool of a hundred or of a hundred thousand entries.
 
 Time comes from `clock` (the transaction's `now()` unless a test injects one). The public surface
 speaks epoch milliseconds; datetimes are used inside.
@@ -51,6 +58,14 @@ _MAPPING_COLUMNS = (
 )
 
 LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
+
+# Many keys, in the order of the locks themselves (not of the ids): two transactions locking
+# overlapping sets take the shared ones in the same order, so neither holds one the other waits on.
+LOCK_MANY = """
+SELECT pg_advisory_xact_lock(k) FROM (
+    SELECT DISTINCT hashtextextended(key, 0) AS k FROM unnest(%(keys)s::text[]) AS key ORDER BY k
+) AS ordered
+"""
 
 # Garbage of an operation naming a version (see rules.is_garbage); rows locked by others are theirs.
 COLLECT = (
@@ -118,14 +133,19 @@ ON CONFLICT (run_id) DO UPDATE SET
 
 DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
 
-# Another run the instance serves: its mapping is live and the run has not ended (a run not opened
-# yet has no row, and counts as live). Mappings are few (swept when they expire): no index needed.
-SELECT_OTHER_LIVE_RUN = """
-SELECT m.run_id FROM ledger.run_mappings m
-LEFT JOIN ledger.runs r ON r.run_id = m.run_id
-WHERE m.instance_id = %(instance_id)s AND m.run_id <> %(run_id)s AND m.expires_at > %(now)s
-  AND r.terminal_status IS NULL
-LIMIT 1
+# Where the instances already are, other than where the operation would put them: a live entry
+# (rules.holds_instance) of a pool other than `pool` (NULL: of any pool), and a live run
+# (rules.serves_live_run, the view `ledger.instance_runs`) other than `run_id` (NULL: any run).
+# At most one row of each kind is enough to refuse.
+SELECT_PLACED = """
+(SELECT id AS instance_id, pool FROM ledger.pool_entries
+ WHERE id = ANY(%(ids)s) AND expires_at > %(now)s AND (%(pool)s::text IS NULL OR pool <> %(pool)s)
+ ORDER BY id, pool LIMIT 1)
+UNION ALL
+(SELECT instance_id, NULL FROM ledger.instance_runs
+ WHERE instance_id = ANY(%(ids)s) AND expires_at > %(now)s
+   AND (%(run_id)s::text IS NULL OR run_id <> %(run_id)s)
+ ORDER BY instance_id LIMIT 1)
 """
 
 # Expired mappings count as absent everywhere (rules.live); this only reclaims their rows. A mapping
@@ -235,7 +255,8 @@ class WarmPool:
         ready: bool | None = None,
         ready_at_ms: float | None = None,
     ) -> int:
-        """Add (or refresh) entries; returns how many distinct ids were written."""
+        """Add (or refresh) entries; returns how many distinct ids were written. `InstanceMapped`
+        (nothing written) when one of them serves a live run or is a live entry of another pool."""
         pool, version, ids = rules.check_pool(pool), rules.check_version(version), rules.check_ids(ids)
         lifetime = rules.ttl(ttl_ms, self.settings)
         readiness = rules.ready_request(ready, ready_at_ms)
@@ -244,7 +265,9 @@ class WarmPool:
             ready_at = readiness.ready_at(now)
             await conn.execute(LOCK, {"key": _pool_key(pool)})
             await self._gc(conn, pool, version, now)
+            await self._lock_instances(conn, ids)
             existing = {e.id: e for e in await self._lock_entries(conn, pool, ids)}
+            await self._refuse_placed(conn, ids, now, pool=pool)
             writes = [
                 rules.added(existing.get(entry_id), entry_id, version, now, lifetime, ready_at)
                 for entry_id in ids
@@ -297,12 +320,13 @@ class WarmPool:
         return [_entry_out(e) for e in entries if not rules.is_garbage(e, version, now, self.settings)]
 
     async def promote(self, pool: str, version: str, ids: Sequence[str]) -> int:
-        """Mark live entries of `version` ready as of now; returns how many were promoted."""
+        """Mark live entries of `version` ready as of now; returns how many were promoted.
+        `InstanceMapped` (nothing written) when one of them serves a live run."""
         return await self._rewrite(pool, version, ids, rules.promoted)
 
     async def ready(self, pool: str, version: str, id: str) -> bool:
         """Mark one entry ready, keeping an earlier `ready_at`; False if absent, expired or of another
-        version."""
+        version. `InstanceMapped` when the instance serves a live run."""
         entry_id = rules.check_id("id", id)
         return await self._rewrite(pool, version, [entry_id], rules.marked_ready) == 1
 
@@ -331,7 +355,8 @@ class WarmPool:
         self, run_id: str, instance_id: str, version: str, started: bool = False, pool: str | None = None
     ) -> shapes.MapResult:
         """Map `run_id` to `instance_id`; `{mapped: False}` if the run is blocked for that instance;
-        `InstanceMapped` (nothing written) when the instance serves another live run."""
+        `InstanceMapped` (nothing written) when the instance serves another live run or is a live
+        entry of any pool (only a claim takes an instance out of a pool)."""
         run_id, instance_id = validate.run_id("run_id", run_id), rules.check_id("instance_id", instance_id)
         version = rules.check_version(version)
         flag = bool(rules.check_flag("started", started))
@@ -342,11 +367,10 @@ class WarmPool:
             mapping = rules.live(await self._lock_mapping(conn, run_id), now)
             write = rules.mapped(mapping, run_id, instance_id, version, flag, pool_name, now, self.settings)
             if write is not None:
-                # Serialises maps of one instance to different runs (each holds only its run's lock).
+                # Serialises maps of one instance to different runs (each holds only its run's
+                # lock), and with adds and readies of it.
                 await conn.execute(LOCK, {"key": _instance_key(instance_id)})
-                params = {"instance_id": instance_id, "run_id": run_id, "now": now}
-                if await (await conn.execute(SELECT_OTHER_LIVE_RUN, params)).fetchone() is not None:
-                    raise InstanceMapped(instance_id)
+                await self._refuse_placed(conn, [instance_id], now, run_id=run_id)
                 await conn.execute(UPSERT_MAPPING, write.__dict__)
         return {"mapped": write is not None}
 
@@ -383,7 +407,9 @@ class WarmPool:
             now = await self.clock.now(conn)
             await conn.execute(LOCK, {"key": _pool_key(pool)})
             await self._gc(conn, pool, version, now)
+            await self._lock_instances(conn, ids)
             entries = await self._lock_entries(conn, pool, ids)
+            await self._refuse_placed(conn, ids, now, pool=pool)
             writes = [change(e, now) for e in entries if not rules.is_garbage(e, version, now, self.settings)]
             await self._write_entries(conn, pool, writes)
         return len(writes)
@@ -409,6 +435,25 @@ class WarmPool:
     async def _version_entries(self, conn: Conn, pool: str, version: str) -> Entries:
         cur = await conn.execute(SELECT_VERSION_ENTRIES, {"pool": pool, "version": version})
         return [_entry(r) for r in await cur.fetchall()]
+
+    async def _lock_instances(self, conn: Conn, ids: Ids) -> None:
+        await conn.execute(LOCK_MANY, {"keys": [_instance_key(i) for i in ids]})
+
+    async def _refuse_placed(
+        self, conn: Conn, ids: Ids, now: datetime, *, pool: str | None = None, run_id: str | None = None
+    ) -> None:
+        """`InstanceMapped` if one of `ids` is a live entry of a pool other than `pool` (any, when
+        None) or serves a live run other than `run_id` (any, when None); the caller holds their
+        instance locks."""
+        params = {"ids": ids, "now": now, "pool": pool, "run_id": run_id}
+        rows = await (await conn.execute(SELECT_PLACED, params)).fetchall()
+        serving = [r["instance_id"] for r in rows if r["pool"] is None]
+        if serving:
+            run = "another live run" if run_id is not None else "a live run"
+            raise InstanceMapped(serving[0], f"is mapped to {run}")
+        if rows:
+            where = "a pool: only a claim hands it to a run" if pool is None else "another pool"
+            raise InstanceMapped(rows[0]["instance_id"], f"is a live entry of {where}")
 
     async def _lock_entries(self, conn: Conn, pool: str, ids: Ids) -> Entries:
         cur = await conn.execute(LOCK_ENTRIES, {"pool": pool, "ids": ids})

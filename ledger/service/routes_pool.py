@@ -22,6 +22,18 @@ router = APIRouter(
 Svc = Annotated[Services, Depends(services)]
 # Writes with a body can also be unreadable (400) or too large (413).
 WITH_BODY = error_responses(400, 413)
+# An instance is in one place at a time: a live entry of one pool, or serving one live run.
+SERVES = "`code` `instance_mapped`: an instance serves a live run (mapping unexpired, run not ended)"
+PLACES = error_responses(
+    400,
+    409,
+    413,
+    notes={
+        409: f"{SERVES}, or is a live entry of another pool (an instance id names one instance across "
+        "all pools; its own pool may refresh it). The whole request is refused: nothing was written."
+    },
+)
+READIES = error_responses(400, 409, 413, notes={409: f"{SERVES}. Nothing was written."})
 MinReadyAge = Annotated[
     float,
     Query(
@@ -31,7 +43,12 @@ MinReadyAge = Annotated[
 ]
 
 
-@router.post("/entries", summary="Add or refresh entries", responses=WITH_BODY)
+@router.post(
+    "/entries",
+    summary="Add or refresh entries (409 `instance_mapped` if one serves a live run or waits in another "
+    "pool)",
+    responses=PLACES,
+)
 async def add_entries(pool: Pool, body: AddEntries, svc: Svc) -> shapes.Added:
     added = await svc.pool.add(pool, body.version, body.ids, body.ttl_ms, body.ready, body.ready_at)
     return {"added": added}
@@ -48,7 +65,10 @@ async def clear_entries(pool: Pool, svc: Svc) -> shapes.Deleted:
 
 
 @router.post(
-    "/claim", summary="Claim the newest available entry for a run (idempotent per run)", responses=WITH_BODY
+    "/claim",
+    summary="Claim the newest available entry for a run (idempotent per run; never an instance that "
+    "serves another live run)",
+    responses=WITH_BODY,
 )
 async def claim(pool: Pool, body: Claim, svc: Svc) -> shapes.ClaimResult:
     tracing.annotate(pool=pool, version=body.version, run_id=body.run_id)
@@ -62,12 +82,21 @@ async def counts(pool: Pool, version: Version, svc: Svc, min_ready_age_ms: MinRe
     return await svc.pool.count(pool, version, min_ready_age_ms)
 
 
-@router.post("/promote", summary="Mark entries ready now", responses=WITH_BODY)
+@router.post(
+    "/promote",
+    summary="Mark entries ready now (409 `instance_mapped` if one serves a live run)",
+    responses=READIES,
+)
 async def promote(pool: Pool, body: VersionIds, svc: Svc) -> shapes.Promoted:
     return {"promoted": await svc.pool.promote(pool, body.version, body.ids)}
 
 
-@router.post("/ready", summary="Mark one entry ready (keeping an earlier ready_at)", responses=WITH_BODY)
+@router.post(
+    "/ready",
+    summary="Mark one entry ready, keeping an earlier ready_at (409 `instance_mapped` if it serves a live "
+    "run)",
+    responses=READIES,
+)
 async def ready(pool: Pool, body: ReadyEntry, svc: Svc) -> shapes.Readied:
     return {"ready": await svc.pool.ready(pool, body.version, body.id)}
 

@@ -130,8 +130,18 @@ async def get_terminal(run_id: RunId, svc: Svc) -> shapes.TerminalAnswer:
 
 @router.put(
     "/{run_id}/mapping",
-    summary="Map the run to an instance (refused if blocked for it; 409 if it serves another live run)",
-    responses=error_responses(400, 409, 413),
+    summary="Map the run to an instance (refused if blocked for it; 409 `instance_mapped` if it serves "
+    "another live run or is a live entry of a pool)",
+    responses=error_responses(
+        400,
+        409,
+        413,
+        notes={
+            409: "`code` `instance_mapped`: the instance serves another live run (mapping unexpired, "
+            "run not ended), or is a live entry (ready or warming, not expired) of any pool: only a "
+            "claim takes an instance out of a pool. Nothing was written."
+        },
+    ),
 )
 async def map_run(run_id: RunId, body: MapRun, svc: Svc) -> shapes.MapResult:
     return await svc.pool.map_run(run_id, body.instance_id, body.version, body.started)

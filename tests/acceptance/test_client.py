@@ -127,15 +127,17 @@ async def test_ingestion(api: Api) -> None:
 
 async def test_warm_pool_and_run_mappings(api: Api) -> None:
     pool, run_id = new_id("client pool?"), new_id("client-mapped")  # "?" and " " are quoted
-    assert await api("add_entries", pool, "v1", ["warm"]) == 1
-    assert await api("add_entries", pool, "v1", ["ready-a", "ready-b"], ready=True) == 2
+    # An instance id names one instance in every pool: these are this test's own.
+    warm, ready_a, ready_b = (new_id(name) for name in ("warm", "ready-a", "ready-b"))
+    assert await api("add_entries", pool, "v1", [warm]) == 1
+    assert await api("add_entries", pool, "v1", [ready_a, ready_b], ready=True) == 2
     assert await api("counts", pool, "v1") == {"available": 2, "warming": 1}
-    assert sorted(e["id"] for e in await api("list_entries", pool, "v1")) == ["ready-a", "ready-b", "warm"]
+    assert sorted(e["id"] for e in await api("list_entries", pool, "v1")) == sorted([ready_a, ready_b, warm])
     claimed = await api("claim", pool, "v1", run_id)
-    assert claimed["id"] in ("ready-a", "ready-b") and claimed["available"] == 1
-    assert await api("mark_ready", pool, "v1", "warm") is True
-    assert await api("promote", pool, "v1", ["warm"]) == 1
-    assert await api("delete_entries", pool, "v1", ["warm"]) == 1
+    assert claimed["id"] in (ready_a, ready_b) and claimed["available"] == 1
+    assert await api("mark_ready", pool, "v1", warm) is True
+    assert await api("promote", pool, "v1", [warm]) == 1
+    assert await api("delete_entries", pool, "v1", [warm]) == 1
     assert await api("clear_pool", pool) == 1
 
     instance = new_id("inst")

@@ -147,7 +147,9 @@ TABLE: dict[tuple[str, str], tuple[set[str], Request]] = {
     ("GET", "/v1/runs/{run_id}/observations"): (ALL, req("GET", RUN + "/observations")),
     ("POST", "/v1/pools/{pool}/entries"): (
         ADMIN,
-        req("POST", POOL + "/entries", json={"version": "v1", "ids": ["a"], "ready": True}),
+        req(
+            "POST", POOL + "/entries", json=lambda c: {"version": "v1", "ids": [f"{c.tag}-a"], "ready": True}
+        ),
     ),
     ("GET", "/v1/pools/{pool}/entries"): (READERS, req("GET", POOL + "/entries", params={"version": "v1"})),
     ("DELETE", "/v1/pools/{pool}/entries"): (ADMIN, req("DELETE", POOL + "/entries")),
@@ -158,15 +160,15 @@ TABLE: dict[tuple[str, str], tuple[set[str], Request]] = {
     ("GET", "/v1/pools/{pool}/counts"): (READERS, req("GET", POOL + "/counts", params={"version": "v1"})),
     ("POST", "/v1/pools/{pool}/promote"): (
         ADMIN,
-        req("POST", POOL + "/promote", json={"version": "v1", "ids": ["a"]}),
+        req("POST", POOL + "/promote", json=lambda c: {"version": "v1", "ids": [f"{c.tag}-a"]}),
     ),
     ("POST", "/v1/pools/{pool}/ready"): (
         ADMIN,
-        req("POST", POOL + "/ready", json={"version": "v1", "id": "a"}),
+        req("POST", POOL + "/ready", json=lambda c: {"version": "v1", "id": f"{c.tag}-a"}),
     ),
     ("POST", "/v1/pools/{pool}/delete"): (
         ADMIN,
-        req("POST", POOL + "/delete", json={"version": "v1", "ids": ["a"]}),
+        req("POST", POOL + "/delete", json=lambda c: {"version": "v1", "ids": [f"{c.tag}-a"]}),
     ),
     ("GET", "/metrics"): (READERS, req("GET", "/metrics")),
     ("GET", "/openapi.json"): (READERS, req("GET", "/openapi.json")),
@@ -303,7 +305,10 @@ def setup_world(http: httpx.Client, admin: str, ctx: Ctx) -> None:
     ok(http.post("/v1/runs", json={"run_id": ctx.run}, headers=bearer(admin)))
     ok(
         http.post(
-            f"/v1/pools/{ctx.pool}/entries", json={"version": "v1", "ids": ["a"]}, headers=bearer(admin)
+            f"/v1/pools/{ctx.pool}/entries",
+            # An instance id names one instance in every pool: each test has its own.
+            json={"version": "v1", "ids": [f"{ctx.tag}-a"]},
+            headers=bearer(admin),
         )
     )
     ok(http.put(f"/v1/stream/{ctx.stream}", content=b"s", headers={**OCTETS, **bearer(admin)}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -90,21 +91,39 @@ RULES: tuple[tuple[str, str], ...] = (
            OR expires_at <= created_at
         """,
     ),
+)
+
+# An instance is in one place at a time: one live run, or one pool. Live, for a mapping: not
+# expired, naming an instance, its run not ended (or not opened yet); for an entry: not expired.
+# `%(now)s` is the time to judge at (NULL: the database's), for tests on a clock of their own.
+_SERVING = """
+    SELECT m.run_id, m.instance_id FROM ledger.run_mappings m
+    LEFT JOIN ledger.runs r ON r.run_id = m.run_id
+    WHERE m.state IN ('claimed', 'started') AND m.instance_id <> ''
+      AND m.expires_at > coalesce(%(now)s::timestamptz, now()) AND r.terminal_status IS NULL
+"""
+INSTANCE_RULES: tuple[tuple[str, str], ...] = (
     (
         "an instance serves at most one live run",
-        """
-        SELECT instance_id, array_agg(run_id ORDER BY run_id) AS runs FROM ledger.run_mappings
-        WHERE state IN ('claimed', 'started') AND expires_at > now()
+        f"""
+        SELECT instance_id, array_agg(run_id ORDER BY run_id) AS runs FROM ({_SERVING}) s
         GROUP BY instance_id HAVING count(*) > 1
         """,
     ),
     (
-        "an instance claimed for a run is no longer offered by its pool",
+        "no live pool entry is an instance that serves a live run",
+        f"""
+        SELECT s.run_id, p.pool, p.id AS instance_id, p.state, p.expires_at
+        FROM ({_SERVING}) s JOIN ledger.pool_entries p ON p.id = s.instance_id
+        WHERE p.expires_at > coalesce(%(now)s::timestamptz, now())
+        """,
+    ),
+    (
+        "an instance is a live entry of at most one pool",
         """
-        SELECT m.run_id, m.pool, m.instance_id FROM ledger.run_mappings m
-        JOIN ledger.pool_entries p ON p.pool = m.pool AND p.id = m.instance_id
-        WHERE m.state = 'claimed' AND m.started_at IS NULL AND m.expires_at > now()
-          AND p.created_at < m.claimed_at
+        SELECT id AS instance_id, array_agg(pool ORDER BY pool) AS pools FROM ledger.pool_entries
+        WHERE expires_at > coalesce(%(now)s::timestamptz, now())
+        GROUP BY id HAVING count(*) > 1
         """,
     ),
 )
@@ -120,7 +139,34 @@ def violations(database_url: str) -> list[str]:
         for rule, query in RULES:
             rows = conn.execute(query).fetchall()
             problems.extend(f"{rule}: {_show(row)}" for row in rows[:20])
+        problems.extend(instance_problems(conn))
         problems.extend(_idempotency_problems(conn))
+    return problems
+
+
+# Live entries plus live mappings of each instance, for tests that know where every one of theirs
+# must be (exactly one place; runs that end are not counted out here).
+_PLACES = """
+SELECT i AS instance_id,
+       (SELECT count(*) FROM ledger.pool_entries p WHERE p.id = i AND p.expires_at > now())
+     + (SELECT count(*) FROM ledger.run_mappings m
+        WHERE m.instance_id = i AND m.expires_at > now()) AS places
+FROM unnest(%(ids)s::text[]) AS i
+"""
+
+
+def places(conn: psycopg.Connection[dict[str, Any]], instance_ids: list[str]) -> dict[str, int]:
+    """How many places (live pool entries and live mappings) each instance is in."""
+    rows = conn.execute(_PLACES, {"ids": instance_ids}).fetchall()
+    return {r["instance_id"]: r["places"] for r in rows}
+
+
+def instance_problems(conn: psycopg.Connection[dict[str, Any]], now: datetime | None = None) -> list[str]:
+    """The instances in two places at `now` (the database's when None), by `INSTANCE_RULES`."""
+    problems: list[str] = []
+    for rule, query in INSTANCE_RULES:
+        rows = conn.execute(query, {"now": now}).fetchall()
+        problems.extend(f"{rule}: {_show(row)}" for row in rows[:20])
     return problems
 
 

@@ -61,6 +61,19 @@ def consistent(conn: psycopg.Connection[object]) -> None:
         " started_at, created_at, expires_at)"
         " VALUES ('ok-open', 'p', 'i-1', 'started', 'v', now(), now(), now(), now() + interval '1 hour')"
     )
+    # An instance is in one place at a time, and these are not places: an ended run's mapping, an
+    # expired mapping, an expired entry in another pool.
+    conn.execute(
+        "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version, claimed_at,"
+        " started_at, created_at, expires_at)"
+        " VALUES ('ok-done', 'p', 'i-ready', 'claimed', 'v', now(), NULL, now(), now() + interval '1 hour'),"
+        " ('not-opened', 'p', 'i-warm', 'claimed', 'v', now() - interval '2 h', NULL,"
+        " now() - interval '2 h', now() - interval '1 h')"
+    )
+    conn.execute(
+        "INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)"
+        " VALUES ('q', 'i-ready', 'v', 'warming', now() - interval '1 h', NULL, now() - interval '1 s')"
+    )
     key(conn, "/v1/runs/ok-open/events", {"events": [{"seq": 2, "type": "log"}]})
 
 
@@ -116,14 +129,25 @@ BROKEN = {
     "an instance serving two live runs": (
         "at most one live run",
         "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version, claimed_at,"
-        " created_at, expires_at) VALUES ('ok-done', 'p', 'i-1', 'claimed', 'v', now(), now(),"
+        " created_at, expires_at) VALUES ('ok-empty', 'p', 'i-1', 'claimed', 'v', now(), now(),"
         " now() + interval '1 hour')",
     ),
-    "a claimed instance still offered": (
-        "no longer offered",
+    "an instance serving a run it was not claimed for, still offered": (
+        "no live pool entry is an instance that serves a live run",
         "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version, claimed_at,"
-        " created_at, expires_at) VALUES ('ok-done', 'p', 'i-ready', 'claimed', 'v',"
-        " now() + interval '1 s', now(), now() + interval '1 hour')",
+        " started_at, created_at, expires_at) VALUES ('ok-empty', 'default', 'i-warm', 'started', 'v',"
+        " now(), now(), now(), now() + interval '1 hour')",
+    ),
+    "an instance serving a run not opened yet, still offered": (
+        "no live pool entry is an instance that serves a live run",
+        "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version, claimed_at,"
+        " created_at, expires_at) VALUES ('not-opened-2', 'p', 'i-ready', 'claimed', 'v',"
+        " now(), now(), now() + interval '1 hour')",
+    ),
+    "an instance in two pools": (
+        "a live entry of at most one pool",
+        "INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)"
+        " VALUES ('q', 'i-warm', 'v', 'warming', now(), NULL, now() + interval '1 hour')",
     ),
     "a key whose digest is not its scope's": (
         "scope digest",

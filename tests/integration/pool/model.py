@@ -5,6 +5,10 @@ delete, clear, map, block, resolve), independently of that module's code: times 
 state is two dicts, every operation runs to completion before the next (as if each held a lock on
 everything). The model-based test runs the same operations here and on Postgres.
 
+An instance is in one place at a time: an unexpired entry of one pool, or the instance of one live
+mapping (runs never end here: the model has no runs). A map, add, promote or ready that would put
+it in a second place is refused before anything changes, its garbage collection included.
+
 Claims collect garbage only now and then: the first claim of a pool and version, then one once
 `claim_gc_interval` ms (of the model's clock) have passed since the last claim that collected (0:
 every claim). Garbage left in place is invisible: never claimed, counted or listed.
@@ -26,7 +30,8 @@ class ModelInvalid(Exception):
 
 
 class ModelConflict(Exception):
-    """The model's refusal of a map to a busy instance (the implementation raises InstanceMapped)."""
+    """The model's refusal to place an instance a second time (the implementation raises
+    InstanceMapped)."""
 
 
 @dataclass
@@ -111,6 +116,24 @@ class PoolModel:
         m = self.mappings.get(run_id)
         return m if m is not None and m.expires_at > self.now else None
 
+    def _serving(self, instance_id: str, other_than: str | None = None) -> bool:
+        """A live mapping other than `other_than`'s has the instance."""
+        return any(
+            run_id != other_than and m.expires_at > self.now and m.instance_id == instance_id
+            for run_id, m in self.mappings.items()
+        )
+
+    def _pooled(self, instance_id: str, other_than: str | None = None) -> bool:
+        """An unexpired entry of a pool other than `other_than` is the instance."""
+        return any(
+            p != other_than and i == instance_id and e.expires_at > self.now
+            for (p, i), e in self.entries.items()
+        )
+
+    def _refuse_placed(self, pool: str, ids: list[str]) -> None:
+        if any(self._serving(i) or self._pooled(i, other_than=pool) for i in ids):
+            raise ModelConflict("instance_mapped")
+
     # -- pool ----------------------------------------------------------------------------------
 
     def add(
@@ -129,8 +152,9 @@ class PoolModel:
         ttl = min(ttl_ms, MAX_TTL) if ttl_ms else DEFAULT_TTL
         wants_ready = ready is True or ready_at_ms is not None
         ready_at = (ready_at_ms if ready_at_ms is not None else self.now) if wants_ready else None
-        self._gc(pool, version)
         unique = list(dict.fromkeys(ids))
+        self._refuse_placed(pool, unique)
+        self._gc(pool, version)
         for entry_id in unique:
             old = self.entries.get((pool, entry_id))
             kept = (
@@ -166,7 +190,10 @@ class PoolModel:
             usable = [
                 (e.ready_at, entry_id)
                 for (p, entry_id), e in self.entries.items()
-                if p == pool and e.version == version and self._usable(e, min_age)
+                if p == pool
+                and e.version == version
+                and self._usable(e, min_age)
+                and not self._serving(entry_id, other_than=run_id)
             ]
             if usable:
                 newest = max(r for r, _ in usable)
@@ -206,6 +233,7 @@ class PoolModel:
         ]
 
     def promote(self, pool: str, version: str, ids: list[str]) -> int:
+        self._refuse_placed(pool, ids)
         self._gc(pool, version)
         done = 0
         for entry_id in dict.fromkeys(ids):
@@ -216,6 +244,7 @@ class PoolModel:
         return done
 
     def ready(self, pool: str, version: str, id: str) -> bool:
+        self._refuse_placed(pool, [id])
         self._gc(pool, version)
         e = self.entries.get((pool, id))
         if e is None or e.version != version or e.expires_at <= self.now:
@@ -255,10 +284,8 @@ class PoolModel:
             and old.started_at is not None
         )
         started_at = old.started_at if already and old is not None else (self.now if started else None)
-        if any(
-            other != run_id and m.expires_at > self.now and m.instance_id == instance_id
-            for other, m in self.mappings.items()
-        ):
+        # Only a claim takes an instance out of a pool, whichever pool and version it waits in.
+        if self._serving(instance_id, other_than=run_id) or self._pooled(instance_id):
             raise ModelConflict("instance_mapped")
         self.mappings[run_id] = Mapping(
             pool=old.pool if old is not None else "default",

@@ -3,7 +3,10 @@ stored state on Postgres as on the reference model (tests/integration/pool/model
 
 Claims collect garbage on a cadence; the test runs with claims collecting every time, once a
 minute of the test clock, and only the first time, so both a claim that collects and one that
-leaves garbage in place (which must stay invisible) meet every other operation."""
+leaves garbage in place (which must stay invisible) meet every other operation.
+
+After every step the instance invariants of the fault suite hold at the test clock's time: no
+instance serves two live runs, none serving one is a live pool entry, none is in two pools."""
 
 from __future__ import annotations
 
@@ -12,15 +15,18 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from psycopg.rows import dict_row
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
 from ledger.errors import InstanceMapped, InvalidInput
 from ledger.pool.store import GcCadence, WarmPool
 from tests.conftest import delete_all_rows
+from tests.faults.invariants import instance_problems
 from tests.integration.pool.model import ModelConflict, ModelInvalid, PoolModel
 
 # Skewed towards one pool and one version so that operations meet each other's entries.
@@ -127,6 +133,33 @@ EDGES_AMORTIZED: list[Op] = [
     ("advance", 420_000),
     ("claim", "default", "v1", "r5", None),
 ]
+# One instance, one place, whatever the order: a map of an instance waiting in a pool (any pool,
+# warming or of another version too) is refused and the claim then hands it out; once claimed, a
+# map to another run, an add to any pool, a promote or a ready of it are refused; once its entry
+# expires or its mapping does, it is free again.
+EDGES_ONE_PLACE: list[Op] = [
+    ("add", "default", "v1", ["a", "b"], None, True, None),
+    ("add", "p2", "v2", ["c"], None, None, None),
+    ("map_run", "r1", "a", "v1", True),
+    ("map_run", "r1", "c", "v1", False),
+    ("add", "p2", "v1", ["a"], None, True, None),
+    ("claim", "default", "v1", "r2", None),
+    ("map_run", "r1", "a", "v1", True),
+    ("map_run", "r2", "a", "v1", True),
+    ("add", "default", "v1", ["a"], None, True, None),
+    ("add", "p2", "v2", ["c", "a"], None, None, None),
+    ("promote", "default", "v1", ["b", "a"]),
+    ("ready", "p2", "v2", "a"),
+    ("map_run", "r3", "d", "v1", False),
+    ("add", "default", "v1", ["d"], None, True, None),
+    ("claim", "default", "v1", "r4", None),
+    ("advance", 480_000),
+    ("map_run", "r1", "c", "v1", False),
+    ("add", "p2", "v1", ["b"], None, True, None),
+    ("advance", 3_600_000),
+    ("add", "default", "v1", ["a"], None, True, None),
+    ("claim", "default", "v1", "r5", None),
+]
 EDGES_TIES: list[Op] = [
     ("add", "default", "v1", ["d", "b", "c"], None, True, None),
     ("add", "p2", "v1", ["a"], None, True, None),
@@ -159,7 +192,13 @@ async def _snapshot(db: Database) -> tuple[list[tuple[Any, ...]], list[tuple[Any
     return sorted(_ms_row(r) for r in entries), sorted(_ms_row(r) for r in mappings)
 
 
-async def _run(db: Database, url: str, ops: list[Op], claim_gc_interval: float) -> None:
+async def _run(
+    db: Database,
+    url: str,
+    checker: psycopg.Connection[dict[str, Any]],
+    ops: list[Op],
+    claim_gc_interval: float,
+) -> None:
     delete_all_rows(url)
     # Far in the future: a service's watchdog sharing this database (the acceptance suite's, in the
     # same worker) sweeps mappings expired by the real clock, and must find none of these.
@@ -190,11 +229,15 @@ async def _run(db: Database, url: str, ops: list[Op], claim_gc_interval: float) 
             actual = ("conflict", "instance_mapped")
         assert actual == expected, f"step {step}: {op}"
         assert await _snapshot(db) == model.snapshot(), f"state after step {step}: {op}"
+        assert instance_problems(checker, clock.current) == [], f"after step {step}: {op}"
 
 
 @pytest.mark.parametrize("claim_gc_interval", [0, 60_000, math.inf], ids=["every", "minute", "first"])
 def test_postgres_matches_the_model(database_url: str, claim_gc_interval: float) -> None:
-    with asyncio.Runner() as runner:
+    with (
+        asyncio.Runner() as runner,
+        psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as checker,
+    ):
         db = Database(database_url, min_size=1, max_size=2)
         runner.run(db.open())
         try:
@@ -209,8 +252,9 @@ def test_postgres_matches_the_model(database_url: str, claim_gc_interval: float)
             @example(ops=EDGES_STALE)
             @example(ops=EDGES_TIES)
             @example(ops=EDGES_AMORTIZED)
+            @example(ops=EDGES_ONE_PLACE)
             def check(ops: list[Op]) -> None:
-                runner.run(_run(db, database_url, ops, claim_gc_interval))
+                runner.run(_run(db, database_url, checker, ops, claim_gc_interval))
 
             check()
         finally:

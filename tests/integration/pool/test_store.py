@@ -123,11 +123,11 @@ async def test_readd_after_expiry_starts_over(pool: WarmPool, clock: ManualClock
 
 async def test_gc_removes_other_versions_of_the_same_pool_only(pool: WarmPool, db: Database) -> None:
     await pool.add("default", "v1", ["a", "b"], ready=True)
-    await pool.add("other", "v1", ["a"], ready=True)
+    await pool.add("other", "v1", ["o"], ready=True)
     await pool.add("default", "v2", ["c"])
     assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [
         ("default", "c"),
-        ("other", "a"),
+        ("other", "o"),
     ]
     # Any operation naming a version collects, a count as well.
     assert await pool.count("other", "v3") == {"available": 0, "warming": 0}
@@ -279,13 +279,13 @@ async def test_ready_keeps_an_earlier_ready_at(pool: WarmPool, clock: ManualCloc
 
 async def test_delete_and_clear(pool: WarmPool, db: Database) -> None:
     await pool.add("default", V, ["a", "b", "c"])
-    await pool.add("other", V, ["a"])
-    await pool.map_run("r1", "a", V)
+    await pool.add("other", V, ["o"])
+    await pool.map_run("r1", "m", V)
     assert await pool.delete("default", V, ["a", "b", "zz"]) == 2
     assert await pool.delete("default", V, ["a"]) == 0
     assert await pool.clear("default") == 1
     assert await pool.clear("default") == 0
-    assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [("other", "a")]
+    assert [(r["pool"], r["id"]) for r in await rows(db, "pool_entries")] == [("other", "o")]
     assert await mapping(db, "r1") is not None  # clear leaves run mappings alone
 
 
@@ -372,6 +372,87 @@ async def test_an_instance_serves_one_live_run_at_a_time(
     assert await pool.map_run("r5", "i1", V) == {"mapped": True}
     clock.advance(60 * MIN)
     assert await pool.map_run("r6", "i2", V) == {"mapped": True}
+
+
+async def test_an_instance_waiting_in_any_pool_is_not_mapped_until_a_claim_takes_it(
+    pool: WarmPool, db: Database, clock: ManualClock
+) -> None:
+    await pool.add("default", V, ["ready"], ready=True)
+    await pool.add("other", "v0", ["warming"], ttl_ms=MIN)
+    before = (await rows(db, "pool_entries"), await rows(db, "run_mappings"))
+    for instance in ("ready", "warming"):  # another pool, another version: the id is the instance
+        for started in (False, True):
+            with pytest.raises(InstanceMapped, match=f"'{instance}' is a live entry of a pool"):
+                await pool.map_run("r1", instance, V, started=started)
+    assert (await rows(db, "pool_entries"), await rows(db, "run_mappings")) == before
+    # The claim hands it out; from then on it is the claiming run's alone.
+    assert (await pool.claim("default", V, "r2"))["id"] == "ready"
+    with pytest.raises(InstanceMapped, match="'ready' is mapped to another live run"):
+        await pool.map_run("r1", "ready", V)
+    assert await pool.map_run("r2", "ready", V, started=True) == {"mapped": True}
+    # An expired entry holds nothing, to the millisecond.
+    clock.advance(MIN - 1)
+    with pytest.raises(InstanceMapped):
+        await pool.map_run("r1", "warming", V)
+    clock.advance(1)
+    assert await pool.map_run("r1", "warming", V) == {"mapped": True}
+
+
+async def test_adding_or_readying_an_instance_placed_elsewhere_is_refused_whole(
+    pool: WarmPool, db: Database, clock: ManualClock
+) -> None:
+    await pool.map_run("r1", "busy", V)
+    await pool.add("default", V, ["mine"])
+    await pool.add("other", V, ["theirs"], ttl_ms=MIN)
+    before = (await rows(db, "pool_entries"), await rows(db, "run_mappings"))
+    refused: list[tuple[Callable[[], Awaitable[object]], str]] = [
+        (lambda: pool.add("default", V, ["new", "busy"]), "'busy' is mapped to a live run"),
+        (lambda: pool.add("other", "v2", ["busy"], ready=True), "'busy' is mapped to a live run"),
+        (lambda: pool.promote("default", V, ["mine", "busy"]), "'busy' is mapped to a live run"),
+        (lambda: pool.ready("default", V, "busy"), "'busy' is mapped to a live run"),
+        (lambda: pool.add("default", V, ["mine", "theirs"]), "'theirs' is a live entry of another pool"),
+    ]
+    for attempt, message in refused:
+        with pytest.raises(InstanceMapped, match=message):
+            await attempt()
+    # Nothing written, not even the garbage collection of the refused add of v2 to "other".
+    assert (await rows(db, "pool_entries"), await rows(db, "run_mappings")) == before
+    # Its own pool may refresh it; once the entry expires another pool may have it.
+    assert await pool.add("other", V, ["theirs"], ttl_ms=MIN) == 1
+    clock.advance(MIN)
+    assert await pool.add("default", V, ["theirs"]) == 1
+    # The run ending frees its instance for the pool at once.
+    runlog = RunLog(db)
+    await runlog.open_run("r1")
+    await runlog.set_terminal("r1", "failed", error="gone")
+    assert await pool.add("default", V, ["busy"], ready=True) == 1
+
+
+async def test_a_claim_never_hands_out_an_instance_another_live_run_holds(
+    pool: WarmPool, db: Database, clock: ManualClock
+) -> None:
+    # Rows as a database written before maps and adds refused a second place can hold them.
+    await pool.add("default", V, ["held", "ended"], ready=True)
+    clock.advance(1)
+    await pool.add("default", V, ["free"], ready=True)
+    async with db.transaction() as conn:
+        for run_id, instance in (("r-held", "held"), ("r-ended", "ended")):
+            await conn.execute(
+                "INSERT INTO ledger.run_mappings (run_id, pool, instance_id, state, version,"
+                " claimed_at, created_at, expires_at) VALUES (%s, 'default', %s, 'claimed', %s,"
+                " %s, %s, %s + interval '1 hour')",
+                (run_id, instance, V, clock.current, clock.current, clock.current),
+            )
+    runlog = RunLog(db)
+    await runlog.open_run("r-ended")
+    await runlog.set_terminal("r-ended", "completed")
+    # "free" is newest, then "ended" (its run is over), never "held".
+    assert [(await pool.claim("default", V, f"c{n}"))["id"] for n in range(3)] == ["free", "ended", None]
+    assert await ids(db) == ["held"]
+    # The run holding it may claim it (its mapping is of another version here).
+    async with db.transaction() as conn:
+        await conn.execute("UPDATE ledger.run_mappings SET version = 'v0' WHERE run_id = 'r-held'")
+    assert (await pool.claim("default", V, "r-held"))["id"] == "held"
 
 
 async def test_expired_mappings_count_as_absent_for_map_and_block(
