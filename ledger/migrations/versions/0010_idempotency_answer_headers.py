@@ -1,7 +1,7 @@
 """Idempotency-Key answers keep the headers that are part of the answer.
 
-Revision ID: 0011
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01 22:00:00.000000
 
 - `idempotency_keys.response_headers`: the stored answer's protocol headers as a JSON array of
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0011"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
