@@ -284,6 +284,8 @@ class _FakeEngine(socketserver.ThreadingUnixStreamServer):
 def registryless_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
     """A Docker engine (DOCKER_HOST) whose registry is unreachable; add names to the set it yields
     to give it those images."""
+    # The dependency-floors venv has no `test` extra: nothing there to probe with.
+    pytest.importorskip("testcontainers")
     images: set[str] = set()
     # A short path (a unix socket's name is limited to about 100 bytes), not under the basetemp.
     socket_dir = Path(tempfile.mkdtemp(prefix="ledger-docker-"))
