@@ -4,13 +4,16 @@ Where the server comes from, chosen once per session by `choose_backend`:
 
 - `LEDGER_TEST_DATABASE_URL`: that server; the tests create and drop their databases on it, so
   the role needs CREATEDB. `LEDGER_DATABASE_URL` is never used: it is the ledger's real database.
-- `LEDGER_TEST_BACKEND=docker`: a testcontainers Postgres (`DOCKER_IMAGE`).
+- `LEDGER_TEST_BACKEND=docker`: a testcontainers Postgres, image `LEDGER_TEST_IMAGE` (default
+  `DOCKER_IMAGE`), published on 127.0.0.1 and reached there. Without an image registry, build one
+  from Debian packages with `python -m ledger.testing_image` (as root).
 - otherwise (or `LEDGER_TEST_BACKEND=embedded`): the embedded wheel with durability turned off.
 
 An explicit request that cannot be had stops the session at start with one line; it is never a
-skip. Validating it starts nothing (a ping of the Docker engine, a connect to the URL); a server is
-started only when a test first asks for a fixture. On it: one template database migrated to head
-per schema version, cloned into one database per xdist worker and dropped at the end.
+skip. Validating it starts nothing (a ping of the Docker engine and a look for the images it needs,
+a connect to the URL); a server is started only when a test first asks for a fixture. On it: one
+template database migrated to head per schema version, cloned into one database per xdist worker
+and dropped at the end.
 
 Fixtures: `pg_admin_url` (may create databases), `database_url` (this worker's migrated database),
 `clean_database_url` (the same, every ledger table emptied first), `ledger_service` (a real
@@ -36,8 +39,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKEND_VAR",
     "DOCKER_IMAGE",
+    "IMAGE_VAR",
     "OWN_POSTGRES_MARKER",
     "URL_VAR",
     "Backend",
@@ -81,7 +85,9 @@ __all__ = [
 
 URL_VAR = "LEDGER_TEST_DATABASE_URL"
 BACKEND_VAR = "LEDGER_TEST_BACKEND"
+IMAGE_VAR = "LEDGER_TEST_IMAGE"
 DOCKER_IMAGE = "postgres:16-alpine"
+LOOPBACK = "127.0.0.1"
 OWN_POSTGRES_MARKER = "own_postgres"
 _OWN_POSTGRES_DOC = (
     f"{OWN_POSTGRES_MARKER}: needs a Postgres server of its own (it restarts or kills it); "
@@ -117,13 +123,14 @@ class Backend:
 def choose_backend(
     env: Mapping[str, str],
     *,
-    docker_probe: Callable[[], None],
+    docker_probe: Callable[[str], None],
     container_factory: ContainerFactory,
     url_probe: Callable[[str], None],
 ) -> Backend:
     """The backend the environment asks for, validated without starting anything.
 
-    The probes raise `BackendUnavailable` with the reason; it comes back naming the request.
+    The probes raise `BackendUnavailable` with the reason; it comes back naming the request. The
+    Docker probe is given the image to look for.
     """
     raw_url = env.get(URL_VAR, "").strip()
     backend = env.get(BACKEND_VAR, "").strip().lower()
@@ -141,13 +148,14 @@ def choose_backend(
         return Backend("url", URL_VAR, lambda _data_dir: nullcontext(url))
     if backend == "docker":
         source = f"{BACKEND_VAR}=docker"
+        image = env.get(IMAGE_VAR, "").strip() or DOCKER_IMAGE
         try:
-            docker_probe()
+            docker_probe(image)
         except BackendUnavailable as exc:
             raise BackendUnavailable(
-                f"{source} asks for a testcontainers Postgres ({DOCKER_IMAGE}), but {exc}"
+                f"{source} asks for a testcontainers Postgres ({image}), but {exc}"
             ) from None
-        return Backend("docker", source, lambda _data_dir: docker_server(container_factory))
+        return Backend("docker", source, lambda _data_dir: docker_server(container_factory, image))
     if backend not in ("", "embedded"):
         raise BackendUnavailable(f"{BACKEND_VAR}={backend!r}: expected 'docker' or 'embedded'")
     return Backend("embedded", "the embedded Postgres", embedded_server)
@@ -180,30 +188,98 @@ def check_url(url: str) -> None:
         raise BackendUnavailable(f"role {role} may not create databases (the tests need CREATEDB)")
 
 
-def ping_docker() -> None:
-    """testcontainers is installed and a Docker engine answers."""
+def ping_docker(image: str) -> None:
+    """testcontainers is installed, a Docker engine answers, and it has (or can pull) `image` and,
+    unless testcontainers is told to do without it, the reaper's image.
+
+    Checked here because testcontainers would otherwise fail every test, one pull at a time. Whether
+    a missing image can be pulled is asked of its registry (a manifest, nothing downloaded).
+    """
     try:
         import docker
         import testcontainers.community.postgres  # noqa: F401 - its absence is the answer
+        from testcontainers.core.config import testcontainers_config
     except ImportError as exc:
         raise BackendUnavailable(f"{exc.name} is not installed (pip install 'run-ledger[test]')") from None
+    from ledger.testing_image import DEFAULT_TAG as built_image
+
+    # testcontainers puts its prefix (TESTCONTAINERS_HUB_IMAGE_NAME_PREFIX) before both names.
+    prefix = testcontainers_config.hub_image_name_prefix
+    ryuk = None if testcontainers_config.ryuk_disabled else prefix + testcontainers_config.ryuk_image
     try:
         client = docker.from_env(timeout=5)
         try:
             client.ping()
+            image_missing = _image_missing(client, prefix + image)
+            ryuk_missing = _image_missing(client, ryuk) if ryuk else None
         finally:
             client.close()
     except Exception as exc:
         raise BackendUnavailable(f"no Docker engine answers ({_one_line(exc)})") from None
+    problems = []
+    if image_missing:
+        problems.append(
+            f"the engine has no {prefix + image} and cannot pull it ({image_missing}): set {IMAGE_VAR} "
+            f"to an image it has, or build one without a registry (as root: python -m "
+            f"ledger.testing_image, then {IMAGE_VAR}={built_image})"
+        )
+    if ryuk_missing:
+        problems.append(
+            f"the engine has no {ryuk} (testcontainers' reaper) and cannot pull it ({ryuk_missing}): "
+            "set TESTCONTAINERS_RYUK_DISABLED=true (the session removes its containers itself)"
+        )
+    if problems:
+        raise BackendUnavailable("; and ".join(problems))
 
 
-def postgres_container(image: str) -> AbstractContextManager[Container]:
-    """testcontainers' Postgres, its durability off like the embedded one's."""
+def _image_missing(client: Any, image: str) -> str | None:
+    """Why the engine can neither find nor pull `image`; None when it can do one of them."""
+    import docker.errors
+
+    try:
+        client.images.get(image)
+        return None
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        client.images.get_registry_data(image)
+        return None
+    except docker.errors.APIError as exc:
+        # The engine's own words ("…: no such host"), without the request's URL around them.
+        return " ".join(str(exc.explanation or exc).split())
+    except Exception as exc:
+        return _one_line(exc)
+
+
+@dataclass(frozen=True)
+class _Published:
+    """A started container, as the URL of its port on the loopback interface."""
+
+    url: str
+
+    def get_connection_url(self) -> str:
+        return self.url
+
+
+@contextmanager
+def postgres_container(image: str) -> Iterator[Container]:
+    """testcontainers' Postgres, its durability off like the embedded one's.
+
+    Its port is published on 127.0.0.1 only and reached there: testcontainers would otherwise pick
+    a bridge or gateway address when the tests run inside a container, and publish on every
+    interface a server whose password is known.
+    """
     from testcontainers.community.postgres import PostgresContainer
 
     container = PostgresContainer(image, driver=None)
     container.with_command("postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-    return container
+    # docker-py binds a port on one interface when given (address, port); testcontainers' type for
+    # the binding names only the port.
+    cast("dict[str, Any]", container.ports)[str(container.port)] = (LOOPBACK, None)
+    with container:
+        port = container.get_docker_client().port(container.get_container_id(), container.port)
+        user, password = quote(container.username, safe=""), quote(container.password, safe="")
+        yield _Published(f"postgresql://{user}:{password}@{LOOPBACK}:{port}/{container.dbname}")
 
 
 def psycopg_url(url: str) -> str:
@@ -213,8 +289,8 @@ def psycopg_url(url: str) -> str:
 
 
 @contextmanager
-def docker_server(container_factory: ContainerFactory) -> Iterator[str]:
-    with container_factory(DOCKER_IMAGE) as container:
+def docker_server(container_factory: ContainerFactory, image: str = DOCKER_IMAGE) -> Iterator[str]:
+    with container_factory(image) as container:
         yield psycopg_url(container.get_connection_url())
 
 

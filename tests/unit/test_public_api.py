@@ -62,6 +62,7 @@ CLIENT_EXPORTS = [
 TESTING_EXPORTS = [
     "BACKEND_VAR",
     "DOCKER_IMAGE",
+    "IMAGE_VAR",
     "OWN_POSTGRES_MARKER",
     "URL_VAR",
     "Backend",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -302,20 +303,26 @@ async def test_pool_availability_reads_the_view(db: Database, clean_database_url
 # -- the read-only role ----------------------------------------------------------------------------
 
 
-def as_user(url: str, user: str) -> str:
+def as_user(url: str, user: str, password: str) -> str:
     parts = urlsplit(url)
     host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
 
 
 @pytest.fixture
 def reader_url(clean_database_url: str) -> Iterator[str]:
-    """A login role (unique name: roles are cluster-wide) that holds only `ledger_reader`."""
+    """A login role (unique name: roles are cluster-wide) that holds only `ledger_reader`, with a
+    password: a server that asks for one (any but a trusting test server) refuses it otherwise."""
     name = f"reader_{uuid.uuid4().hex[:12]}"
+    password = secrets.token_urlsafe(16)
     with psycopg.connect(clean_database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE ledger_reader").format(sql.Identifier(name)))
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE ledger_reader").format(
+                sql.Identifier(name), sql.Literal(password)
+            )
+        )
     try:
-        yield as_user(clean_database_url, name)
+        yield as_user(clean_database_url, name, password)
     finally:
         with psycopg.connect(clean_database_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
