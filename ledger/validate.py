@@ -297,6 +297,14 @@ def json_value(field: str, value: object, *, max_depth: int = MAX_VALUE_DEPTH) -
 # -- the reporter's upload: the parts both sides check field by field -----------------------------
 
 LIVE_LOG_TAIL_LIMIT: Final = 1_000
+# The service refuses a request body above this many bytes by default (LEDGER_MAX_BODY_BYTES moves
+# it); the reporter must keep every upload under it, and the runner protocol states it.
+MAX_BODY_BYTES: Final = 1024 * 1024
+# One log line, in UTF-8 bytes: a longer one is stored cut in the middle, its beginning and end
+# kept around `LINE_CUT_MARKER`, so that no single line can fill a request body.
+MAX_LOG_LINE_BYTES: Final = 16 * 1024
+# What replaces the middle of a cut line; `{cut}` is the number of UTF-8 bytes removed.
+LINE_CUT_MARKER: Final = "[…{cut} bytes cut…]"
 NODE_COUNT_FIELDS: Final = (
     "completed",
     "failed",
@@ -396,9 +404,12 @@ def _holds_nul(value: object) -> bool:
 __all__ = [
     "INT32_MAX",
     "INT64_MAX",
+    "LINE_CUT_MARKER",
     "LIVE_LOG_TAIL_LIMIT",
+    "MAX_BODY_BYTES",
     "MAX_EPOCH_MS",
     "MAX_JSON_DEPTH",
+    "MAX_LOG_LINE_BYTES",
     "MAX_RUN_ID_LENGTH",
     "MAX_VALUE_DEPTH",
     "NODE_COUNT_FIELDS",

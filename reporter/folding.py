@@ -19,11 +19,12 @@ Counting rules worth knowing:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from ledger import validate
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
+from reporter.lines import junk_reason
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
 from reporter.sanitize import Sanitizer
@@ -137,11 +138,13 @@ class EventFolder:
     # -- entry point ------------------------------------------------------------------------------
 
     def on_runner_event(self, event: object) -> None:
-        """Fold one runner event; never raises on malformed input, never awaits."""
-        # `type(...) is dict` first: the runner's events are plain dicts, and the ABC check is
-        # the slow way to say yes to one.
-        if type(event) is not dict and not isinstance(event, Mapping):
+        """Fold one runner event; never raises on malformed input, never awaits. A line that is
+        not one of the runner protocol is junk: counted, and skipped whole."""
+        problem = junk_reason(event)
+        if problem is not None:
+            self.sanitizer.note("runner line", validate.InvalidInput("line", problem))
             return
+        event = cast("Mapping[str, Any]", event)  # junk_reason made sure
         kind = event.get("type")
         try:
             if kind == "execution_event":

@@ -32,6 +32,7 @@ import click
 from ledger.auth import client_token
 from ledger.client import service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
+from reporter.runner_protocol import runner_schema_text
 from reporter.transports.protocol import RunTerminalError
 
 EXIT_OK = 0
@@ -186,7 +187,21 @@ async def _main(
         return await report(reporter, read_lines(stream), warn, resume=resume, finalize=finalize)
 
 
+def print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(runner_schema_text(), nl=False)
+        ctx.exit()
+
+
 @click.command("report")
+@click.option(
+    "--schema",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_schema,
+    help="Print the runner protocol (the JSON Schema of the lines this reads) and exit.",
+)
 @click.option("--run-id", required=True, help="The run the events belong to.")
 @click.option(
     "--contract",
