@@ -27,6 +27,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from ledger import validate
 from reporter.runner_protocol import runner_schema
 
 Schema = Mapping[str, Any]
@@ -86,11 +87,12 @@ def sized_text(n_bytes: int, filler: str) -> str:
 
 def bytes_around(limit: int) -> st.SearchStrategy[int]:
     """A byte length at the bound's edges, a little under it, or past the service's body limit."""
-    return st.one_of(
-        st.sampled_from((limit - 1, limit, limit + 1)),
-        st.integers(limit - 64, limit + 64),
-        st.sampled_from(BIG_SIZES),
-    ).filter(lambda n: n > 0)
+    edges = st.sampled_from((limit - 1, limit, limit + 1))
+    near = st.integers(limit - 64, limit + 64)
+    # Past the body limit is the costly case: one draw in nine.
+    return st.one_of(edges, edges, edges, edges, near, near, near, near, st.sampled_from(BIG_SIZES)).filter(
+        lambda n: n > 0
+    )
 
 
 @st.composite
@@ -107,7 +109,13 @@ def nested(depth: int, shape: str, leaf: Any = "bottom") -> Any:
 
 
 def depth_edges(limit: int) -> st.SearchStrategy[int]:
-    return st.sampled_from((limit - 1, limit, limit + 1))
+    """A depth at the bound's edges, mostly; sometimes at the request's own bound's or far past."""
+    request = validate.MAX_JSON_DEPTH
+    return st.one_of(
+        st.sampled_from((limit - 1, limit, limit + 1)),
+        st.sampled_from((limit - 1, limit, limit + 1)),
+        st.sampled_from((request - 1, request, request + 1, 300)),
+    )
 
 
 def _integers(schema: Schema) -> st.SearchStrategy[int]:

@@ -2,7 +2,8 @@
 
 `play` feeds a `Scenario` to `ProgressReporter`s batch by batch, exactly as a worker would:
 
-* one batch — one reporter, finalized at the end;
+* one batch — one reporter, finalized at the end the way `ledger report` does it (its `report`
+  reads the stream's result line, the terminal truth, and finalizes, or fails the run without one);
 * ``resume`` — the same attempt in several batches: a batch ends with ``end_batch()`` (a required
   forced flush, retried) and `aclose` (no finalize), the next batch is a new reporter that first
   calls ``resume()``;
@@ -12,8 +13,8 @@ Uploads happen only at the scenario's flush points, at batch ends, and when the 
 (sheet rows, terminal truth, finalize): the reporter's throttle is off (``interval`` 0) and so is
 its trailing timer, its wall clock is a counter, so the oracle run and the faulty run make the same
 uploads from the same states unless a fault changes that. Before the last batch's finalize the
-scenario's sheet rows are recorded through `ledger.ingest.sheets.record_sheet_rows` and the reporter
-reads its terminal truth.
+scenario's sheet rows are recorded through `ledger.ingest.sheets.record_sheet_rows`; `report` then
+reads the terminal truth.
 
 A `Backend` builds the transport (direct or HTTP, each with or without a `FaultPlan`) and carries
 out disruptions at flush points: a service restart or outage (HTTP) and a real Postgres restart or
@@ -25,14 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 import psycopg
 
+from ledger.cli import report as report_cli
 from ledger.db import Database
 from ledger.ingest.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter
@@ -159,6 +162,14 @@ class PlayLog:
     injected: dict[str, int] = field(default_factory=dict)
     disruptions_done: list[str] = field(default_factory=list)
     reporters: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int | None = None  # what `ledger report` answered for the last batch
+    warnings: list[str] = field(default_factory=list)
+
+
+async def result_lines(result: Any) -> AsyncIterator[str]:
+    """The stream's end as `ledger report` reads it from stdin: the result line, if there is one."""
+    if result is not None:
+        yield json.dumps(result)
 
 
 async def _with_retries(operation: Callable[[], Awaitable[Any]], attempts: int = 50) -> Any:
@@ -226,7 +237,7 @@ async def play(
                 if item[0] == "event":
                     reporter.on_runner_event(item[1])
                 elif item[0] == "burst":
-                    for line in burst_lines(item[2], item[1]):
+                    for line in burst_lines(item[2], item[1], item[3]):
                         reporter.on_runner_event({"type": "log", "line": line, "source": "runner"})
                 else:
 
@@ -238,10 +249,13 @@ async def play(
                 rows = scenario.sheet_rows()
                 if rows:
                     await _with_retries(lambda rows=rows: record_sheet_rows(backend.db, run_id, rows))
-                await reporter.load_terminal_truth()
 
                 async def finalize(reporter: ProgressReporter = reporter) -> None:
-                    await reporter.finalize(scenario.result, deadline_s=FINALIZE_DEADLINE_S)
+                    record.exit_code = await report_cli.report(
+                        reporter, result_lines(scenario.result), record.warnings.append
+                    )
+                    if record.exit_code not in (report_cli.EXIT_OK, report_cli.EXIT_NO_RESULT):
+                        raise RuntimeError(f"ledger report exited {record.exit_code}: {record.warnings}")
 
                 await at_point(finalize)
             else:

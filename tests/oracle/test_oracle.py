@@ -9,7 +9,9 @@ Each example plays one drawn `Scenario` twice into the same real ledger, on two 
    duplicates, bursts of 503) and disruptions (the service or Postgres restarted, or down while an
    upload is being tried).
 
-The ledger's final state of the faulty run must then *equal* the oracle's in the compared
+The run without faults must end as the runner protocol says (`tests.oracle.contract`: the result
+status, settled steps, log lines within their bound). The ledger's final state of the faulty run
+must then *equal* the oracle's in the compared
 projection (`tests.oracle.projection`): terminal status, each step's outcome and final counts, the
 log lines in order (gaps as their missing lines), the dataset lifecycle events in order and the
 newest observation per activity. Delivering some of the received uploads once more afterwards must
@@ -29,12 +31,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.oracle.contract import contract_problems
 from tests.oracle.faults import FaultPlan
 from tests.oracle.harness import Backend, DirectBackend, HttpBackend, PlayLog, play, redeliver
-from tests.oracle.profiles import background_random, budget, timeout
+from tests.oracle.profiles import background_random, budget, tally, timeout
 from tests.oracle.projection import differing_parts, read_projection, render_diff
 from tests.oracle.services import LoopThread
-from tests.oracle.strategies import HTTP_DISRUPTIONS, POSTGRES_DISRUPTIONS, Scenario, scenarios
+from tests.oracle.strategies import HTTP_DISRUPTIONS, POSTGRES_DISRUPTIONS, Scenario, live_lines, scenarios
 
 EXAMPLE_TIMEOUT_S = 90.0
 
@@ -69,6 +72,10 @@ class ActivitiesDiffer(OracleFailure):
 
 class OracleRunFailed(OracleFailure):
     """The run without faults did not go through: junk got a run stuck without any fault."""
+
+
+class ContractBroken(OracleFailure):
+    """The run without faults ends other than the runner protocol says (`tests.oracle.contract`)."""
 
 
 class FaultyRunFailed(OracleFailure):
@@ -110,12 +117,17 @@ async def check(scenario: Scenario, backend: Backend) -> None:
     oracle_id, faulty_id = f"oracle-{tag}", f"faulty-{tag}"
 
     try:
-        await play(scenario.oracle(), oracle_id, backend)
+        oracle_record = await play(scenario.oracle(), oracle_id, backend)
     except Exception as exc:
         raise OracleRunFailed(f"the run without faults failed: {type(exc).__name__}: {exc}") from exc
     oracle, problems = await read_projection(backend.db, oracle_id)
     if problems:
         raise InvariantBroken(f"oracle run {oracle_id}: {problems}")
+    broken = contract_problems(
+        scenario.contract, scenario.result, live_lines(scenario.items), oracle, oracle_record.exit_code
+    )
+    if broken:
+        raise ContractBroken(f"the run without faults ({oracle_id}) breaks the runner protocol: {broken}")
 
     plan = FaultPlan(scenario.faults)
     record: PlayLog | None = None
@@ -130,6 +142,11 @@ async def check(scenario: Scenario, backend: Backend) -> None:
     if problems:
         raise InvariantBroken(f"faulty run {faulty_id}: {problems}\n{_summary(scenario, record)}")
 
+    if record.exit_code != oracle_record.exit_code:
+        raise TerminalDiffers(
+            f"ledger report exited {record.exit_code}, without faults {oracle_record.exit_code}: "
+            f"{record.warnings}\n{_summary(scenario, record)}"
+        )
     parts = differing_parts(oracle, faulty)
     if parts:
         raise MISMATCH[parts[0]](
@@ -155,7 +172,13 @@ def run_example(loop_thread: LoopThread, scenario: Scenario, backend: Backend) -
         except TimeoutError:
             raise FaultyRunFailed(f"the example did not finish in {EXAMPLE_TIMEOUT_S} s") from None
 
-    loop_thread.run(bounded())
+    try:
+        loop_thread.run(bounded())
+    except OracleFailure as failure:
+        if not tally(backend.name, scenario, failure):
+            raise
+    else:
+        tally(backend.name, scenario, None)
 
 
 # -- the properties ---------------------------------------------------------------------------------
