@@ -25,6 +25,7 @@ is being tried; a *restart* takes it down and up between two uploads.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 import time
@@ -208,8 +209,10 @@ async def play(
     *,
     plan: FaultPlan | None = None,
     disruptions: dict[int, str] | None = None,
+    exits: tuple[int, ...] = (report_cli.EXIT_OK, report_cli.EXIT_NO_RESULT),
 ) -> PlayLog:
-    """Feed the scenario to reporters for `run_id` (see the module docstring)."""
+    """Feed the scenario to reporters for `run_id` (see the module docstring); `ledger report`
+    exiting other than `exits` raises."""
     disruptions = disruptions or {}
     record = PlayLog()
     point = 0
@@ -247,14 +250,14 @@ async def play(
                     await at_point(flush)
             if last:
                 rows = scenario.sheet_rows()
-                if rows:
+                if rows and report_cli.EXIT_OK in exits:  # not again into an ended run
                     await _with_retries(lambda rows=rows: record_sheet_rows(backend.db, run_id, rows))
 
                 async def finalize(reporter: ProgressReporter = reporter) -> None:
                     record.exit_code = await report_cli.report(
                         reporter, result_lines(scenario.result), record.warnings.append
                     )
-                    if record.exit_code not in (report_cli.EXIT_OK, report_cli.EXIT_NO_RESULT):
+                    if record.exit_code not in exits:
                         raise RuntimeError(f"ledger report exited {record.exit_code}: {record.warnings}")
 
                 await at_point(finalize)
@@ -279,6 +282,29 @@ async def play(
         record.uploads_received = len(plan.received)
         record.injected = dict(plan.injected)
     return record
+
+
+async def late_upload(backend: Backend, plan: FaultPlan) -> str | None:
+    """A running upload to the ended run after the last one: a new `upload_seq`, one step's message
+    changed (a change that appends no event). What refused it (None: it was taken)."""
+    payload = copy.deepcopy(plan.received[-1])
+    payload["status"] = "running"
+    payload["upload_seq"] = int(payload.get("upload_seq") or 0) + 1_000
+    payload.pop("terminal_log_replay", None)
+    nodes = payload.setdefault("live_node_progress", {})
+    node = next(iter(nodes.values()), None)
+    if node is None:
+        nodes["late-step"] = {"message": "a late upload"}
+    else:
+        node["message"] = "a late upload"
+    transport, close = await backend.transport(None)
+    try:
+        await transport.upload(payload)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        await close()
+    return None
 
 
 async def redeliver(backend: Backend, plan: FaultPlan, picks: tuple[int, ...]) -> list[str]:

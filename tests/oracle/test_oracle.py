@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ledger.cli import report as report_cli
 from tests.oracle.contract import contract_problems
 from tests.oracle.faults import FaultPlan
-from tests.oracle.harness import Backend, DirectBackend, HttpBackend, PlayLog, play, redeliver
+from tests.oracle.harness import Backend, DirectBackend, HttpBackend, PlayLog, late_upload, play, redeliver
 from tests.oracle.profiles import background_random, budget, tally, timeout
-from tests.oracle.projection import differing_parts, read_projection, render_diff
+from tests.oracle.projection import differing_parts, read_projection, read_stored, render_diff
 from tests.oracle.services import LoopThread
 from tests.oracle.strategies import HTTP_DISRUPTIONS, POSTGRES_DISRUPTIONS, Scenario, live_lines, scenarios
 
@@ -90,6 +92,10 @@ class RedeliveryChanged(OracleFailure):
     pass
 
 
+class EndedRunChanged(OracleFailure):
+    """An ended run was changed, or reporting it again did not end as the contract says."""
+
+
 MISMATCH: dict[str, type[OracleFailure]] = {
     "terminal": TerminalDiffers,
     "steps": StepsDiffer,
@@ -134,6 +140,8 @@ async def check(scenario: Scenario, backend: Backend) -> None:
     )
     if broken:
         raise ContractBroken(f"the run without faults ({oracle_id}) breaks the runner protocol: {broken}")
+    if scenario.report_again and oracle["terminal"] is not None:
+        await report_again(scenario, oracle_id, backend, oracle)
 
     plan = FaultPlan(scenario.faults)
     record: PlayLog | None = None
@@ -169,6 +177,34 @@ async def check(scenario: Scenario, backend: Backend) -> None:
                 f"delivering received uploads again was refused ({unexpected}) or changed the ledger:\n"
                 f"{render_diff(faulty, after)}"
             )
+        if faulty["terminal"] is not None:
+            stored = await read_stored(backend.db, faulty_id)
+            refusal = await late_upload(backend, plan)
+            after, _ = await read_projection(backend.db, faulty_id)
+            stored_after = await read_stored(backend.db, faulty_id)
+            if refusal is None or after != faulty or stored_after != stored:
+                raise EndedRunChanged(
+                    f"a later running upload to the ended run {faulty_id} was "
+                    f"{'taken' if refusal is None else 'refused: ' + refusal}; "
+                    f"{'its stored progress changed' if stored_after != stored else 'nothing stored changed'}"
+                    f"\n{render_diff(faulty, after)}"
+                )
+
+
+async def report_again(scenario: Scenario, run_id: str, backend: Backend, ended: dict[str, Any]) -> None:
+    """The whole stream reported once more to the run it ended: exit 4, saying so without an
+    Idempotency-Key the runner never set, and nothing changes."""
+    again = Scenario(scenario.contract, scenario.mode, scenario.items, scenario.result)
+    try:
+        record = await play(again, run_id, backend, exits=(report_cli.EXIT_TERMINAL,))
+    except Exception as exc:
+        raise EndedRunChanged(f"reporting the ended run {run_id} again: {type(exc).__name__}: {exc}") from exc
+    after, _ = await read_projection(backend.db, run_id)
+    if after != ended or any("Idempotency-Key" in warning for warning in record.warnings):
+        raise EndedRunChanged(
+            f"reporting the ended run {run_id} again said {record.warnings}; the ledger changed:\n"
+            f"{render_diff(ended, after)}"
+        )
 
 
 def run_example(loop_thread: LoopThread, scenario: Scenario, backend: Backend) -> None:
