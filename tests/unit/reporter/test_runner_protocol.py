@@ -24,7 +24,7 @@ from ledger import validate
 from ledger.cli.app import cli
 from ledger.runlog.events import TERMINAL_STATUSES
 from ledger.service.settings import ServiceSettings
-from reporter import lines, runner_protocol
+from reporter import SimulatedRun, lines, runner_protocol
 from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
@@ -243,3 +243,11 @@ def test_every_step_of_a_contract_file_the_schema_accepts_is_a_step(contract: di
     substeps = contract.get("staticPipeline", {}).get("substeps", [])
     assert len(StaticPipeline(contract).nodes) == len(substeps)
     assert resolve(schema["properties"]["staticPipeline"], schema)["required"] == ["substeps"]
+
+
+def test_the_simulated_run_speaks_the_protocol() -> None:
+    """The demo's and the tests' runner: every line it writes is one the schema accepts."""
+    run = SimulatedRun(rows=300, fail_every=7, page_size=100, fail_run=True)
+    for line in run.events():
+        VALIDATOR.validate(line)
+        assert lines.junk_reason(line) is None
