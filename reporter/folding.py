@@ -140,6 +140,23 @@ class EventFolder:
     def on_runner_event(self, event: object) -> None:
         """Fold one runner event; never raises on malformed input, never awaits. A line that is
         not one of the runner protocol is junk: counted, and skipped whole."""
+        if type(event) is dict:
+            # The two most frequent lines, well-formed, are checked here, without a call; any
+            # other line goes through `junk_reason`, which has the last word.
+            kind = event.get("type")
+            if kind == "log":
+                line, source = event.get("line"), event.get("source")
+                if line and type(line) is str and (source is None or type(source) is str):
+                    if is_durable_log(self.mode, line, source):
+                        self.state.append_log(line)
+                    self._fold_log_line(line)
+                    self.schedule(False)
+                    return
+            elif kind == "row_update":
+                # Sheet rows belong to the data plane's writer, never to progress.
+                table, key = event.get("tableNamespace"), event.get("rowKey")
+                if (table is None or type(table) is str) and (key is None or type(key) is str):
+                    return
         problem = junk_reason(event)
         if problem is not None:
             self.sanitizer.note("runner line", validate.InvalidInput("line", problem))
