@@ -35,8 +35,9 @@ Names = Mapping[str, st.SearchStrategy[Any]]
 
 SCHEMA = runner_schema()
 FILLERS = ("a", "é", "€", "😀")  # 1, 2, 3 and 4 bytes in UTF-8
-# Sizes past the service's body limit, in bytes: one line or value too big for any upload.
-BIG_SIZES = (1_200_000, 3_000_000)
+# Sizes at and past the service's body limit, in bytes: one line or value too big for any upload.
+BODY = validate.MAX_BODY_BYTES
+BIG_SIZES = (BODY - 1, BODY, BODY + 1, 1_200_000, 3_000_000)
 SMALL_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 
 

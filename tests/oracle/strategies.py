@@ -28,6 +28,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter.pipeline import StaticPipeline
 from tests.oracle import from_schema
 
@@ -251,7 +252,16 @@ def items(v: Vocabulary, max_items: int = MAX_ITEMS) -> st.SearchStrategy[list[I
     item = weighted(
         (12, events(v).map(lambda e: ("event", e))),
         (3, st.just(FLUSH)),
-        (1, st.tuples(st.just("burst"), st.sampled_from((3, 40, 998, 1_001, 1_150)), burst_widths)),
+        (
+            1,
+            st.tuples(
+                st.just("burst"),
+                st.sampled_from(
+                    (3, 40, LIVE_LOG_TAIL_LIMIT - 1, LIVE_LOG_TAIL_LIMIT, LIVE_LOG_TAIL_LIMIT + 1, 1_150)
+                ),
+                burst_widths,
+            ),
+        ),
     )
     # Hypothesis's lists average a handful of elements; a list of lists averages about
     # `max_items` / 2 items and still shrinks element by element.
