@@ -2,8 +2,9 @@
 
 `EventFolder.on_runner_event` takes one raw runner event (camelCase, as the runner writes it) and
 updates the `ProgressState`; after each fact it calls ``schedule(force)`` so the reporter can ask
-its uploader for a (throttled, or for one-shot facts forced) flush. Anything that is not a
-well-formed event is ignored without raising: a junk line from the runner must never kill a run.
+its uploader for a (throttled, or for one-shot facts forced) flush. A line the runner protocol
+refuses (`reporter.lines`) is junk: counted by the sanitizer and skipped whole, without raising,
+since a junk line from the runner must never kill a run.
 
 Counting rules worth knowing:
 
