@@ -2,8 +2,9 @@
 
 `EventFolder.on_runner_event` takes one raw runner event (camelCase, as the runner writes it) and
 updates the `ProgressState`; after each fact it calls ``schedule(force)`` so the reporter can ask
-its uploader for a (throttled, or for one-shot facts forced) flush. Anything that is not a
-well-formed event is ignored without raising: a junk line from the runner must never kill a run.
+its uploader for a (throttled, or for one-shot facts forced) flush. A line the runner protocol
+refuses (`reporter.lines`) is junk: counted by the sanitizer and skipped whole, without raising,
+since a junk line from the runner must never kill a run.
 
 Counting rules worth knowing:
 
@@ -19,11 +20,12 @@ Counting rules worth knowing:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ledger import validate
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
+from reporter.lines import junk_reason
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
 from reporter.sanitize import Sanitizer, bounded
@@ -138,11 +140,30 @@ class EventFolder:
     # -- entry point ------------------------------------------------------------------------------
 
     def on_runner_event(self, event: object) -> None:
-        """Fold one runner event; never raises on malformed input, never awaits."""
-        # `type(...) is dict` first: the runner's events are plain dicts, and the ABC check is
-        # the slow way to say yes to one.
-        if type(event) is not dict and not isinstance(event, Mapping):
+        """Fold one runner event; never raises on malformed input, never awaits. A line that is
+        not one of the runner protocol is junk: counted, and skipped whole."""
+        if type(event) is dict:
+            # The two most frequent lines, well-formed, are checked here, without a call; any
+            # other line goes through `junk_reason`, which has the last word.
+            kind = event.get("type")
+            if kind == "log":
+                line, source = event.get("line"), event.get("source")
+                if line and type(line) is str and (source is None or type(source) is str):
+                    if is_durable_log(self.mode, line, source):
+                        self.state.append_log(line)
+                    self._fold_log_line(line)
+                    self.schedule(False)
+                    return
+            elif kind == "row_update":
+                # Sheet rows belong to the data plane's writer, never to progress.
+                table, key = event.get("tableNamespace"), event.get("rowKey")
+                if (table is None or type(table) is str) and (key is None or type(key) is str):
+                    return
+        problem = junk_reason(event)
+        if problem is not None:
+            self.sanitizer.note("runner line", validate.InvalidInput("line", problem))
             return
+        event = cast("Mapping[str, Any]", event)  # junk_reason made sure
         kind = event.get("type")
         try:
             if kind == "execution_event":

@@ -45,6 +45,7 @@ from ledger.auth import client_token
 from ledger.client import URL_VAR, service_url
 from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
 from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
+from reporter.runner_protocol import runner_schema_text
 from reporter.transports.http import RetryableHttpError, RetryPolicy
 from reporter.transports.protocol import Refused, RunTerminalError
 
@@ -284,7 +285,21 @@ async def _main(
             )
 
 
+def print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(runner_schema_text(), nl=False)
+        ctx.exit()
+
+
 @click.command("report")
+@click.option(
+    "--schema",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_schema,
+    help="Print the runner protocol (the JSON Schema of the lines this reads) and exit.",
+)
 @click.option("--run-id", required=True, help="The run the events belong to.")
 @click.option(
     "--contract",

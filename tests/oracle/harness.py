@@ -2,7 +2,8 @@
 
 `play` feeds a `Scenario` to `ProgressReporter`s batch by batch, exactly as a worker would:
 
-* one batch — one reporter, finalized at the end;
+* one batch — one reporter, finalized at the end the way `ledger report` does it (its `report`
+  reads the stream's result line, the terminal truth, and finalizes, or fails the run without one);
 * ``resume`` — the same attempt in several batches: a batch ends with ``end_batch()`` (a required
   forced flush, retried) and `aclose` (no finalize), the next batch is a new reporter that first
   calls ``resume()``;
@@ -12,8 +13,8 @@ Uploads happen only at the scenario's flush points, at batch ends, and when the 
 (sheet rows, terminal truth, finalize): the reporter's throttle is off (``interval`` 0) and so is
 its trailing timer, its wall clock is a counter, so the oracle run and the faulty run make the same
 uploads from the same states unless a fault changes that. Before the last batch's finalize the
-scenario's sheet rows are recorded through `ledger.ingest.sheets.record_sheet_rows` and the reporter
-reads its terminal truth.
+scenario's sheet rows are recorded through `ledger.ingest.sheets.record_sheet_rows`; `report` then
+reads the terminal truth.
 
 A `Backend` builds the transport (direct or HTTP, each with or without a `FaultPlan`) and carries
 out disruptions at flush points: a service restart or outage (HTTP) and a real Postgres restart or
@@ -24,15 +25,18 @@ is being tried; a *restart* takes it down and up between two uploads.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
 import psycopg
 
+from ledger.cli import report as report_cli
 from ledger.db import Database
 from ledger.ingest.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter
@@ -159,6 +163,14 @@ class PlayLog:
     injected: dict[str, int] = field(default_factory=dict)
     disruptions_done: list[str] = field(default_factory=list)
     reporters: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int | None = None  # what `ledger report` answered for the last batch
+    warnings: list[str] = field(default_factory=list)
+
+
+async def result_lines(result: Any) -> AsyncIterator[str]:
+    """The stream's end as `ledger report` reads it from stdin: the result line, if there is one."""
+    if result is not None:
+        yield json.dumps(result)
 
 
 async def _with_retries(operation: Callable[[], Awaitable[Any]], attempts: int = 50) -> Any:
@@ -197,8 +209,10 @@ async def play(
     *,
     plan: FaultPlan | None = None,
     disruptions: dict[int, str] | None = None,
+    exits: tuple[int, ...] = (report_cli.EXIT_OK, report_cli.EXIT_NO_RESULT),
 ) -> PlayLog:
-    """Feed the scenario to reporters for `run_id` (see the module docstring)."""
+    """Feed the scenario to reporters for `run_id` (see the module docstring); `ledger report`
+    exiting other than `exits` raises."""
     disruptions = disruptions or {}
     record = PlayLog()
     point = 0
@@ -226,7 +240,7 @@ async def play(
                 if item[0] == "event":
                     reporter.on_runner_event(item[1])
                 elif item[0] == "burst":
-                    for line in burst_lines(item[2], item[1]):
+                    for line in burst_lines(item[2], item[1], item[3]):
                         reporter.on_runner_event({"type": "log", "line": line, "source": "runner"})
                 else:
 
@@ -236,12 +250,15 @@ async def play(
                     await at_point(flush)
             if last:
                 rows = scenario.sheet_rows()
-                if rows:
+                if rows and report_cli.EXIT_OK in exits:  # not again into an ended run
                     await _with_retries(lambda rows=rows: record_sheet_rows(backend.db, run_id, rows))
-                await reporter.load_terminal_truth()
 
                 async def finalize(reporter: ProgressReporter = reporter) -> None:
-                    await reporter.finalize(scenario.result, deadline_s=FINALIZE_DEADLINE_S)
+                    record.exit_code = await report_cli.report(
+                        reporter, result_lines(scenario.result), record.warnings.append
+                    )
+                    if record.exit_code not in exits:
+                        raise RuntimeError(f"ledger report exited {record.exit_code}: {record.warnings}")
 
                 await at_point(finalize)
             else:
@@ -265,6 +282,29 @@ async def play(
         record.uploads_received = len(plan.received)
         record.injected = dict(plan.injected)
     return record
+
+
+async def late_upload(backend: Backend, plan: FaultPlan) -> str | None:
+    """A running upload to the ended run after the last one: a new `upload_seq`, one step's message
+    changed (a change that appends no event). What refused it (None: it was taken)."""
+    payload = copy.deepcopy(plan.received[-1])
+    payload["status"] = "running"
+    payload["upload_seq"] = int(payload.get("upload_seq") or 0) + 1_000
+    payload.pop("terminal_log_replay", None)
+    nodes = payload.setdefault("live_node_progress", {})
+    node = next(iter(nodes.values()), None)
+    if node is None:
+        nodes["late-step"] = {"message": "a late upload"}
+    else:
+        node["message"] = "a late upload"
+    transport, close = await backend.transport(None)
+    try:
+        await transport.upload(payload)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        await close()
+    return None
 
 
 async def redeliver(backend: Backend, plan: FaultPlan, picks: tuple[int, ...]) -> list[str]:

@@ -7,7 +7,9 @@ examples for the main property) and turns the per-test timeout off.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -45,6 +47,28 @@ timeout = pytest.mark.timeout(0 if SOAK else 900)
 background_random = pytest.mark.filterwarnings(
     "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
 )
+
+
+# ORACLE_TALLY=FILE: every example is tallied in FILE (one JSON line: backend, runner lines,
+# failure class and message) and a failing one does not stop the run, so one soak run reports how
+# often each kind of failure comes up rather than the first one, shrunk.
+TALLY = os.environ.get("ORACLE_TALLY", "").strip()
+
+
+def tally(backend: str, scenario: Any, failure: BaseException | None) -> bool:
+    """Tally one example when ORACLE_TALLY is set (True: the failure is taken care of)."""
+    if not TALLY:
+        return False
+    lines = sum(item[1] if item[0] == "burst" else 1 for item in scenario.items if item[0] != "flush")
+    entry = {
+        "backend": backend,
+        "lines": lines + (scenario.result is not None),
+        "failure": None if failure is None else type(failure).__name__,
+        "message": None if failure is None else str(failure).splitlines()[0][:300],
+    }
+    with open(TALLY, "a", encoding="utf-8") as out:
+        out.write(json.dumps(entry) + "\n")
+    return True
 
 
 def budget(test: str) -> settings:

@@ -100,6 +100,17 @@ def check_invariants(run: dict[str, Any] | None, events: list[dict[str, Any]]) -
     return problems
 
 
+STORED_SQL = "SELECT live_node_progress, last_upload_seq FROM ledger.runs WHERE run_id = %s"
+
+
+async def read_stored(db: Database, run_id: str) -> dict[str, Any] | None:
+    """What the last upload set on the run's row (beyond the projection): node progress as stored
+    and the attempt's last applied `upload_seq`."""
+    async with db.connection() as conn:
+        row = await (await conn.execute(STORED_SQL, (run_id,))).fetchone()
+    return None if row is None else dict(row)
+
+
 async def read_projection(db: Database, run_id: str) -> tuple[dict[str, Any], list[str]]:
     run, events = await read_run(db, run_id)
     return project(run, events), check_invariants(run, events)

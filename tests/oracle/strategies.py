@@ -9,9 +9,13 @@ fault schedule of the faulty run: one fault per status upload request in order, 
 (service or Postgres restarts and outages) at flush points, and payloads delivered once more
 after the end.
 
-Junk, mixed into valid events: NUL and lone surrogates in any string, wrong types, ISO-string
-timestamps, empty ids, numbers beyond 64 bits, NaN/infinity, unknown event types, non-objects, and
-JSON nested 63-300 levels deep inside lifecycle, activity and docflow payloads.
+Valid lines come from the runner protocol's schema (`tests.oracle.from_schema`): every kind it
+defines, bounds at their edges (counts and times at their limits, stored values nested at the depth
+bound and beyond the request's, log lines at the line bound and several MB long, values bigger than
+a request body), with the contract's names mixed in. Junk, mixed among them: lines with one rule of
+the schema broken, unknown kinds, non-objects, and NUL and lone surrogates in free text. Bursts of
+log lines may be long ones (a tail bigger than a request body), and the result carries every
+status the protocol defines and some it does not.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter.pipeline import StaticPipeline
+from tests.oracle import from_schema
 
-Item = tuple[Any, ...]  # ("event", obj) | ("flush",) | ("burst", n, tag)
+Item = tuple[Any, ...]  # ("event", obj) | ("flush",) | ("burst", n, tag, width)
 FLUSH: Item = ("flush",)
 
 STEP_TEMPLATES: tuple[dict[str, Any], ...] = (
@@ -64,7 +70,6 @@ JUNK_NUMBERS: tuple[Any, ...] = (
     {},
     "2026-11-30T00:00:00Z",
 )
-DEPTHS = (3, 63, 64, 65, 100, 200, 300)
 
 
 def chance(percent: int) -> st.SearchStrategy[bool]:
@@ -90,29 +95,6 @@ junk_number = st.sampled_from(JUNK_NUMBERS)
 def count(upper: int = 3_000) -> st.SearchStrategy[Any]:
     """A row count: mostly a plausible integer, sometimes junk of another type or size."""
     return weighted((5, st.integers(0, upper)), (1, junk_number))
-
-
-def nest(depth: int, shape: str) -> Any:
-    """JSON nested `depth` levels deep (a list or object at every level)."""
-    value: Any = "bottom"
-    for _ in range(depth):
-        value = [value] if shape == "list" else {"n": value}
-    return value
-
-
-deep_json = st.builds(nest, st.sampled_from(DEPTHS), st.sampled_from(("list", "dict")))
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), text, junk_number)
-json_value = weighted(
-    (
-        5,
-        st.recursive(
-            json_leaf,
-            lambda children: st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3),
-            max_leaves=5,
-        ),
-    ),
-    (1, deep_json),
-)
 
 
 # -- the contract and what its events may name ---------------------------------------------------
@@ -152,19 +134,17 @@ def contracts(draw: st.DrawFn) -> Any:
     return {"staticPipeline": {"substeps": substeps}}
 
 
-# -- runner events -------------------------------------------------------------------------------
+# -- runner events ---------------------------------------------------------------------------------
+#
+# Every valid line is drawn from the runner protocol's schema (`tests.oracle.from_schema`), so a kind
+# added to it is drawn here too, with its bounds at their edges (counts, times, depths, line bytes,
+# sizes past the body limit). The contract's vocabulary and the progress-carrying log diagnostics
+# are mixed into the fields that name them, so streams reach real steps.
 
 
-def _log(line: Any, source: Any) -> dict[str, Any]:
-    event: dict[str, Any] = {"type": "log", "line": line}
-    if source is not None:
-        event["source"] = source
-    return event
-
-
-def log_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
+def log_texts(v: Vocabulary) -> st.SearchStrategy[str]:
+    """A log line's text: plain, junk characters, or one of the diagnostics that carry progress."""
     prefix = st.sampled_from(("", RUNNER_STAMP))
-    source = st.sampled_from(("runner", "runner", "worker", None, 5))
     ns = weighted((4, st.sampled_from(v.namespaces)), (1, text))
     number = st.integers(0, 3_000)
     plain = st.builds(lambda p, t: p + t, prefix, text)
@@ -193,102 +173,46 @@ def log_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
     )
     trace = st.builds(lambda t: "[perf-trace] " + t, text)
     blank = st.sampled_from(("", "   ", "\t"))
-    line = weighted(
+    return weighted(
         (6, plain), (3, map_start), (1, map_start_short), (2, perf), (2, batch), (1, trace), (1, blank)
-    )
-    valid = st.builds(_log, line, source)
-    junk = st.builds(_log, st.sampled_from((None, 5, ["x"], {"a": 1})), source) | st.just({"type": "log"})
-    return weighted((12, valid), (1, junk))
+    ).filter(bool)
 
 
-MAP_KINDS = ("map.preparing", "map.started", "map.resumed", "map.progress", "map.completed", "map.failed")
+def names(v: Vocabulary) -> dict[str, st.SearchStrategy[Any]]:
+    """Values for the schema's named fields that this contract's pipeline knows."""
+    plausible = st.integers(0, 3_000)
+    return {
+        "line": log_texts(v),
+        "source": st.sampled_from(("runner", "runner", "worker")),
+        "artifactTableNamespace": st.sampled_from(v.namespaces),
+        "logicalNamespace": st.sampled_from(v.logical or v.namespaces),
+        "tableNamespace": st.sampled_from(v.namespaces),
+        "mapNodeId": st.none() | st.sampled_from(v.node_ids),
+        "totalRows": plausible,
+        "completedRows": plausible,
+        "failedRows": st.integers(0, 300),
+        "toolId": st.sampled_from(v.tool_ids),
+        "outcome": st.sampled_from(("succeeded", "failed", "failed")),
+        "nodeId": st.sampled_from(v.node_ids),
+        "attempt": st.integers(0, 3),
+        "invocationId": st.integers(0, 5).map(lambda n: f"inv:{n}"),
+        "at": st.integers(1_767_225_600_000, 1_767_225_700_000),
+        "activityId": st.sampled_from(("act-1", "act-2", "act-3")),
+        "observedAt": st.integers(0, 40),
+        "phase": st.sampled_from(("created", "populated", "dropped")),
+    }
 
 
-def map_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
-    ns = weighted((6, st.sampled_from(v.namespaces)), (1, text), (1, st.none()))
-    node = weighted((6, st.none()), (1, st.sampled_from(v.node_ids)), (1, junk_number))
-    inner = st.fixed_dictionaries(
-        {
-            "type": weighted((8, st.sampled_from(MAP_KINDS)), (1, st.just("map.suspended"))),
-            "mapNodeId": node,
-            "artifactTableNamespace": ns,
-            "totalRows": count(),
-            "completedRows": count(),
-            "failedRows": count(300),
-        },
-        optional={"logicalNamespace": st.sampled_from(v.logical) if v.logical else text},
-    )
-    return inner.map(lambda e: {"type": "execution_event", "event": e})
-
-
-def tool_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
-    tool = weighted((6, st.sampled_from(v.tool_ids)), (1, junk_number), (1, junk_text))
-    started = st.fixed_dictionaries({"type": st.just("tool.call.started"), "toolId": tool})
-    settled = st.fixed_dictionaries(
-        {
-            "type": st.just("tool.call.settled"),
-            "toolId": tool,
-            "outcome": st.sampled_from(("succeeded", "failed", "failed", None)),
-        }
-    )
-    return (started | settled).map(lambda e: {"type": "execution_event", "event": e})
-
-
-def lifecycle_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
-    inner = st.fixed_dictionaries(
-        {
-            "type": st.just("dataset.lifecycle"),
-            "tableNamespace": weighted((5, st.sampled_from(v.namespaces)), (1, junk_text)),
-            "phase": weighted((5, st.sampled_from(("created", "populated", "dropped"))), (1, junk_text)),
-        },
-        optional={"rows": count(), "details": json_value, "at": junk_number},
-    )
-    return inner.map(lambda e: {"type": "execution_event", "event": e})
-
-
-def activity_events() -> st.SearchStrategy[dict[str, Any]]:
-    activity_id = weighted(
-        (6, st.sampled_from(("act-1", "act-2", "act-3"))),
-        (1, st.just("")),
-        (1, junk_text),
-        (1, st.integers(0, 3)),
-    )
-    observed_at = weighted(
-        (6, st.integers(0, 40)),
-        (1, st.sampled_from(("2026-11-30T00:00:00Z", 2**70, 1.5, None, float("nan"), True))),
-    )
-    observation = st.fixed_dictionaries(
-        {"activityId": activity_id, "observedAt": observed_at, "state": text},
-        optional={"payload": json_value},
-    )
-    inner = st.fixed_dictionaries(
-        {
-            "type": st.just("activity.observed"),
-            "observation": weighted((8, observation), (1, st.sampled_from(([1], "x", None)))),
-        }
-    )
-    return inner.map(lambda e: {"type": "execution_event", "event": e})
-
-
-def docflow_events(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
-    kinds = ("docflow.node.started", "docflow.node.completed", "docflow.node.failed", "docflow.node.hit")
-    inner = st.fixed_dictionaries(
-        {
-            "type": st.sampled_from(kinds),
-            "nodeId": weighted((6, st.sampled_from(v.node_ids)), (1, junk_text), (1, junk_number)),
-            "attempt": weighted((5, st.integers(0, 3)), (1, junk_number)),
-            "invocationId": weighted((5, st.integers(0, 5).map(lambda n: f"inv:{n}")), (1, junk_text)),
-            "at": weighted((5, st.integers(1_767_225_600_000, 1_767_225_700_000)), (1, junk_number)),
-        },
-        optional={
-            "inputs": json_value,
-            "outputs": json_value,
-            "error": text,
-            "inputsTruncated": st.booleans(),
-        },
-    )
-    return inner.map(lambda e: {"type": "execution_event", "event": e})
-
+# How often each kind of line comes up (a kind the schema adds weighs 1; results end the stream).
+LINE_WEIGHTS = {
+    "log": 8,
+    "map.progress": 3,
+    "map.started": 2,
+    "map.completed": 2,
+    "dataset.lifecycle": 3,
+    "activity.observed": 3,
+    "result": 0,
+}
 
 JUNK_EVENTS: tuple[Any, ...] = (
     None,
@@ -297,7 +221,8 @@ JUNK_EVENTS: tuple[Any, ...] = (
     [],
     {},
     {"type": 5},
-    {"type": "row_update", "tableNamespace": "leads_r1", "rowKey": "row-1"},
+    {"type": "log"},
+    {"type": "log", "line": ["x"]},
     {"type": "execution_event"},
     {"type": "execution_event", "event": "x"},
     {"type": "execution_event", "event": {"type": 7}},
@@ -309,29 +234,34 @@ JUNK_EVENTS: tuple[Any, ...] = (
 
 def junk_events() -> st.SearchStrategy[Any]:
     unknown = st.builds(lambda t: {"type": "execution_event", "event": {"type": t}}, junk_text)
-    return st.sampled_from(JUNK_EVENTS) | unknown
+    broken = from_schema.broken_lines(exclude=("result",)).map(lambda pair: pair[1])
+    return weighted((1, st.sampled_from(JUNK_EVENTS)), (1, unknown), (2, broken))
 
 
 def events(v: Vocabulary) -> st.SearchStrategy[Any]:
-    return weighted(
-        (8, log_events(v)),
-        (6, map_events(v)),
-        (2, tool_events(v)),
-        (3, lifecycle_events(v)),
-        (3, activity_events()),
-        (2, docflow_events(v)),
-        (1, junk_events()),
-    )
+    return weighted((12, from_schema.valid_lines(names(v), weights=LINE_WEIGHTS)), (1, junk_events()))
 
 
 MAX_ITEMS = 40
+# A burst's lines: short, or long enough that a thousand of them are more than a request body.
+LONG_LINE_BYTES = 1_100
+burst_widths = st.sampled_from((0, 0, 0, LONG_LINE_BYTES))
 
 
 def items(v: Vocabulary, max_items: int = MAX_ITEMS) -> st.SearchStrategy[list[Item]]:
     item = weighted(
         (12, events(v).map(lambda e: ("event", e))),
         (3, st.just(FLUSH)),
-        (1, st.sampled_from((3, 40, 998, 1_001, 1_150)).map(lambda n: ("burst", n))),
+        (
+            1,
+            st.tuples(
+                st.just("burst"),
+                st.sampled_from(
+                    (3, 40, LIVE_LOG_TAIL_LIMIT - 1, LIVE_LOG_TAIL_LIMIT, LIVE_LOG_TAIL_LIMIT + 1, 1_150)
+                ),
+                burst_widths,
+            ),
+        ),
     )
     # Hypothesis's lists average a handful of elements; a list of lists averages about
     # `max_items` / 2 items and still shrinks element by element.
@@ -339,8 +269,9 @@ def items(v: Vocabulary, max_items: int = MAX_ITEMS) -> st.SearchStrategy[list[I
     return chunks.map(lambda parts: [i for part in parts for i in part][:max_items])
 
 
-def burst_lines(tag: int, n: int) -> list[str]:
-    return [f"burst {tag} line {i}" for i in range(n)]
+def burst_lines(tag: int, n: int, width: int = 0) -> list[str]:
+    """`n` log lines, each padded to `width` bytes when it is shorter."""
+    return [f"burst {tag} line {i} ".ljust(width, "x") for i in range(n)]
 
 
 def live_lines(stream: Sequence[Item]) -> list[str]:
@@ -348,7 +279,7 @@ def live_lines(stream: Sequence[Item]) -> list[str]:
     lines: list[str] = []
     for item in stream:
         if item[0] == "burst":
-            lines.extend(burst_lines(item[2], item[1]))
+            lines.extend(burst_lines(item[2], item[1], item[3]))
         elif item[0] == "event":
             event = item[1]
             if isinstance(event, dict) and event.get("type") == "log" and isinstance(event.get("line"), str):
@@ -376,6 +307,13 @@ def map_frames(v: Vocabulary) -> st.SearchStrategy[dict[str, Any]]:
     return st.dictionaries(st.sampled_from(("f1", "f2", "f3")), frame, max_size=3)
 
 
+# Every status the protocol defines, and some it does not (each ends the run failed).
+RESULT_STATUSES: tuple[str, ...] = tuple(
+    from_schema.resolve(from_schema.line_kinds()["result"]["properties"]["status"])["enum"]
+)
+ODD_STATUSES: tuple[Any, ...] = ("succeeded", "COMPLETED", "", 5, None)
+
+
 @st.composite
 def results(draw: st.DrawFn, v: Vocabulary, lines: list[str]) -> Any:
     if draw(chance(4)):
@@ -389,14 +327,15 @@ def results(draw: st.DrawFn, v: Vocabulary, lines: list[str]) -> Any:
             (1, st.none()),
         )
     )
-    return {
+    result = {
         "type": "result",
-        "status": draw(
-            weighted((6, st.sampled_from(("completed", "failed"))), (1, st.sampled_from(("suspended", 5))))
-        ),
+        "status": draw(weighted((8, st.sampled_from(RESULT_STATUSES)), (1, st.sampled_from(ODD_STATUSES)))),
         "logs": logs,
         "checkpoint": {"mapFrames": draw(map_frames(v))},
     }
+    if draw(chance(3)):
+        del result["status"]
+    return result
 
 
 def nesting(value: Any) -> int:
@@ -440,6 +379,7 @@ class Scenario:
     faults: tuple[str, ...] = ()
     disruptions: tuple[tuple[int, str], ...] = ()
     redeliver: tuple[int, ...] = ()
+    report_again: bool = False  # the whole stream reported once more to the ended run
 
     def batches(self) -> list[tuple[Item, ...]]:
         bounds = [0, *self.cuts, len(self.items)]
@@ -488,7 +428,8 @@ class Scenario:
             f"Scenario(batching={self.batching!r}, cuts={self.cuts}, mode={self.mode!r},",
             f"  contract={show(self.contract)},",
             f"  sheet={self.sheet!r}, faults={self.faults!r},",
-            f"  disruptions={self.disruptions!r}, redeliver={self.redeliver!r},",
+            f"  disruptions={self.disruptions!r}, redeliver={self.redeliver!r},"
+            f" report_again={self.report_again!r},",
             "  items=[",
         ]
 
@@ -500,7 +441,9 @@ class Scenario:
 
         for index, item in enumerate(self.items):
             batch_starts(index)
-            body = show(item[1]) if item[0] == "event" else (f"{item[1]} lines" if item[0] == "burst" else "")
+            body = show(item[1]) if item[0] == "event" else ""
+            if item[0] == "burst":
+                body = f"{item[1]} lines" + (f" of {item[3]} bytes" if item[3] else "")
             out.append(f"    {index:3d} {item[0]} {body}".rstrip())
         batch_starts(len(self.items))
         out.append("  ],")
@@ -532,6 +475,9 @@ def scenarios(
     v = vocabulary(contract)
     mode = draw(weighted((4, st.just(MODES[0])), (1, st.just(MODES[1]))))
     batching = draw(st.sampled_from(batchings))
+    # Successive attempts would report again as a stale one: the contract of an ended run is
+    # looked at with the attempt that ended it.
+    report_again = batching != "attempts" and draw(chance(20))
     # Batches are drawn one by one (not cut at drawn indices), so shrinking one batch leaves the
     # others alone.
     n_batches = 1 if batching == "single" else draw(st.integers(2, 3))
@@ -539,7 +485,7 @@ def scenarios(
     cuts = tuple(itertools.accumulate(len(batch) for batch in batches[:-1]))
     # A burst's lines are tagged with its position, so they stay the same when items move.
     stream = [
-        ("burst", it[1], i) if it[0] == "burst" else it
+        ("burst", it[1], i, it[2]) if it[0] == "burst" else it
         for i, it in enumerate(it for batch in batches for it in batch)
     ]
     result = draw(results(v, live_lines(stream)))
@@ -583,4 +529,5 @@ def scenarios(
         faults=faults,
         disruptions=tuple(sorted(chosen)),
         redeliver=redeliver,
+        report_again=report_again,
     )
