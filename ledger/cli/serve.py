@@ -15,6 +15,7 @@ import click
 from ledger import auth, migrate
 from ledger.config import DATABASE_URL_VAR, load_settings
 from ledger.db import resolve_url
+from ledger.runlog import conversion
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ def serve(host: str, port: int, workers: int) -> None:
         if server is not None:
             click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
         migrate.upgrade(url)
+        if conversion.pending(url):
+            # Reads would miss the events not copied yet: better down than wrong.
+            raise click.ClickException(
+                "the event log is not converted to partitions yet: run `ledger db convert`, then serve"
+            )
         configure_json_logging()
         if workers > 1:
             # What each worker process reads back in `worker_app`.

@@ -51,17 +51,24 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.5
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
 
+# The event log's partition for runs created now is made first when missing (the watchdog makes
+# them ahead, so this is one catalog lookup): a run's events can always be written.
 OPEN_RUN_SQL: Final = """
+WITH partition AS MATERIALIZED (
+    SELECT ledger.ensure_run_events_partition(COALESCE(%(now)s::timestamptz, now())) AS name
+)
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
-VALUES (%(run_id)s, %(play_name)s,
-        COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
+SELECT %(run_id)s, %(play_name)s,
+       COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now())
+FROM partition
 ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
 WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
+# Every statement on a run's events names its `run_created_at` too: it reads one partition.
 RECENT_LOG_LINES_SQL: Final = """
 SELECT payload->>'line' AS line FROM ledger.run_events
-WHERE run_id = %(run_id)s AND type = 'log'
+WHERE run_id = %(run_id)s AND run_created_at = %(run_created_at)s AND type = 'log'
 ORDER BY seq DESC
 LIMIT %(limit)s
 """
@@ -81,17 +88,21 @@ SELECT * FROM ledger.append_events(
 """
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
-# No row at all means no such run; one row with a NULL seq means an empty page.
+# No row at all means no such run; one row with a NULL seq means an empty page. The run's
+# `created_at` reaches the event reads as a parameter of the executor, which then opens the one
+# partition that holds them (run-time pruning).
 READ_PAGE_SQL: Final = """
 WITH run AS (
-    SELECT last_seq, terminal_status, terminal_result, terminal_error, terminal_total_rows,
-           terminal_duration_ms, terminal_play_name, completed_at
+    SELECT last_seq, created_at, terminal_status, terminal_result, terminal_error,
+           terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
     FROM ledger.runs WHERE run_id = %(run_id)s
 ), bounds AS (
-    SELECT min(seq) AS first_seq FROM ledger.run_events WHERE run_id = %(run_id)s
+    SELECT min(seq) AS first_seq FROM ledger.run_events
+    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
 ), page AS (
     SELECT seq, type, ts, payload FROM ledger.run_events
-    WHERE run_id = %(run_id)s AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
+    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
+      AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
     ORDER BY seq
     LIMIT %(limit)s
 )
@@ -450,9 +461,13 @@ class RunLog:
         limit = check_limit(limit)
         async with self.db.connection() as conn:
             cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
-            if await cur.fetchone() is None:
+            run = await cur.fetchone()
+            if run is None:
                 raise NotFound(f"unknown run {run_id!r}")
-            cur = await conn.execute(RECENT_LOG_LINES_SQL, {"run_id": run_id, "limit": limit})
+            cur = await conn.execute(
+                RECENT_LOG_LINES_SQL,
+                {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},
+            )
             rows = await cur.fetchall()
         return [str(row["line"]) for row in reversed(rows)]
 
