@@ -366,6 +366,16 @@ CREATE TABLE ledger.run_events (
 """
 
 
+EXISTING_PERIODS = """
+SELECT ledger.ensure_run_events_partition(p.at)
+FROM (
+    SELECT DISTINCT date_trunc((SELECT period FROM ledger.run_event_partitioning), created_at, 'UTC') AS at
+    FROM ledger.runs
+) p
+ORDER BY p.at
+"""
+
+
 def _grant_reader(relation: str) -> str:
     # The role is created by revision 0002 but may have been dropped by hand since.
     return f"""
@@ -406,7 +416,9 @@ def upgrade() -> None:
         op.execute(trigger)
     op.execute(APPEND_EVENTS)
     op.execute(RUN_OVERVIEW.format(event_join=JOIN_PARTITIONED))
-    # Today's partition and the next one, so the first runs need not create one.
+    # A partition for every period existing runs were created in (one scan of `runs`), so their
+    # appends go on; today's and the next one, so the first new runs need not create one.
+    op.execute(EXISTING_PERIODS)
     op.execute("SELECT ledger.ensure_run_events_partition(now())")
     op.execute(
         "SELECT ledger.ensure_run_events_partition("
