@@ -366,11 +366,14 @@ CREATE TABLE ledger.run_events (
 """
 
 
+# Only running runs can be appended to: they are few, found through the partial index of running
+# runs, so this holds the upgrade's locks for milliseconds, not for a scan of every run (the
+# conversion makes the partitions of the others before it copies their events).
 EXISTING_PERIODS = """
 SELECT ledger.ensure_run_events_partition(p.at)
 FROM (
     SELECT DISTINCT date_trunc((SELECT period FROM ledger.run_event_partitioning), created_at, 'UTC') AS at
-    FROM ledger.runs
+    FROM ledger.runs WHERE terminal_status IS NULL
 ) p
 ORDER BY p.at
 """
@@ -416,8 +419,8 @@ def upgrade() -> None:
         op.execute(trigger)
     op.execute(APPEND_EVENTS)
     op.execute(RUN_OVERVIEW.format(event_join=JOIN_PARTITIONED))
-    # A partition for every period existing runs were created in (one scan of `runs`), so their
-    # appends go on; today's and the next one, so the first new runs need not create one.
+    # A partition for every period running runs were created in, so their appends go on; today's
+    # and the next one, so the first new runs need not create one.
     op.execute(EXISTING_PERIODS)
     op.execute("SELECT ledger.ensure_run_events_partition(now())")
     op.execute(
