@@ -128,9 +128,9 @@ def main() -> None:
                     *_appends(appender, t1, t2),
                 ),
                 (
-                    f"convert: drop the old table ({progress.drop_attempts} attempt(s))",
+                    f"convert: drop the old table's foreign key ({progress.drop_attempts} attempt(s))",
                     f"{progress.drop_s * 1000:.0f} ms",
-                    "ACCESS EXCLUSIVE on runs (its foreign key's triggers), lock_timeout 200 ms",
+                    "ACCESS EXCLUSIVE on runs (the key's triggers), lock_timeout 200 ms; then the table",
                     "",
                     "",
                 ),

@@ -6,9 +6,9 @@ go there at once. `convert` then copies the old rows over in key order, one shor
 batch (`ON CONFLICT DO NOTHING`, so a batch that is repeated after a crash changes nothing),
 locking the batch's runs `FOR KEY SHARE` so a run deleted meanwhile (retention) cannot leave
 copied events behind. Each batch holds row locks only: appends to the runs it copies wait for
-its commit, nothing else waits. Last, the old table is dropped: that takes `ACCESS EXCLUSIVE` on
-`ledger.runs` for the moment its foreign key's triggers are removed, under a short
-`lock_timeout`, retried.
+its commit, nothing else waits. Last, the old table's foreign key is dropped (that takes `ACCESS
+EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed, under a short
+`lock_timeout`, retried), then the table, which no one else uses any more.
 
 `ledger serve` refuses to start while the old table exists (`pending`).
 """
@@ -121,11 +121,14 @@ def _drop_old_table(conn: psycopg.Connection[dict[str, object]], progress: Progr
         try:
             with conn.transaction():
                 conn.execute(f"SET LOCAL lock_timeout = {DROP_LOCK_TIMEOUT_MS}")
-                conn.execute(f"DROP TABLE {OLD_TABLE}")
+                # The foreign key first, alone: its transaction holds `runs` only for the catalog
+                # change, not for the removal of the table's files.
+                conn.execute(f"ALTER TABLE {OLD_TABLE} DROP CONSTRAINT IF EXISTS fk_run_events_run_id_runs")
         except psycopg.errors.LockNotAvailable:
             time.sleep(0.5)
             continue
         progress.drop_s = time.monotonic() - started
+        conn.execute(f"DROP TABLE {OLD_TABLE}")
         return
     raise ConfigError(
         f"could not drop {OLD_TABLE}: ledger.runs stayed busy; every row is copied, run it again"
