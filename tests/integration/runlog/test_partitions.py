@@ -9,7 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from ledger.cli.app import cli
 from ledger.clock import ManualClock
 from ledger.db import Database
 from ledger.ingest.store import apply_status_upload
@@ -272,3 +274,23 @@ def test_every_run_scoped_key_starts_with_run_id(clean_database_url: str) -> Non
     assert any(r.startswith("ledger_partitions.") for r in relations)
     assert [(r, name) for r, name, first in keys if first != "run_id"] == []
     assert [index for index, first in indexes if first != "run_id"] == []
+
+
+def test_ledger_db_partitions_makes_them_ahead_and_sets_the_period(clean_database_url: str) -> None:
+    env = {"LEDGER_DATABASE_URL": clean_database_url}
+    runner = CliRunner()
+    try:
+        listed = runner.invoke(cli, ["db", "partitions", "--ahead", "3", "--interval", "month"], env=env)
+        assert listed.exit_code == 0, listed.output
+        assert "new partitions cover one UTC month" in listed.output
+        with psycopg.connect(clean_database_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM ledger.run_event_partitions WHERE to_at > now()"
+                " AND from_at < now() + interval '3 months'"
+            ).fetchone()
+        # Today's and three more (months now: each starts where the last one ended).
+        assert row is not None and row[0] >= 4
+        bad = runner.invoke(cli, ["db", "partitions", "--interval", "week"], env=env)
+        assert bad.exit_code == 2 and "--interval" in bad.output
+    finally:
+        runner.invoke(cli, ["db", "partitions", "--interval", "day"], env=env)
