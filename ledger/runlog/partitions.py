@@ -36,6 +36,10 @@ PERIODS: Final = ("day", "month")
 # Partitions made ahead of the current one: a day boundary (or a month's) never has the first
 # run of the new period create its partition while appends wait behind it.
 DEFAULT_AHEAD: Final = 2
+# A detach waits for the transactions that use the event log to end; one left open (a psql
+# session idle in a transaction) must not hold the watchdog's loop. Interrupted, the detach stays
+# pending and the next pass finishes it (`FINALIZE`).
+DETACH_TIMEOUT_MS: Final = 60_000
 
 LIST_SQL: Final = """
 SELECT name, from_at, to_at, detach_pending FROM ledger.run_event_partitions ORDER BY from_at
@@ -191,6 +195,7 @@ async def drop_partition(db: Database, partition: Partition) -> None:
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
     async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
+        await conn.execute(f"SET statement_timeout = {DETACH_TIMEOUT_MS}")
         await conn.execute(
             sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
         )

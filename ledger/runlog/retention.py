@@ -94,7 +94,9 @@ def cutoff(now: datetime, retention: timedelta) -> datetime:
 
 
 def is_expired(terminal_status: str | None, completed_at: datetime | None, cutoff_at: datetime) -> bool:
-    """The rule `DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff."""
+    """The rule `DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff.
+    (The statement also leaves the runs created after its `boundary`: they are expired, but wait
+    for their event log partition to go whole.)"""
     return terminal_status is not None and completed_at is not None and completed_at < cutoff_at
 
 
