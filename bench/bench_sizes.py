@@ -14,7 +14,7 @@ shaped like a realistic one:
 Then `VACUUM ANALYZE`, and per table: rows, heap (with TOAST) and index bytes (the event log's
 summed over its partitions). The runs are made on two days 45 and 43 days ago (half each: each
 day is its own partition of the event log). Last, retention deletes them, timed, with the WAL it
-writes (`pg_current_wal_lsn()` before and after), both ways: the first day by dropping its
+writes (`pg_current_wal_insert_lsn()` before and after), both ways: the first day by dropping its
 partition, then its runs' rows (sheet rows, observations and mappings cascading) one by one; the
 second day by the per-run delete alone, every event deleted row by row.
 """
@@ -136,7 +136,7 @@ def measure(url: str) -> dict[str, tuple[int, int, int]]:
 
 def wal(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()
     assert row is not None
     return int(row[0])
 

@@ -14,7 +14,7 @@ and 10 M events (10,000 / 30,000 / 100,000 runs). `--quick` is a smoke-sized pro
 - the run list's first page: `overview.list_runs(50)`;
 - `stalled_runs`: `SELECT count(*) FROM ledger.stalled_runs`;
 - the watchdog's pass: `Watchdog.run_once()` (nothing stalled: the cost of looking);
-- retention of one day's runs, both ways, with the WAL each writes (`pg_current_wal_lsn()`
+- retention of one day's runs, both ways, with the WAL each writes (`pg_current_wal_insert_lsn()`
   before and after): the oldest day by dropping its partition (then its runs' rows, events
   gone, by the per-run delete), the next day by the per-run delete alone (each run's events
   deleted row by row); both days are filled again afterwards, so the stage keeps its size;
@@ -160,7 +160,7 @@ class Growth:
         return time.perf_counter() - began
 
     async def wal(self) -> int:
-        rows = await self.sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS at")
+        rows = await self.sql("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint AS at")
         return int(rows[0]["at"])
 
     async def retention(self, db: Database) -> dict[str, dict[str, float]]:
