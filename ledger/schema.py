@@ -176,7 +176,8 @@ runs = Table(
 
 # Partitioned by the run's creation time (`run_created_at`, copied from `runs.created_at` by the
 # append): one partition per UTC day or month in the schema `ledger_partitions`, created by
-# `ledger.ensure_run_events_partition`, dropped whole by retention (`ledger.runlog.partitions`).
+# `ledger.ensure_run_events_partition` (a trigger on `runs` calls it for new runs), dropped whole
+# by retention (`ledger.runlog.partitions`).
 # No foreign key to `runs`: detaching a partition would lock `runs`; triggers on `runs` delete (or
 # move) a run's events instead.
 run_events = Table(

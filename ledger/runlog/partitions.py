@@ -6,9 +6,10 @@ drop a partition with one catalog operation instead of deleting its rows one by 
 writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
 
 - Making: `ledger.ensure_run_events_partition(at)` (migration 0013) makes the partition holding
-  `at` when it is missing. Opening a run calls it; `ensure_ahead` (the watchdog's loop and
-  `ledger db partitions`) makes the next ones before they are needed, so opening a run normally
-  finds its partition with one catalog lookup.
+  `at` when it is missing. A statement trigger on `runs` calls it for the runs each insert makes
+  (opening a run, or any other insert); `ensure_ahead` (the watchdog's loop and `ledger db
+  partitions`) makes the next ones before they are needed, so opening a run normally finds its
+  partition with one catalog lookup.
 - Dropping: a partition is *due* once its whole range lies before the retention cutoff (every run
   created in it is at least that old), and *droppable* when, besides, every run created in it has
   ended before the cutoff. A droppable partition is detached `CONCURRENTLY` (appends and reads of

@@ -51,16 +51,12 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.5
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
 
-# The event log's partition for runs created now is made first when missing (the watchdog makes
-# them ahead, so this is one catalog lookup): a run's events can always be written.
+# A new run's partition of the event log is made by a trigger on `runs` when missing (the watchdog
+# makes them ahead, so that is one catalog lookup): a run's events can always be written.
 OPEN_RUN_SQL: Final = """
-WITH partition AS MATERIALIZED (
-    SELECT ledger.ensure_run_events_partition(COALESCE(%(now)s::timestamptz, now())) AS name
-)
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
-SELECT %(run_id)s, %(play_name)s,
-       COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now())
-FROM partition
+VALUES (%(run_id)s, %(play_name)s,
+        COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
 ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
 WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """

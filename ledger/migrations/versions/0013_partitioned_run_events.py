@@ -14,8 +14,9 @@ Create Date: 2026-12-01 22:00:00.000000
 - `ledger.ensure_run_events_partition(at)` returns the partition holding runs created at `at`,
   creating it first when missing (a plain table, then `ATTACH`: that takes `SHARE UPDATE
   EXCLUSIVE` on the parent, which appends and reads never wait on, where `CREATE TABLE ...
-  PARTITION OF` would take `ACCESS EXCLUSIVE`). Opening a run calls it; the watchdog and
-  `ledger db partitions` call it ahead of time. `ledger.run_event_partitions` lists the
+  PARTITION OF` would take `ACCESS EXCLUSIVE`). A statement trigger on `runs` calls it for the
+  runs each insert makes (opening a run, or any insert), so every run has its partition; the
+  watchdog and `ledger db partitions` call it ahead of time. `ledger.run_event_partitions` lists the
   partitions with their bounds.
 - The event log keeps no foreign key to `ledger.runs`: detaching or dropping a partition would
   then lock `runs` (its referential triggers live there), stalling every append for the moment.
@@ -163,7 +164,26 @@ END
 $$
 """
 
+# Every run has its partition from the statement that inserts it on, however it is inserted: one
+# call per day of the new runs (a bulk insert of a million runs makes a handful), each one catalog
+# lookup when the partition exists already (the watchdog makes them ahead).
+PARTITIONS_FOR_NEW_RUNS = """
+CREATE FUNCTION ledger.run_events_partitions_for_new_runs() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ledger.ensure_run_events_partition(n.created_at)
+    FROM (
+        SELECT DISTINCT ON (date_trunc('day', created_at, 'UTC')) created_at FROM new_runs
+        ORDER BY date_trunc('day', created_at, 'UTC'), created_at
+    ) n;
+    RETURN NULL;
+END
+$$
+"""
+
 TRIGGERS = (
+    "CREATE TRIGGER runs_make_partitions AFTER INSERT ON ledger.runs REFERENCING NEW TABLE AS new_runs"
+    " FOR EACH STATEMENT EXECUTE FUNCTION ledger.run_events_partitions_for_new_runs()",
     "CREATE TRIGGER runs_delete_events AFTER DELETE ON ledger.runs"
     " FOR EACH ROW EXECUTE FUNCTION ledger.run_events_follow_run()",
     "CREATE TRIGGER runs_move_events AFTER UPDATE OF created_at ON ledger.runs"
@@ -415,6 +435,7 @@ def upgrade() -> None:
     op.execute(PARTITIONS_VIEW)
     op.execute(ENSURE_PARTITION)
     op.execute(DELETE_WITH_RUN)
+    op.execute(PARTITIONS_FOR_NEW_RUNS)
     for trigger in TRIGGERS:
         op.execute(trigger)
     op.execute(APPEND_EVENTS)
@@ -435,9 +456,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP VIEW ledger.run_overview")
     op.execute("DROP VIEW ledger.run_event_partitions")
-    for name in ("runs_move_events", "runs_delete_events"):
+    for name in ("runs_move_events", "runs_delete_events", "runs_make_partitions"):
         op.execute(f"DROP TRIGGER {name} ON ledger.runs")
     op.execute("DROP FUNCTION ledger.run_events_follow_run()")
+    op.execute("DROP FUNCTION ledger.run_events_partitions_for_new_runs()")
     op.execute("DROP FUNCTION ledger.ensure_run_events_partition(timestamptz)")
     op.execute("ALTER TABLE ledger.run_events RENAME TO run_events_partitioned")
     op.execute("ALTER INDEX ledger.pk_run_events RENAME TO pk_run_events_partitioned")
