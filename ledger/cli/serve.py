@@ -15,7 +15,8 @@ import click
 from ledger import auth, migrate
 from ledger.config import DATABASE_URL_VAR, load_settings
 from ledger.db import resolve_url
-from ledger.runlog import conversion
+from ledger.errors import ConfigError
+from ledger.runlog import conversion, partitions
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -63,6 +64,10 @@ def serve(host: str, port: int, workers: int) -> None:
         if server is not None:
             click.echo(f"embedded Postgres: data in {server.pgdata}", err=True)
         migrate.upgrade(url)
+        try:
+            partitions.apply_period_setting(url, os.environ.get(partitions.PERIOD_VAR))
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
         if conversion.pending(url):
             # Reads would miss the events not copied yet: better down than wrong.
             raise click.ClickException(

@@ -115,6 +115,16 @@ def parse_period(text: str | None, *, source: str = PERIOD_VAR) -> str | None:
     return raw
 
 
+def apply_period_setting(url: str, text: str | None) -> str | None:
+    """Store `LEDGER_PARTITION_INTERVAL` (`text`) as the period of partitions made from now on;
+    the period stored, or None when the variable is unset. `ConfigError` for a bad value."""
+    value = parse_period(text)
+    if value is not None:
+        with psycopg.connect(url) as conn:
+            conn.execute(SET_PERIOD_SQL, {"period": value})
+    return value
+
+
 async def period(conn: Conn) -> str:
     cur = await conn.execute(PERIOD_SQL)
     row = await cur.fetchone()
