@@ -8,18 +8,18 @@ same run at once, and a run that got an event, a heartbeat or a terminal state m
 matches (Postgres re-checks the condition on the newest row version when it locks it).
 
 Its loop also makes the event log's partitions ahead of time and reclaims rows nothing reads any
-more: expired run mappings (they already count as
-absent), Idempotency-Key answers past their lifetime, and finished runs older than the run
-retention (`ledger.runlog.retention`). Each is deleted in batches, one transaction each, skipping
-rows another transaction holds; runs in smaller batches and at most `retention_pass_cap` a pass,
-after the event log partitions whose runs have all expired were dropped whole
-(`ledger.runlog.partitions`).
+more: expired run mappings (they already count as absent), Idempotency-Key answers past their
+lifetime, and finished runs older than the run retention (`ledger.runlog.retention`). Each is
+deleted in batches, one transaction each, skipping rows another transaction holds; runs in
+smaller batches and at most `retention_pass_cap` a pass, after the event log partitions whose
+runs have all expired were dropped whole (`ledger.runlog.partitions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -155,12 +155,7 @@ class Watchdog:
             ),
             runs=await self.sweep_runs(),
         )
-        swept = Swept(
-            mappings=swept.mappings,
-            idempotency_keys=swept.idempotency_keys,
-            runs=swept.runs,
-            partitions=self.partitions_dropped - dropped_before,
-        )
+        swept = dataclasses.replace(swept, partitions=self.partitions_dropped - dropped_before)
         self.swept_total = Swept(
             mappings=self.swept_total.mappings + swept.mappings,
             idempotency_keys=self.swept_total.idempotency_keys + swept.idempotency_keys,
