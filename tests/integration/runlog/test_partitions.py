@@ -294,3 +294,13 @@ def test_ledger_db_partitions_makes_them_ahead_and_sets_the_period(clean_databas
         assert bad.exit_code == 2 and "--interval" in bad.output
     finally:
         runner.invoke(cli, ["db", "partitions", "--interval", "day"], env=env)
+
+
+async def test_partition_bounds_are_utc_days_whatever_the_session_time_zone(db: Database) -> None:
+    async with db.transaction() as conn:
+        # +13:45 in September: 23:30 UTC is already the next day there.
+        await conn.execute("SET LOCAL TimeZone = 'Pacific/Chatham'")
+        name = await partitions.ensure_partition(conn, at("2097-09-01T23:30:00"))
+        assert name == "run_events_20970901_20970902"
+        found = [p for p in await partitions.list_partitions(conn) if p.name == name]
+    assert [(p.from_at, p.to_at) for p in found] == [(at("2097-09-01T00:00:00"), at("2097-09-02T00:00:00"))]

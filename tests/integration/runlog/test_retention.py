@@ -165,6 +165,9 @@ def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> Non
     dry = runner.invoke(cli, ["gc", "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     assert "would delete 1 finished run(s) older than 1d" in dry.output
+    # Which partitions would go whole, and how many runs would go one by one.
+    assert "dropped whole with its 1 run(s)" in dry.output
+    assert "0 run(s) deleted one by one" in dry.output
     assert runs() == ["newer", "older"]
     # Older ended two days ago: its day's partition is past the cutoff. Newer has expired too, but
     # its day's partition is not past the cutoff yet: it waits, to go with it whole.
