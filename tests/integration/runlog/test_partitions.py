@@ -304,3 +304,19 @@ async def test_partition_bounds_are_utc_days_whatever_the_session_time_zone(db: 
         assert name == "run_events_20970901_20970902"
         found = [p for p in await partitions.list_partitions(conn) if p.name == name]
     assert [(p.from_at, p.to_at) for p in found] == [(at("2097-09-01T00:00:00"), at("2097-09-02T00:00:00"))]
+
+
+async def test_a_run_deleted_and_opened_again_reads_its_new_events(db: Database) -> None:
+    # The run log remembers each read run's creation time to name its partition: a run id used
+    # again (after retention deleted the first run) must not read the old run's partition.
+    clock = ManualClock(at("2097-10-01T08:00:00"))
+    runlog = RunLog(db, clock=clock)
+    await runlog.open_run("again")
+    await runlog.append("again", [{"type": "log", "line": "first life"}])
+    assert [e["line"] for e in (await runlog.list_events("again"))["events"]] == ["first life"]
+    async with db.transaction() as conn:
+        await conn.execute("DELETE FROM ledger.runs WHERE run_id = 'again'")
+    clock.current = at("2097-10-03T08:00:00")
+    await runlog.open_run("again")
+    await runlog.append("again", [{"type": "log", "line": "second life"}])
+    assert [e["line"] for e in (await runlog.list_events("again"))["events"]] == ["second life"]
