@@ -49,8 +49,6 @@ down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-APPEND_SIGNATURE = "ledger.append_events(text, jsonb, text, bigint, timestamptz, text, boolean)"
-
 EVENT_TYPE_CHECK = (
     "type IN ('status', 'log', 'progress', 'terminal', 'step.started', 'step.progress', "
     "'step.completed', 'dataset.lifecycle', 'activity.observed', 'log.gap')"
@@ -446,7 +444,7 @@ def upgrade() -> None:
     op.execute("SELECT ledger.ensure_run_events_partition(now())")
     op.execute(
         "SELECT ledger.ensure_run_events_partition("
-        "(SELECT to_at FROM ledger.run_event_partitions ORDER BY to_at DESC LIMIT 1))"
+        "(SELECT to_at FROM ledger.run_event_partitions WHERE from_at <= now() AND now() < to_at))"
     )
     for relation in ("ledger.run_events", "ledger.run_overview", "ledger.run_event_partitions"):
         op.execute(_grant_reader(relation))
