@@ -2,6 +2,7 @@
 
     python -m bench [--quick] [--json] [--peers]
     python -m bench --growth [--quick] [--json]
+    python -m bench --growth --large [--quick] [--json]
     python -m bench --load [--seconds 60] [--workers 1 2] [--json]
 
 Uses LEDGER_DATABASE_URL when set, else a throwaway embedded Postgres (server defaults: fsync and
@@ -13,7 +14,9 @@ Procrastinate, pgmq; bench/peers.py) on the same server after the suite, as a se
 "peers" in the JSON); they are the optional `bench` extra, and without it `--peers` says how to
 install it and exits with code 2. `--growth` prints, instead of the table, how each hot path's
 latency grows with the size of what it works on (bench/growth.py: events retained, pool size,
-runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds). `--load` prints,
+runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds). `--growth
+--large` fills the ledger to 10 M events instead and measures the costs that must stay flat at
+1 M / 3 M / 10 M (bench/growth_large.py; not for CI: about 5 GB of disk). `--load` prints,
 instead, the mixed-load table (bench/load.py): 100 bare clients appending, uploading, long-polling
 and tailing at once against `ledger serve`, once per `--workers` value.
 """
@@ -48,6 +51,11 @@ def main() -> None:
     parser.add_argument(
         "--growth", action="store_true", help="instead: latency vs size per hot path (bench/growth.py)"
     )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="--growth: fill to 10 M events and measure at 1 M / 3 M / 10 M (bench/growth_large.py)",
+    )
     parser.add_argument("--load", action="store_true", help="instead: the mixed load (bench/load.py)")
     parser.add_argument("--seconds", type=float, default=60.0, help="--load: seconds per --workers value")
     parser.add_argument(
@@ -72,6 +80,11 @@ def main() -> None:
                 return
             load.print_rows(load_rows, mix)
             common.print_footer(started, database.where)
+        return
+    if args.growth and args.large:
+        import growth_large
+
+        growth_large.run(growth_large.SMOKE if args.quick else growth_large.LARGE, args.json)
         return
     if args.growth:
         import growth

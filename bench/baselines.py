@@ -4,7 +4,8 @@ Throughput baselines are pgbench (the embedded wheel's client program; it works 
 server) running one-statement scripts, each transaction one statement in autocommit:
 
 - append with NOTIFY: advance `runs.last_seq` (the row lock that keeps seq gapless), insert the
-  events after it, and `pg_notify` the run and its last seq;
+  events after it into the run's partition of the event log (the run's `created_at` rides along),
+  and `pg_notify` the run and its last seq;
 - claim: the `FOR UPDATE SKIP LOCKED` pick of the newest ready entry and its delete, one CTE.
 
 pgbench cannot LISTEN, and a duplicate upload is a read, so those two baselines are psycopg loops:
@@ -30,10 +31,10 @@ APPEND_WITH_NOTIFY = """
 WITH advanced AS (
   UPDATE ledger.runs SET last_seq = last_seq + @N@, updated_at = clock_timestamp()
   WHERE run_id = '@PREFIX@' || :client_id
-  RETURNING last_seq
+  RETURNING last_seq, created_at
 ), inserted AS (
-  INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
-  SELECT '@PREFIX@' || :client_id, advanced.last_seq - @N@ + s, 'log', clock_timestamp(),
+  INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
+  SELECT '@PREFIX@' || :client_id, advanced.last_seq - @N@ + s, advanced.created_at, 'log', clock_timestamp(),
          '{"line": "x"}'::jsonb
   FROM advanced, generate_series(1, @N@) AS s
 )
@@ -100,6 +101,7 @@ def append_rate(bin_dir: Path, url: str, runs: int, batch: int, seconds: float) 
     with psycopg.connect(url, autocommit=True) as conn:
         for client in range(runs):
             conn.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (f"{prefix}{client}",))
+        conn.execute("SELECT ledger.ensure_run_events_partition(now())")
     script = (
         APPEND_WITH_NOTIFY.replace("@PREFIX@", prefix)
         .replace("@N@", str(batch))

@@ -108,14 +108,17 @@ async def raw_wake_latency(url: str, rounds: int) -> list[float]:
     ):
         await listen.execute(f"LISTEN {CHANNEL}")
         await writer.execute("INSERT INTO ledger.runs (run_id) VALUES ('raw-wake') ON CONFLICT DO NOTHING")
+        await writer.execute(
+            "SELECT ledger.ensure_run_events_partition(created_at) FROM ledger.runs WHERE run_id = 'raw-wake'"
+        )
         await writer.commit()
         for seq in range(rounds):
             await writer.execute(
                 "UPDATE ledger.runs SET last_seq = last_seq + 1 WHERE run_id = 'raw-wake' RETURNING last_seq"
             )
             await writer.execute(
-                "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
-                " VALUES ('raw-wake', %s, 'log', '{}')",
+                "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, payload)"
+                " SELECT 'raw-wake', %s, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = 'raw-wake'",
                 (seq + 1,),
             )
             await writer.execute("SELECT pg_notify(%s, 'raw-wake')", (CHANNEL,))

@@ -11,8 +11,12 @@ shaped like a realistic one:
   in four batches, as a reporter flushes them),
 - 50 sheet rows and 20 node observations (small JSON inputs and outputs), one run mapping.
 
-Then `VACUUM ANALYZE`, and per table: rows, heap (with TOAST) and index bytes. Last, every run is
-made 31 days old and deleted by retention (`Watchdog.sweep_runs`, batches of 100) while timed.
+Then `VACUUM ANALYZE`, and per table: rows, heap (with TOAST) and index bytes (the event log's
+summed over its partitions). The runs are made on two days 45 and 43 days ago (half each: each
+day is its own partition of the event log). Last, retention deletes them, timed, with the WAL it
+writes (`pg_current_wal_insert_lsn()` before and after), both ways: the first day by dropping its
+partition, then its runs' rows (sheet rows, observations and mappings cascading) one by one; the
+second day by the per-run delete alone, every event deleted row by row.
 """
 
 from __future__ import annotations
@@ -20,16 +24,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from common import bench_database, print_footer, print_table
 
+from ledger.clock import ManualClock
 from ledger.db import Database
-from ledger.runlog.retention import DEFAULT_RETENTION_BATCH_SIZE
+from ledger.runlog import partitions
+from ledger.runlog.retention import DEFAULT_RETENTION_BATCH_SIZE, delete_expired_runs
 from ledger.runlog.store import RunLog
-from ledger.runlog.watchdog import Watchdog
 
 NODES = 20
 SHEET_ROWS = 50
@@ -90,14 +95,20 @@ async def write_run(db: Database, runlog: RunLog, run_id: str) -> None:
     )
 
 
+def days() -> tuple[datetime, datetime]:
+    """The two days the runs are made on: long past any retention."""
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today - timedelta(days=45), today - timedelta(days=43)
+
+
 async def write_runs(url: str, runs: int) -> None:
     async with Database(url, min_size=1, max_size=WRITERS) as db:
-        runlog = RunLog(db)
+        runlogs = [RunLog(db, clock=ManualClock(day + timedelta(hours=12))) for day in days()]
         queue = iter(range(runs))
 
         async def writer() -> None:
             for i in queue:
-                await write_run(db, runlog, f"size-{i:07d}")
+                await write_run(db, runlogs[i % 2], f"size-{i:07d}")
 
         await asyncio.gather(*(writer() for _ in range(WRITERS)))
 
@@ -109,27 +120,48 @@ def measure(url: str) -> dict[str, tuple[int, int, int]]:
         sizes = {}
         for table in TABLES:
             rel = f"ledger.{table}"
+            # A partitioned table's bytes are its partitions'.
             row = conn.execute(
                 f"SELECT (SELECT count(*) FROM {rel}),"
-                " pg_table_size(%s::regclass), pg_indexes_size(%s::regclass)",
-                (rel, rel),
+                " COALESCE((SELECT sum(pg_table_size(relid)) FROM pg_partition_tree(%(rel)s::regclass)),"
+                "   pg_table_size(%(rel)s::regclass)),"
+                " COALESCE((SELECT sum(pg_indexes_size(relid)) FROM pg_partition_tree(%(rel)s::regclass)),"
+                "   pg_indexes_size(%(rel)s::regclass))",
+                {"rel": rel},
             ).fetchone()
             assert row is not None
             sizes[table] = (int(row[0]), int(row[1]), int(row[2]))
         return sizes
 
 
-async def delete_all(url: str) -> tuple[int, float]:
+def wal(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "UPDATE ledger.runs SET completed_at = completed_at - interval '31 days'"
-            " WHERE run_id LIKE 'size-%'"
-        )
+        row = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def delete_all(url: str) -> dict[str, tuple[int, float, int]]:
+    """Per way (partition drop, per-run delete): runs deleted, seconds, WAL bytes."""
+    results = {}
     async with Database(url, min_size=1, max_size=2) as db:
-        dog = Watchdog(db, retention=timedelta(days=30), retention_pass_cap=None)
-        started = time.perf_counter()
-        deleted = await dog.sweep_runs()
-        return deleted, time.perf_counter() - started
+        for way, day in zip(("partition drop", "per-run delete"), days(), strict=True):
+            wal_before, started = wal(url), time.perf_counter()
+            if way == "partition drop":
+                async with db.connection() as conn:
+                    found = [p for p in await partitions.list_partitions(conn) if p.from_at == day]
+                await partitions.drop_partition(db, found[0])
+            deleted = 0
+            while True:
+                async with db.transaction() as conn:
+                    n = await delete_expired_runs(
+                        conn, datetime.now(UTC), day + timedelta(days=1), limit=DEFAULT_RETENTION_BATCH_SIZE
+                    )
+                deleted += n
+                if n < DEFAULT_RETENTION_BATCH_SIZE:
+                    break
+            results[way] = (deleted, time.perf_counter() - started, wal(url) - wal_before)
+    return results
 
 
 def mib(n: float) -> str:
@@ -148,7 +180,7 @@ def main() -> None:
     with bench_database("ledger-bench-sizes-") as bench:
         asyncio.run(write_runs(bench.url, args.runs))
         sizes = measure(bench.url)
-        deleted, seconds = asyncio.run(delete_all(bench.url))
+        deletes = asyncio.run(delete_all(bench.url))
     scale = 1000 / args.runs
     rows = []
     total = [0, 0]
@@ -170,12 +202,14 @@ def main() -> None:
     rows.append(["all", "", mib(total[0] * scale), mib(total[1] * scale), mib(all_k), gib(all_k * 1000)])
     print(f"{args.runs} runs of 200 events, {NODES} nodes, {SHEET_ROWS} sheet rows; per 1,000 runs:\n")
     print_table(["table", "rows", "heap+toast", "indexes", "total", "per million runs"], rows, align="right")
-    batches = -(-deleted // DEFAULT_RETENTION_BATCH_SIZE)
-    per_batch_ms = 1000 * seconds / max(batches, 1)
-    print(
-        f"\nretention deleted {deleted} runs in {seconds:.2f} s "
-        f"({batches} batches of {DEFAULT_RETENTION_BATCH_SIZE}: {per_batch_ms:.0f} ms each)"
-    )
+    print()
+    for way, (deleted, seconds, wal_bytes) in deletes.items():
+        batches = -(-deleted // DEFAULT_RETENTION_BATCH_SIZE)
+        per_run = wal_bytes / max(deleted, 1) / 1024
+        print(
+            f"retention, {way}: {deleted} runs in {seconds:.2f} s ({batches} batches of"
+            f" {DEFAULT_RETENTION_BATCH_SIZE}), WAL {mib(wal_bytes)} ({per_run:.1f} KiB per run)"
+        )
     print_footer(started, bench.where)
 
 

@@ -168,8 +168,8 @@ async def nothing(size: int, result: Any) -> None:
 # -- fills: one statement per size -----------------------------------------------------------
 
 FILL_EVENTS = """
-INSERT INTO ledger.run_events (run_id, seq, type, ts, payload)
-SELECT %(run_id)s, g, 'log', now(),
+INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
+SELECT %(run_id)s, g, (SELECT created_at FROM ledger.runs WHERE run_id = %(run_id)s), 'log', now(),
        jsonb_build_object('line', 'growth bench: fetched batch ' || g || ' from https://api.example.com/items')
 FROM generate_series(1, %(n)s::int) AS g
 """

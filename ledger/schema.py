@@ -178,18 +178,36 @@ runs = Table(
     ),
 )
 
+# Partitioned by the run's creation time (`run_created_at`, copied from `runs.created_at` by the
+# append): one partition per UTC day or month in the schema `ledger_partitions`, created by
+# `ledger.ensure_run_events_partition` (a trigger on `runs` calls it for new runs), dropped whole
+# by retention (`ledger.runlog.partitions`).
+# No foreign key to `runs`: detaching a partition would lock `runs`; triggers on `runs` delete (or
+# move) a run's events instead.
 run_events = Table(
     "run_events",
     metadata,
     Column("run_id", Text, nullable=False),
     Column("seq", BigInteger, nullable=False),
+    _ts("run_created_at", nullable=False),
     Column("type", Text, nullable=False),
     _ts("ts", nullable=False, default_now=True),
     Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
-    PrimaryKeyConstraint("run_id", "seq"),
-    ForeignKeyConstraint(["run_id"], ["ledger.runs.run_id"], ondelete="CASCADE"),
+    PrimaryKeyConstraint("run_id", "seq", "run_created_at"),
     CheckConstraint("seq >= 1", name="seq_positive"),
     CheckConstraint(_in("type", EVENT_TYPES), name="type"),
+    postgresql_partition_by="RANGE (run_created_at)",
+)
+
+# The period new partitions of `run_events` cover (`day` or `month`): one row.
+run_event_partitioning = Table(
+    "run_event_partitioning",
+    metadata,
+    Column("id", Boolean, nullable=False, server_default=text("true")),
+    Column("period", Text, nullable=False),
+    PrimaryKeyConstraint("id"),
+    CheckConstraint("id", name="one_row"),
+    CheckConstraint("period IN ('day', 'month')", name="period"),
 )
 
 # -- data plane outcomes: sheet rows and durable node observations -------------------------------

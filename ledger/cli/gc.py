@@ -4,7 +4,8 @@ The service's watchdog loop already does this every pass (a capped number of run
 command works off a whole backlog at once, straight on the database, e.g. from cron or right after
 lowering the retention. It deletes in batches, each its own transaction, skipping runs another
 transaction holds (`ledger.runlog.retention`), so it never waits on an append and may run beside
-the service.
+the service. Event log partitions whose runs have all expired go first, whole
+(`ledger.runlog.partitions`).
 """
 
 from __future__ import annotations
@@ -23,15 +24,31 @@ from ledger.runlog import retention as run_retention
 from ledger.runlog.watchdog import Watchdog
 
 
-async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool) -> int:
+async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool) -> list[str]:
+    """The lines to print: what was (or, `dry_run`, would be) deleted."""
+    age = run_retention.describe(retention)
     async with Database(url, min_size=1, max_size=2) as db:
         dog = Watchdog(db, retention=retention, retention_batch_size=batch, retention_pass_cap=None)
         try:
-            return await (dog.count_expired_runs() if dry_run else dog.sweep_runs())
+            if not dry_run:
+                count = await dog.sweep_runs()
+                return [
+                    f"deleted {count} finished run(s) older than {age}"
+                    f" ({dog.partitions_dropped} event log partition(s) dropped whole)"
+                ]
+            plan = await dog.plan_retention()
         except psycopg.errors.UndefinedTable:
             raise click.ClickException(
                 "the database has no ledger schema yet; run `ledger db upgrade` first"
             ) from None
+    lines = [f"would delete {plan.runs} finished run(s) older than {age}"]
+    lines += [
+        f"  partition {p.name} (runs created {p.from_at.isoformat()} to {p.to_at.isoformat()}):"
+        f" dropped whole with its {runs} run(s)"
+        for p, runs in plan.partitions
+    ]
+    lines.append(f"  {plan.per_run} run(s) deleted one by one (their partition holds a run not expired yet)")
+    return lines
 
 
 @click.command()
@@ -50,7 +67,11 @@ async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool)
     type=click.IntRange(min=1),
     help="Runs deleted per transaction.",
 )
-@click.option("--dry-run", is_flag=True, help="Only count the runs that would be deleted.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Only say what would go: the event log partitions dropped whole, the runs deleted one by one.",
+)
 def gc(retention_text: str | None, batch: int, dry_run: bool) -> None:
     """Delete finished runs older than the retention, with their events, sheet rows, node
     observations and run mappings (on the configured database)."""
@@ -65,9 +86,6 @@ def gc(retention_text: str | None, batch: int, dry_run: bool) -> None:
         click.echo("retention is off: no run deleted")
         return
     with database(announce=False) as url:
-        count = asyncio.run(_collect(url, retention=retention, batch=batch, dry_run=dry_run))
-    age = run_retention.describe(retention)
-    if dry_run:
-        click.echo(f"would delete {count} finished run(s) older than {age}")
-    else:
-        click.echo(f"deleted {count} finished run(s) older than {age}")
+        lines = asyncio.run(_collect(url, retention=retention, batch=batch, dry_run=dry_run))
+    for line in lines:
+        click.echo(line)

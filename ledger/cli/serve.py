@@ -14,8 +14,10 @@ import click
 
 from ledger import auth, migrate
 from ledger.cli.database import database
-from ledger.cli.exits import EXIT_ADDRESS, CliError
+from ledger.cli.exits import EXIT_ADDRESS, EXIT_CONFIG, EXIT_FAILED, CliError
 from ledger.config import DATABASE_URL_VAR, load_settings
+from ledger.errors import ConfigError
+from ledger.runlog import conversion, partitions
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -71,6 +73,16 @@ def serve(host: str, port: int, workers: int) -> None:
                     err=True,
                 )
             migrate.upgrade(url)
+            try:
+                partitions.apply_period_setting(url, os.environ.get(partitions.PERIOD_VAR))
+            except ConfigError as exc:
+                raise CliError(str(exc), EXIT_CONFIG) from None
+            if conversion.pending(url):
+                # Reads would miss the events not copied yet: better down than wrong.
+                raise CliError(
+                    "the event log is not converted to partitions yet: run `ledger db convert`, then serve",
+                    EXIT_FAILED,
+                )
             configure_json_logging()
             if workers > 1:
                 # What each worker process reads back in `worker_app`.

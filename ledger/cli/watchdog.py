@@ -1,8 +1,9 @@
 """`ledger watchdog [--once]`: fail stalled runs, straight on the database (no service needed).
 
 The service already runs the watchdog; this command is for a deployment that runs it as its own
-process (or a cron job with `--once`). Several may run at once: the watchdog locks the runs it
-fails (`ledger.runlog.watchdog`), so nothing is failed twice.
+process (or a cron job with `--once`). Each pass also makes the event log's partitions ahead.
+Several may run at once: the watchdog locks the runs it fails (`ledger.runlog.watchdog`), so
+nothing is failed twice.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
                 raise click.ClickException(
                     "the database has no ledger schema yet; run `ledger db upgrade` first"
                 ) from None
+            await dog.make_partitions()
             if failed:
                 click.echo(f"failed {len(failed)} stalled run(s): {', '.join(failed)}")
             elif once:
@@ -44,7 +46,8 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
                 click.echo(
                     f"swept {swept.mappings} expired run mapping(s), "
                     f"{swept.idempotency_keys} expired Idempotency-Key answer(s), "
-                    f"{swept.runs} finished run(s) past retention"
+                    f"{swept.runs} finished run(s) past retention "
+                    f"({swept.partitions} event log partition(s) dropped whole)"
                 )
                 return
             await asyncio.sleep(interval_s)

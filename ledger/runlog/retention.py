@@ -1,8 +1,8 @@
 """Run retention: finished runs older than the retention are deleted with everything they own.
 
 A run is expired when it has a terminal state and completed before `now - retention`; a running run
-is never expired, however old. Deleting its `ledger.runs` row takes its events, sheet rows and node
-observations with it (their foreign keys cascade); its run mapping has no foreign key, so the same
+is never expired, however old. Deleting its `ledger.runs` row takes its events (a trigger), sheet rows
+and node observations (their foreign keys cascade) with it; its run mapping has no foreign key, so the same
 statement deletes it, unless another transaction holds it (a claim reusing the run id): then the
 mapping is left to the mapping sweep, which takes it once it expires. Durable Streams' run streams
 read `run_events` and store nothing of their own.
@@ -11,6 +11,9 @@ Each batch locks its runs with `FOR UPDATE SKIP LOCKED`: a run whose row another
 (an append in flight) is skipped, never waited on, and deleted by a later batch. The batches are
 small because one run may own hundreds of event rows, and each batch is one transaction that must
 finish well within the service's statement timeout.
+
+Runs are deleted one by one only once their event log partition is due
+(`ledger.runlog.partitions`): most runs' events go with their partition, dropped whole.
 """
 
 from __future__ import annotations
@@ -32,10 +35,13 @@ DEFAULT_RETENTION_PASS_CAP: Final = 10_000
 
 _OFF = ("off", "none", "never", "false")
 
+# `boundary` (`ledger.runlog.partitions.per_run_boundary`): runs created after it wait for their
+# event log partition to be dropped whole. A deleted run's events go with it (a trigger on `runs`
+# deletes them from the run's one partition; none are left once the partition was dropped).
 DELETE_EXPIRED_RUNS = """
 WITH doomed AS (
     SELECT run_id FROM ledger.runs
-    WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s
+    WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s AND created_at < %(boundary)s
     ORDER BY completed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -52,7 +58,7 @@ SELECT count(*) AS deleted FROM gone
 
 COUNT_EXPIRED_RUNS = """
 SELECT count(*) AS expired FROM ledger.runs
-WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s
+WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s AND created_at < %(boundary)s
 """
 
 
@@ -88,20 +94,24 @@ def cutoff(now: datetime, retention: timedelta) -> datetime:
 
 
 def is_expired(terminal_status: str | None, completed_at: datetime | None, cutoff_at: datetime) -> bool:
-    """The rule `DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff."""
+    """The rule `DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff.
+    (The statement also leaves the runs created after its `boundary`: they are expired, but wait
+    for their event log partition to go whole.)"""
     return terminal_status is not None and completed_at is not None and completed_at < cutoff_at
 
 
-async def delete_expired_runs(conn: Conn, cutoff_at: datetime, *, limit: int) -> int:
-    """Delete up to `limit` runs expired at `cutoff_at` (oldest first), with their events, sheet
-    rows, observations and mapping, skipping runs another transaction holds; how many."""
-    cur = await conn.execute(DELETE_EXPIRED_RUNS, {"cutoff": cutoff_at, "limit": limit})
+async def delete_expired_runs(conn: Conn, cutoff_at: datetime, boundary: datetime, *, limit: int) -> int:
+    """Delete up to `limit` runs expired at `cutoff_at` and created before `boundary` (oldest
+    first), with their events, sheet rows, observations and mapping, skipping runs another
+    transaction holds; how many."""
+    cur = await conn.execute(DELETE_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary, "limit": limit})
     row = await cur.fetchone()
     return int(row["deleted"]) if row else 0
 
 
-async def count_expired_runs(conn: Conn, cutoff_at: datetime) -> int:
-    """How many runs are expired at `cutoff_at` (locked or not): what a sweep would delete."""
-    cur = await conn.execute(COUNT_EXPIRED_RUNS, {"cutoff": cutoff_at})
+async def count_expired_runs(conn: Conn, cutoff_at: datetime, boundary: datetime) -> int:
+    """How many runs expired at `cutoff_at` and created before `boundary` (locked or not): what a
+    sweep would delete."""
+    cur = await conn.execute(COUNT_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary})
     row = await cur.fetchone()
     return int(row["expired"]) if row else 0

@@ -50,7 +50,12 @@ DEFAULT_POLL_INTERVAL_S: Final = 0.5
 
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
+# Runs whose `created_at` a RunLog remembers for their next read (about 100 bytes each); past it
+# the memory starts over.
+_CREATED_AT_KEPT: Final = 100_000
 
+# A new run's partition of the event log is made by a trigger on `runs` when missing (the watchdog
+# makes them ahead, so that is one catalog lookup): a run's events can always be written.
 OPEN_RUN_SQL: Final = """
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
 VALUES (%(run_id)s, %(play_name)s,
@@ -59,9 +64,10 @@ ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
 WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
+# Every statement on a run's events names its `run_created_at` too: it reads one partition.
 RECENT_LOG_LINES_SQL: Final = """
 SELECT payload->>'line' AS line FROM ledger.run_events
-WHERE run_id = %(run_id)s AND type = 'log'
+WHERE run_id = %(run_id)s AND run_created_at = %(run_created_at)s AND type = 'log'
 ORDER BY seq DESC
 LIMIT %(limit)s
 """
@@ -81,17 +87,21 @@ SELECT * FROM ledger.append_events(
 """
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
-# No row at all means no such run; one row with a NULL seq means an empty page.
+# No row at all means no such run; one row with a NULL seq means an empty page. The run's
+# `created_at` reaches the event reads as a parameter of the executor, which then opens the one
+# partition that holds them (run-time pruning).
 READ_PAGE_SQL: Final = """
 WITH run AS (
-    SELECT last_seq, terminal_status, terminal_result, terminal_error, terminal_total_rows,
-           terminal_duration_ms, terminal_play_name, completed_at
+    SELECT last_seq, created_at, terminal_status, terminal_result, terminal_error,
+           terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
     FROM ledger.runs WHERE run_id = %(run_id)s
 ), bounds AS (
-    SELECT min(seq) AS first_seq FROM ledger.run_events WHERE run_id = %(run_id)s
+    SELECT min(seq) AS first_seq FROM ledger.run_events
+    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
 ), page AS (
     SELECT seq, type, ts, payload FROM ledger.run_events
-    WHERE run_id = %(run_id)s AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
+    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
+      AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
     ORDER BY seq
     LIMIT %(limit)s
 )
@@ -99,6 +109,14 @@ SELECT run.*, bounds.first_seq, page.seq, page.type, page.ts, page.payload
 FROM run CROSS JOIN bounds LEFT JOIN page ON true
 ORDER BY page.seq
 """
+
+# The same read for a run whose `created_at` the reader knows already (it never changes): given as
+# a parameter, the planner keeps the one partition and the executor opens no other, a quarter of a
+# millisecond less per read than pruning at run time. The answer carries the run's `created_at`;
+# a different one means the run was deleted and opened again since, and the read is made anew.
+READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
+    "(SELECT created_at FROM run)", "%(run_created_at)s::timestamptz"
+)
 
 # The watchdog's scan: non-terminal runs with neither an event nor a heartbeat (an upload carrying
 # `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
@@ -357,14 +375,27 @@ async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list
 # -- reads ---------------------------------------------------------------------------------------------
 
 
-async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> SharedPage:
+async def read_page(
+    conn: Conn, run_id: str, after: int | None, limit: int, *, created_at: datetime | None = None
+) -> tuple[SharedPage, datetime]:
     """One page after the cursor (None = `now`): `{events, latest_seq, first_seq, terminal}` and
-    the cursor resolved (a `now` becomes the run's last seq).
+    the cursor resolved (a `now` becomes the run's last seq), with the run's `created_at` (pass it
+    back as `created_at` to the run's next read).
 
     Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
     """
-    cur = await conn.execute(READ_PAGE_SQL, {"run_id": run_id, "after": after, "limit": limit})
-    rows: list[Row] = await cur.fetchall()
+    params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
+    rows: list[Row] = []
+    if created_at is not None:
+        cur = await conn.execute(READ_KNOWN_PAGE_SQL, params)
+        rows = await cur.fetchall()
+        if not rows:
+            raise NotFound(f"unknown run {run_id!r}")
+        if rows[0]["created_at"] != created_at:
+            rows = []
+    if not rows:
+        cur = await conn.execute(READ_PAGE_SQL, params)
+        rows = await cur.fetchall()
     if not rows:
         raise NotFound(f"unknown run {run_id!r}")
     head = rows[0]
@@ -385,7 +416,7 @@ async def read_page(conn: Conn, run_id: str, after: int | None, limit: int) -> S
         "first_seq": first_seq,
         "terminal": terminal_from_row(head),
     }
-    return SharedPage(page, resolved)
+    return SharedPage(page, resolved), head["created_at"]
 
 
 # -- the one-call-one-transaction API -----------------------------------------------------------
@@ -416,6 +447,8 @@ class RunLog:
         self.max_events_per_run = max_events_per_run
         self.poll_interval_s = poll_interval_s
         self.reads = 0
+        # Each read run's `created_at` (it never changes): its next read names its partition.
+        self._created_at: dict[str, datetime] = {}
         self._fanout = Fanout(listener, self._read) if listener is not None else None
 
     async def _read(self, run_id: str, cursor: int | None, limit: int) -> SharedPage:
@@ -425,9 +458,15 @@ class RunLog:
             # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
             await conn.set_autocommit(True)
             try:
-                return await read_page(conn, run_id, cursor, limit)
+                shared, created_at = await read_page(
+                    conn, run_id, cursor, limit, created_at=self._created_at.get(run_id)
+                )
             finally:
                 await conn.set_autocommit(False)
+        if len(self._created_at) >= _CREATED_AT_KEPT:
+            self._created_at.clear()
+        self._created_at[run_id] = created_at
+        return shared
 
     async def _now(self, conn: Conn) -> datetime | None:
         return await self.clock.now(conn) if self.clock is not None else None
@@ -450,9 +489,13 @@ class RunLog:
         limit = check_limit(limit)
         async with self.db.connection() as conn:
             cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
-            if await cur.fetchone() is None:
+            run = await cur.fetchone()
+            if run is None:
                 raise NotFound(f"unknown run {run_id!r}")
-            cur = await conn.execute(RECENT_LOG_LINES_SQL, {"run_id": run_id, "limit": limit})
+            cur = await conn.execute(
+                RECENT_LOG_LINES_SQL,
+                {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},
+            )
             rows = await cur.fetchall()
         return [str(row["line"]) for row in reversed(rows)]
 

@@ -7,26 +7,32 @@ each pass locks the stalled runs with `FOR UPDATE SKIP LOCKED`, so two watchdogs
 same run at once, and a run that got an event, a heartbeat or a terminal state meanwhile no longer
 matches (Postgres re-checks the condition on the newest row version when it locks it).
 
-Its loop also reclaims rows nothing reads any more: expired run mappings (they already count as
-absent), Idempotency-Key answers past their lifetime, and finished runs older than the run
-retention (`ledger.runlog.retention`). Each is deleted in batches, one transaction each, skipping
-rows another transaction holds; runs in smaller batches and at most `retention_pass_cap` a pass.
+Its loop also makes the event log's partitions ahead of time and reclaims rows nothing reads any
+more: expired run mappings (they already count as absent), Idempotency-Key answers past their
+lifetime, and finished runs older than the run retention (`ledger.runlog.retention`). Each is
+deleted in batches, one transaction each, skipping rows another transaction holds; runs in
+smaller batches and at most `retention_pass_cap` a pass, after the event log partitions whose
+runs have all expired were dropped whole (`ledger.runlog.partitions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
+import psycopg
+
 from ledger import idempotency
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
 from ledger.pool.store import sweep_expired_mappings
+from ledger.runlog import partitions
 from ledger.runlog import retention as run_retention
 from ledger.runlog.events import WATCHDOG_ERROR, TerminalState
 from ledger.runlog.store import (
@@ -55,6 +61,21 @@ class Swept:
     mappings: int = 0
     idempotency_keys: int = 0
     runs: int = 0
+    # Event log partitions dropped whole (their runs are counted in `runs`).
+    partitions: int = 0
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    """What a retention sweep would do now: the partitions it would drop whole (each with how many
+    runs it holds) and how many more expired runs it would delete one by one."""
+
+    partitions: list[tuple[partitions.Partition, int]]
+    per_run: int
+
+    @property
+    def runs(self) -> int:
+        return sum(runs for _, runs in self.partitions) + self.per_run
 
 
 class Watchdog:
@@ -92,6 +113,7 @@ class Watchdog:
         self.passes = 0
         self.failed_total = 0
         self.swept_total = Swept()
+        self.partitions_dropped = 0
 
     async def run_once(self) -> list[str]:
         """One pass: fail every run stalled now (in batches); returns the ids this pass failed."""
@@ -121,6 +143,7 @@ class Watchdog:
     async def sweep(self) -> Swept:
         """Delete expired run mappings, expired Idempotency-Key answers and expired runs, in
         batches."""
+        dropped_before = self.partitions_dropped
         swept = Swept(
             mappings=await self._sweep_batches(
                 lambda conn, now, limit: sweep_expired_mappings(conn, now, limit=limit)
@@ -132,43 +155,90 @@ class Watchdog:
             ),
             runs=await self.sweep_runs(),
         )
+        swept = dataclasses.replace(swept, partitions=self.partitions_dropped - dropped_before)
         self.swept_total = Swept(
             mappings=self.swept_total.mappings + swept.mappings,
             idempotency_keys=self.swept_total.idempotency_keys + swept.idempotency_keys,
             runs=self.swept_total.runs + swept.runs,
+            partitions=self.swept_total.partitions + swept.partitions,
         )
         if swept.mappings or swept.idempotency_keys or swept.runs:
             log.info(
                 "watchdog swept %d expired run mapping(s), %d expired idempotency key(s)"
-                " and %d finished run(s) past retention",
+                " and %d finished run(s) past retention (%d event log partition(s) dropped whole)",
                 swept.mappings,
                 swept.idempotency_keys,
                 swept.runs,
+                swept.partitions,
             )
         return swept
 
     async def sweep_runs(self) -> int:
-        """Delete finished runs older than the retention (with all they own), in batches of
-        `retention_batch_size`, at most `retention_pass_cap`; how many. None retention: none."""
+        """Delete finished runs older than the retention (with all they own); how many. None
+        retention: none.
+
+        First every droppable event log partition goes whole (`ledger.runlog.partitions`), then
+        the expired runs of due partitions go one by one (those of the dropped partitions with no
+        events left), in batches of `retention_batch_size`, at most `retention_pass_cap`.
+        """
         retention = self.retention
         if retention is None:
             return 0
+        await self.drop_partitions()
         return await self._sweep_batches(
-            lambda conn, now, limit: run_retention.delete_expired_runs(
-                conn, run_retention.cutoff(now, retention), limit=limit
-            ),
+            lambda conn, now, limit: self._delete_expired(conn, now, retention, limit),
             batch_size=self.retention_batch_size,
             cap=self.retention_pass_cap,
         )
 
-    async def count_expired_runs(self) -> int:
-        """How many finished runs are older than the retention now (what `sweep_runs` would
-        delete, uncapped)."""
+    async def _delete_expired(self, conn: Conn, now: datetime, retention: timedelta, limit: int) -> int:
+        cutoff = run_retention.cutoff(now, retention)
+        boundary = await partitions.per_run_boundary(conn, cutoff)
+        return await run_retention.delete_expired_runs(conn, cutoff, boundary, limit=limit)
+
+    async def drop_partitions(self) -> list[partitions.Partition]:
+        """Drop every event log partition whose runs have all ended before the retention cutoff;
+        the ones dropped."""
         if self.retention is None:
-            return 0
+            return []
         async with self.db.connection() as conn:
             now = await self.clock.now(conn)
-            return await run_retention.count_expired_runs(conn, run_retention.cutoff(now, self.retention))
+            due = await partitions.due_partitions(conn, run_retention.cutoff(now, self.retention))
+        dropped = []
+        for partition in (d.partition for d in due if not d.held):
+            try:
+                await partitions.drop_partition(self.db, partition)
+            except psycopg.Error as exc:
+                # Its runs then wait for the next pass; the per-run delete goes on meanwhile.
+                log.warning("watchdog could not drop event log partition %s: %s", partition.name, exc)
+                continue
+            dropped.append(partition)
+            self.partitions_dropped += 1
+            log.info("watchdog dropped event log partition %s whole", partition.name)
+        return dropped
+
+    async def plan_retention(self) -> RetentionPlan:
+        """What `sweep_runs` would delete now (uncapped), deleting nothing."""
+        if self.retention is None:
+            return RetentionPlan([], 0)
+        async with self.db.connection() as conn:
+            now = await self.clock.now(conn)
+            cutoff = run_retention.cutoff(now, self.retention)
+            due = await partitions.due_partitions(conn, cutoff)
+            whole = [(d.partition, await partitions.runs_in(conn, d.partition)) for d in due if not d.held]
+            boundary = await partitions.per_run_boundary(conn, cutoff)
+            expired = await run_retention.count_expired_runs(conn, cutoff, boundary)
+        return RetentionPlan(whole, expired - sum(runs for _, runs in whole))
+
+    async def count_expired_runs(self) -> int:
+        """How many finished runs `sweep_runs` would delete now (uncapped)."""
+        return (await self.plan_retention()).runs
+
+    async def make_partitions(self) -> list[str]:
+        """Make the event log partition of now and the next ones ahead (`partitions.ensure_ahead`)."""
+        async with self.db.connection() as conn:
+            now = await self.clock.now(conn)
+        return await partitions.ensure_ahead(self.db, now)
 
     async def _sweep_batches(
         self, sweep: Sweep, *, batch_size: int | None = None, cap: int | None = None
@@ -188,13 +258,17 @@ class Watchdog:
                 return total
 
     async def run_forever(self) -> None:
-        """Run a pass and a sweep every `interval_s`; a failing one is logged and retried next
-        interval."""
+        """Run a pass, a sweep and make the event log partitions ahead every `interval_s`; a failing
+        one is logged and retried next interval."""
         while True:
             try:
                 await self.run_once()
             except Exception:
                 log.exception("watchdog pass failed")
+            try:
+                await self.make_partitions()
+            except Exception:
+                log.exception("watchdog could not make the event log partitions ahead")
             try:
                 await self.sweep()
             except Exception:

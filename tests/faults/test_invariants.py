@@ -32,8 +32,9 @@ def _run(conn: psycopg.Connection[object], run_id: str, types: list[str], *, ter
     for seq, type_ in enumerate(types, start=1):
         payload = {"status": terminal} if type_ == "terminal" else {"line": "x"}
         conn.execute(
-            "INSERT INTO ledger.run_events (run_id, seq, type, ts, payload) VALUES (%s, %s, %s, now(), %s)",
-            (run_id, seq, type_, json.dumps(payload)),
+            "INSERT INTO ledger.run_events (run_id, seq, type, ts, payload, run_created_at)"
+            " SELECT %s, %s, %s, now(), %s, created_at FROM ledger.runs WHERE run_id = %s",
+            (run_id, seq, type_, json.dumps(payload), run_id),
         )
 
 
@@ -80,22 +81,26 @@ def consistent(conn: psycopg.Connection[object]) -> None:
 BROKEN = {
     "a gap in the seqs": (
         "without a gap",
-        "INSERT INTO ledger.run_events (run_id, seq, type) VALUES ('ok-open', 4, 'log');"
+        "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+        " SELECT 'ok-open', 4, 'log', created_at FROM ledger.runs WHERE run_id = 'ok-open';"
         " UPDATE ledger.runs SET last_seq = 4 WHERE run_id = 'ok-open'",
     ),
     "last_seq behind the events": (
         "without a gap",
-        "INSERT INTO ledger.run_events (run_id, seq, type) VALUES ('ok-open', 3, 'log')",
+        "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+        " SELECT 'ok-open', 3, 'log', created_at FROM ledger.runs WHERE run_id = 'ok-open'",
     ),
     "an event after the terminal one": (
         "it is the run's last event",
-        "INSERT INTO ledger.run_events (run_id, seq, type) VALUES ('ok-done', 3, 'log');"
+        "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+        " SELECT 'ok-done', 3, 'log', created_at FROM ledger.runs WHERE run_id = 'ok-done';"
         " UPDATE ledger.runs SET last_seq = 3 WHERE run_id = 'ok-done'",
     ),
     "two terminal events": (
         "at most one terminal event",
-        "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
-        " VALUES ('ok-done', 3, 'terminal', '{\"status\": \"completed\"}');"
+        "INSERT INTO ledger.run_events (run_id, seq, type, payload, run_created_at)"
+        " SELECT 'ok-done', 3, 'terminal', '{\"status\": \"completed\"}', created_at"
+        " FROM ledger.runs WHERE run_id = 'ok-done';"
         " UPDATE ledger.runs SET last_seq = 3 WHERE run_id = 'ok-done'",
     ),
     "a terminal state without its event": (
@@ -105,8 +110,9 @@ BROKEN = {
     ),
     "a terminal event without the state": (
         "exactly when its terminal state is set",
-        "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
-        " VALUES ('ok-open', 3, 'terminal', '{\"status\": \"failed\"}');"
+        "INSERT INTO ledger.run_events (run_id, seq, type, payload, run_created_at)"
+        " SELECT 'ok-open', 3, 'terminal', '{\"status\": \"failed\"}', created_at"
+        " FROM ledger.runs WHERE run_id = 'ok-open';"
         " UPDATE ledger.runs SET last_seq = 3 WHERE run_id = 'ok-open'",
     ),
     "a terminal event disagreeing with the state": (

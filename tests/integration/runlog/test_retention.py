@@ -141,12 +141,19 @@ def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> Non
     with psycopg.connect(clean_database_url) as conn:
         for run_id, hours in (("older", 48), ("newer", 2)):
             conn.execute(
-                "INSERT INTO ledger.runs (run_id, status, terminal_status, completed_at)"
-                " VALUES (%s, 'completed', 'completed', now() - make_interval(hours => %s))",
-                (run_id, hours),
+                "INSERT INTO ledger.runs (run_id, status, terminal_status, created_at, completed_at)"
+                " VALUES (%(id)s, 'completed', 'completed', now() - make_interval(hours => %(h)s),"
+                " now() - make_interval(hours => %(h)s))",
+                {"id": run_id, "h": hours},
             )
             conn.execute(
-                "INSERT INTO ledger.run_events (run_id, seq, type) VALUES (%s, 1, 'terminal')", (run_id,)
+                "SELECT ledger.ensure_run_events_partition(created_at) FROM ledger.runs WHERE run_id = %s",
+                (run_id,),
+            )
+            conn.execute(
+                "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+                " SELECT run_id, 1, 'terminal', created_at FROM ledger.runs WHERE run_id = %s",
+                (run_id,),
             )
     env = {"LEDGER_DATABASE_URL": clean_database_url, RETENTION_VAR: "1d"}
     runner = CliRunner()
@@ -158,9 +165,14 @@ def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> Non
     dry = runner.invoke(cli, ["gc", "--dry-run"], env=env)
     assert dry.exit_code == 0, dry.output
     assert "would delete 1 finished run(s) older than 1d" in dry.output
+    # Which partitions would go whole, and how many runs would go one by one.
+    assert "dropped whole with its 1 run(s)" in dry.output
+    assert "0 run(s) deleted one by one" in dry.output
     assert runs() == ["newer", "older"]
+    # Older ended two days ago: its day's partition is past the cutoff. Newer has expired too, but
+    # its day's partition is not past the cutoff yet: it waits, to go with it whole.
     wider = runner.invoke(cli, ["gc", "--dry-run", "--retention", "60m"], env=env)
-    assert "would delete 2 finished run(s) older than 1h" in wider.output
+    assert "would delete 1 finished run(s) older than 1h" in wider.output
     bad = runner.invoke(cli, ["gc", "--retention", "soon"], env=env)
     assert bad.exit_code == 2 and "--retention" in bad.output
     off = runner.invoke(cli, ["gc", "--retention", "off"], env=env)
@@ -168,5 +180,5 @@ def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> Non
     assert runs() == ["newer", "older"]
     done = runner.invoke(cli, ["gc", "--batch", "1"], env=env)
     assert done.exit_code == 0, done.output
-    assert "deleted 1 finished run(s) older than 1d" in done.output
+    assert "deleted 1 finished run(s) older than 1d (1 event log partition(s) dropped whole)" in done.output
     assert runs() == ["newer"]

@@ -60,9 +60,14 @@ def add_run(
             "error": error,
         },
     )
+    conn.execute(
+        "SELECT ledger.ensure_run_events_partition(created_at) FROM ledger.runs WHERE run_id = %s", (run_id,)
+    )
     for seq, type_ in enumerate(events, start=1):
         conn.execute(
-            "INSERT INTO ledger.run_events (run_id, seq, type) VALUES (%s, %s, %s)", (run_id, seq, type_)
+            "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+            " SELECT %s, %s, %s, created_at FROM ledger.runs WHERE run_id = %s",
+            (run_id, seq, type_, run_id),
         )
 
 

@@ -1,0 +1,135 @@
+"""Converting a filled event log to partitions: a batched copy, beside live appends.
+
+Migration 0013 moves a filled `ledger.run_events` aside (a rename, instant) as
+`ledger_partitions.run_events_unpartitioned` and puts the partitioned table in its place: appends
+go there at once. `convert` then copies the old rows over in key order, one short transaction per
+batch (`ON CONFLICT DO NOTHING`, so a batch that is repeated after a crash changes nothing),
+locking the batch's runs `FOR KEY SHARE` so a run deleted meanwhile (retention) cannot leave
+copied events behind. Each batch holds row locks only: appends to the runs it copies wait for
+its commit, nothing else waits. Last, the old table's foreign key is dropped (that takes `ACCESS
+EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed, under a short
+`lock_timeout`, retried), then the table, which no one else uses any more.
+
+`ledger serve` refuses to start while the old table exists (`pending`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ledger.errors import ConfigError
+
+OLD_TABLE: Final = "ledger_partitions.run_events_unpartitioned"
+DEFAULT_BATCH: Final = 10_000
+# How long dropping the old table may wait for `ledger.runs`, per attempt: appends queue behind
+# a waiting ACCESS EXCLUSIVE request, so it gives up quickly and tries again.
+DROP_LOCK_TIMEOUT_MS: Final = 200
+DROP_ATTEMPTS: Final = 50
+
+PENDING_SQL: Final = f"SELECT to_regclass('{OLD_TABLE}') IS NOT NULL AS pending"
+
+# Every period the runs were created in gets its partition before any row is copied.
+PERIODS_SQL: Final = """
+SELECT DISTINCT date_trunc(
+    (SELECT period FROM ledger.run_event_partitioning), created_at, 'UTC'
+) AS at
+FROM ledger.runs ORDER BY 1
+"""
+
+COPY_BATCH_SQL: Final = f"""
+WITH batch AS (
+    SELECT o.run_id, o.seq, o.type, o.ts, o.payload FROM {OLD_TABLE} o
+    WHERE (o.run_id, o.seq) > (%(after_run)s, %(after_seq)s)
+    ORDER BY o.run_id, o.seq
+    LIMIT %(limit)s
+), runs AS (
+    SELECT r.run_id, r.created_at FROM ledger.runs r
+    WHERE r.run_id IN (SELECT DISTINCT run_id FROM batch)
+    FOR KEY SHARE
+), copied AS (
+    INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
+    SELECT b.run_id, b.seq, r.created_at, b.type, b.ts, b.payload
+    FROM batch b JOIN runs r ON r.run_id = b.run_id
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch) AS read, (SELECT count(*) FROM copied) AS copied,
+       (SELECT run_id FROM batch ORDER BY run_id DESC, seq DESC LIMIT 1) AS last_run,
+       (SELECT seq FROM batch ORDER BY run_id DESC, seq DESC LIMIT 1) AS last_seq
+"""
+
+
+@dataclass
+class Progress:
+    batches: int = 0
+    read: int = 0
+    copied: int = 0
+    # The longest a batch's transaction took, and the drop's wait for `ledger.runs`.
+    longest_batch_s: float = 0.0
+    drop_s: float = 0.0
+    drop_attempts: int = 0
+
+
+def pending(url: str) -> bool:
+    """Whether the event log still has rows to convert (`ledger db convert` not done)."""
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        row = conn.execute(PENDING_SQL).fetchone()
+    return bool(row and row["pending"])
+
+
+def convert(
+    url: str, *, batch: int = DEFAULT_BATCH, report: Callable[[Progress], None] | None = None
+) -> Progress:
+    """Copy the old event log into the partitions, batch by batch, then drop it."""
+    progress = Progress()
+    with psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
+        if not conn.execute(PENDING_SQL).fetchone()["pending"]:  # type: ignore[index]
+            return progress
+        for row in conn.execute(PERIODS_SQL).fetchall():
+            conn.execute("SELECT ledger.ensure_run_events_partition(%(at)s)", {"at": row["at"]})
+        after_run, after_seq = "", 0
+        while True:
+            started = time.monotonic()
+            with conn.transaction():
+                done = conn.execute(
+                    COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
+                ).fetchone()
+            progress.longest_batch_s = max(progress.longest_batch_s, time.monotonic() - started)
+            assert done is not None
+            if not done["read"]:
+                break
+            progress.batches += 1
+            progress.read += done["read"]
+            progress.copied += done["copied"]
+            after_run, after_seq = done["last_run"], done["last_seq"]
+            if report is not None:
+                report(progress)
+        _drop_old_table(conn, progress)
+    return progress
+
+
+def _drop_old_table(conn: psycopg.Connection[dict[str, object]], progress: Progress) -> None:
+    for _ in range(DROP_ATTEMPTS):
+        progress.drop_attempts += 1
+        started = time.monotonic()
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = {DROP_LOCK_TIMEOUT_MS}")
+                # The foreign key first, alone: its transaction holds `runs` only for the catalog
+                # change, not for the removal of the table's files.
+                conn.execute(f"ALTER TABLE {OLD_TABLE} DROP CONSTRAINT IF EXISTS fk_run_events_run_id_runs")
+        except psycopg.errors.LockNotAvailable:
+            time.sleep(0.5)
+            continue
+        progress.drop_s = time.monotonic() - started
+        conn.execute(f"DROP TABLE {OLD_TABLE}")
+        return
+    raise ConfigError(
+        f"could not drop {OLD_TABLE}: ledger.runs stayed busy; every row is copied, run it again"
+    )

@@ -1,0 +1,213 @@
+"""The event log's partitions: one per UTC day or month of run creation, made ahead, dropped whole.
+
+`ledger.run_events` is partitioned by `run_created_at` (the run's `created_at`, copied onto each of
+its events), so every statement about one run reads or writes one partition, and retention can
+drop a partition with one catalog operation instead of deleting its rows one by one (each delete
+writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
+
+- Making: `ledger.ensure_run_events_partition(at)` (migration 0013) makes the partition holding
+  `at` when it is missing. A statement trigger on `runs` calls it for the runs each insert makes
+  (opening a run, or any other insert); `ensure_ahead` (the watchdog's loop and `ledger db
+  partitions`) makes the next ones before they are needed, so opening a run normally finds its
+  partition with one catalog lookup.
+- Dropping: a partition is *due* once its whole range lies before the retention cutoff (every run
+  created in it is at least that old), and *droppable* when, besides, every run created in it has
+  ended before the cutoff. A droppable partition is detached `CONCURRENTLY` (appends and reads of
+  other runs never wait on it) and dropped; its runs' rows in `ledger.runs` then go through the
+  per-run delete, which finds no events left to delete. A due partition some run still holds (a
+  long-running run that straddles the cutoff) keeps its expired runs going one by one, as before
+  partitions. A run in a partition not due yet waits for it: a run is deleted between the
+  retention and the retention plus one partition period after it ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import psycopg
+from psycopg import sql
+
+from ledger.db import Conn, Database
+from ledger.errors import ConfigError
+
+PERIOD_VAR: Final = "LEDGER_PARTITION_INTERVAL"
+PERIODS: Final = ("day", "month")
+# Partitions made ahead of the current one: a day boundary (or a month's) never has the first
+# run of the new period create its partition while appends wait behind it.
+DEFAULT_AHEAD: Final = 2
+# A detach waits for the transactions that use the event log to end; one left open (a psql
+# session idle in a transaction) must not hold the watchdog's loop. Interrupted, the detach stays
+# pending and the next pass finishes it (`FINALIZE`).
+DETACH_TIMEOUT_MS: Final = 60_000
+
+LIST_SQL: Final = """
+SELECT name, from_at, to_at, detach_pending FROM ledger.run_event_partitions ORDER BY from_at
+"""
+
+ENSURE_SQL: Final = "SELECT ledger.ensure_run_events_partition(%(at)s) AS name"
+
+PERIOD_SQL: Final = "SELECT period FROM ledger.run_event_partitioning"
+
+SET_PERIOD_SQL: Final = """
+INSERT INTO ledger.run_event_partitioning (period) VALUES (%(period)s)
+ON CONFLICT (id) DO UPDATE SET period = EXCLUDED.period
+"""
+
+# Due partitions (their range ends at or before the cutoff), oldest first, each with whether a
+# run still holds it: a running run (found through the small partial index of running runs), or
+# one that ended at or after the cutoff.
+DUE_SQL: Final = """
+SELECT p.name, p.from_at, p.to_at, p.detach_pending,
+       EXISTS (
+           SELECT 1 FROM ledger.runs r
+           WHERE r.terminal_status IS NULL AND r.created_at >= p.from_at AND r.created_at < p.to_at
+       ) OR EXISTS (
+           SELECT 1 FROM ledger.runs r
+           WHERE r.created_at >= p.from_at AND r.created_at < p.to_at
+             AND r.terminal_status IS NOT NULL AND r.completed_at >= %(cutoff)s
+       ) AS held
+FROM ledger.run_event_partitions p
+WHERE p.to_at <= %(cutoff)s
+ORDER BY p.from_at
+"""
+
+RUNS_IN_SQL: Final = """
+SELECT count(*) AS runs FROM ledger.runs WHERE created_at >= %(from_at)s AND created_at < %(to_at)s
+"""
+
+# Runs created before this instant are in a due partition (or in none): the per-run delete may
+# take them once expired. Runs after it wait for their partition.
+BOUNDARY_SQL: Final = """
+SELECT COALESCE(
+    (SELECT p.from_at FROM ledger.run_event_partitions p
+     WHERE p.from_at <= %(cutoff)s AND %(cutoff)s < p.to_at),
+    %(cutoff)s::timestamptz
+) AS boundary
+"""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of `ledger.run_events`: runs created in [from_at, to_at)."""
+
+    name: str
+    from_at: datetime
+    to_at: datetime
+    detach_pending: bool = False
+
+
+@dataclass(frozen=True)
+class DuePartition:
+    partition: Partition
+    # A run created in it has not ended, or ended at or after the cutoff.
+    held: bool
+
+
+def parse_period(text: str | None, *, source: str = PERIOD_VAR) -> str | None:
+    """`day` or `month`; empty or None: None (keep what the database has). Else `ConfigError`."""
+    raw = (text or "").strip().lower()
+    if not raw:
+        return None
+    if raw not in PERIODS:
+        raise ConfigError(f"{source} must be day or month (got {text!r})")
+    return raw
+
+
+def apply_period_setting(url: str, text: str | None) -> str | None:
+    """Store `LEDGER_PARTITION_INTERVAL` (`text`) as the period of partitions made from now on;
+    the period stored, or None when the variable is unset. `ConfigError` for a bad value."""
+    value = parse_period(text)
+    if value is not None:
+        with psycopg.connect(url) as conn:
+            conn.execute(SET_PERIOD_SQL, {"period": value})
+    return value
+
+
+async def period(conn: Conn) -> str:
+    cur = await conn.execute(PERIOD_SQL)
+    row = await cur.fetchone()
+    return str(row["period"]) if row else "day"
+
+
+async def set_period(conn: Conn, value: str) -> None:
+    """Partitions made from now on cover a UTC `day` or `month`; existing ones keep their range."""
+    await conn.execute(SET_PERIOD_SQL, {"period": value})
+
+
+async def list_partitions(conn: Conn) -> list[Partition]:
+    cur = await conn.execute(LIST_SQL)
+    return [Partition(**row) for row in await cur.fetchall()]
+
+
+async def ensure_partition(conn: Conn, at: datetime) -> str:
+    """The partition holding runs created at `at`, made first if missing."""
+    cur = await conn.execute(ENSURE_SQL, {"at": at})
+    row = await cur.fetchone()
+    assert row is not None
+    return str(row["name"])
+
+
+async def ensure_ahead(db: Database, now: datetime, *, ahead: int = DEFAULT_AHEAD) -> list[str]:
+    """Make the partition holding `now` and the `ahead` after it; their names. One transaction
+    each: attaching holds a lock on the parent (one appends never wait on) until it commits."""
+    names: list[str] = []
+    at = now
+    for _ in range(ahead + 1):
+        async with db.transaction() as conn:
+            names.append(await ensure_partition(conn, at))
+            cur = await conn.execute(
+                "SELECT to_at FROM ledger.run_event_partitions WHERE name = %(name)s", {"name": names[-1]}
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        at = row["to_at"]
+    return names
+
+
+async def due_partitions(conn: Conn, cutoff: datetime) -> list[DuePartition]:
+    """Partitions whose whole range lies before `cutoff`, oldest first, and whether a run holds each."""
+    cur = await conn.execute(DUE_SQL, {"cutoff": cutoff})
+    return [
+        DuePartition(
+            Partition(row["name"], row["from_at"], row["to_at"], row["detach_pending"]), bool(row["held"])
+        )
+        for row in await cur.fetchall()
+    ]
+
+
+async def runs_in(conn: Conn, partition: Partition) -> int:
+    cur = await conn.execute(RUNS_IN_SQL, {"from_at": partition.from_at, "to_at": partition.to_at})
+    row = await cur.fetchone()
+    return int(row["runs"]) if row else 0
+
+
+async def per_run_boundary(conn: Conn, cutoff: datetime) -> datetime:
+    """Expired runs created before this instant may be deleted one by one; later ones wait for
+    their partition to be dropped whole."""
+    cur = await conn.execute(BOUNDARY_SQL, {"cutoff": cutoff})
+    row = await cur.fetchone()
+    assert row is not None
+    boundary = row["boundary"]
+    assert isinstance(boundary, datetime)
+    return boundary
+
+
+async def drop_partition(db: Database, partition: Partition) -> None:
+    """Detach the partition concurrently (or finish an interrupted detach) and drop it.
+
+    `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
+    EXCLUSIVE` on the parent, so appends and reads go on; the detached table is then nobody's and
+    its drop waits on no one.
+    """
+    table = sql.Identifier("ledger_partitions", partition.name)
+    mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
+    # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
+    # pooler's), where a concurrent detach is refused.
+    async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
+        await conn.execute(f"SET statement_timeout = {DETACH_TIMEOUT_MS}")
+        await conn.execute(
+            sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
+        )
+        await conn.execute(sql.SQL("DROP TABLE {}").format(table))

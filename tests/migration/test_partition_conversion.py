@@ -1,0 +1,125 @@
+"""A database filled by the migrations before 0013 converts: the upgrade moves the old event log
+aside, `ledger serve` refuses until `ledger db convert` has copied it, appends go on meanwhile,
+and the downgrade brings every event back into one table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ledger import migrate
+from ledger.runlog import conversion
+from tests import postgres
+
+RUNS = 30
+EVENTS_PER_RUN = 20
+
+
+@pytest.fixture
+def filled_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+    """A database at 0008 holding runs created over the last 60 days, each with its events."""
+    name = f"ledger_conv_{worker_id}_{os.getpid()}"
+    url = postgres.create_empty_database(pg_admin_url, name)
+    migrate.upgrade(url, "0008")
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO ledger.runs (run_id, created_at, updated_at, last_seq)"
+            " SELECT 'r' || i, now() - make_interval(days => i * 2), now(), %(n)s"
+            " FROM generate_series(0, %(runs)s - 1) i",
+            {"runs": RUNS, "n": EVENTS_PER_RUN},
+        )
+        conn.execute(
+            "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
+            " SELECT r.run_id, s, 'log', jsonb_build_object('line', 'line ' || s)"
+            " FROM ledger.runs r CROSS JOIN generate_series(1, %(n)s) s",
+            {"n": EVENTS_PER_RUN},
+        )
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        postgres.drop_database(conn, name)
+
+
+def count(url: str, sql: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+APPEND = (
+    'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
+    " NULL, 0, NULL, 'ledger_test', false)"
+)
+
+
+def test_a_filled_database_converts_beside_live_appends_and_downgrades(
+    filled_url: str, tmp_path: Path
+) -> None:
+    migrate.upgrade(filled_url)
+    assert conversion.pending(filled_url)
+    assert count(filled_url, "SELECT count(*) FROM ledger.run_events") == 0
+    assert count(filled_url, f"SELECT count(*) FROM {conversion.OLD_TABLE}") == RUNS * EVENTS_PER_RUN
+
+    env = {**os.environ, "LEDGER_DATABASE_URL": filled_url, "LEDGER_DATA_DIR": str(tmp_path)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "ledger.cli", "serve", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0
+    assert "ledger db convert" in refused.stderr.strip().splitlines()[-1]
+
+    appended: list[int] = []
+
+    def append_between_batches(progress: conversion.Progress) -> None:
+        # An append of a service still running: it goes to the partitioned table at once.
+        if progress.batches == 2:
+            with psycopg.connect(filled_url, autocommit=True) as conn:
+                conn.execute(APPEND)
+            appended.append(1)
+
+    progress = conversion.convert(filled_url, batch=100, report=append_between_batches)
+    assert appended == [1]
+    assert progress.read == progress.copied == RUNS * EVENTS_PER_RUN
+    assert progress.batches == RUNS * EVENTS_PER_RUN // 100
+    assert not conversion.pending(filled_url)
+    total = RUNS * EVENTS_PER_RUN + 1
+    assert count(filled_url, "SELECT count(*) FROM ledger.run_events") == total
+    # Each event sits in the partition of its run's creation time.
+    assert (
+        count(
+            filled_url,
+            "SELECT count(*) FROM ledger.run_events e JOIN ledger.runs r"
+            " ON r.run_id = e.run_id AND r.created_at = e.run_created_at",
+        )
+        == total
+    )
+    assert count(filled_url, "SELECT count(*) FROM ledger.run_events WHERE run_id = 'r1' AND seq = 21") == 1
+    again = subprocess.run(
+        [sys.executable, "-m", "ledger.cli", "db", "convert"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+    migrate.downgrade(filled_url, "0008")
+    assert count(filled_url, "SELECT count(*) FROM ledger.run_events") == total
+    assert count(filled_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'ledger_partitions'") == 0
+
+
+def test_a_conversion_left_half_done_downgrades_with_every_event(filled_url: str) -> None:
+    migrate.upgrade(filled_url)
+    with psycopg.connect(filled_url, autocommit=True) as conn:
+        conn.execute(APPEND)
+    migrate.downgrade(filled_url, "0008")
+    assert count(filled_url, "SELECT count(*) FROM ledger.run_events") == RUNS * EVENTS_PER_RUN + 1
