@@ -10,7 +10,8 @@ server) running one-statement scripts, each transaction one statement in autocom
   once filled. Each matters: drained to the last entry by a fixed count of claims per client, a
   run timed its clients' start and finish skew as much as the claims; and a pool filled just
   before the run is planned from the statistics of the table before it (a sort of every entry
-  per claim when they were of an empty table: 40 claims/s where the analyzed pool gives 2,000).
+  per claim when they were of an empty table: 40-150 claims/s where the same pool analyzed
+  gives 300-2,200 in the same run).
 
 pgbench cannot LISTEN, and a duplicate upload is a read, so those two baselines are psycopg loops:
 one bare LISTEN connection (COMMIT to notification arrival plus one re-read, `bench_runlog`'s
