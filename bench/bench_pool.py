@@ -7,7 +7,8 @@ migrated (bench/common.py). Two tables:
 
 - Throughput: per number of claimers, a fresh pool of `--entries` ready entries drained by N
   claimers (each on its own connection, each claim for a new run), beside pgbench running the
-  one-statement `SKIP LOCKED` claim CTE (`baselines.claim_rate`) on the same server right after.
+  one-statement `SKIP LOCKED` claim CTE (`baselines.claim_rate`: prepared, `--seconds` on an
+  analyzed pool that outlasts it) on the same server right after.
   Every claim of ours is the full operation: the run lock, the idempotent answer or the
   `SKIP LOCKED` pick, delete and mapping upsert, the counts, and now and then the GC. Best of
   `--rounds` for both.
@@ -78,7 +79,7 @@ async def scenario(url: str, claimers: int, entries: int, tag: str) -> tuple[flo
         return entries / elapsed, latencies
 
 
-async def throughput(url: str, entries: int, rounds: int) -> list[Row]:
+async def throughput(url: str, entries: int, rounds: int, seconds: float) -> list[Row]:
     rows: list[Row] = []
     for claimers in CLAIMERS:
         best: tuple[float, list[float]] | None = None
@@ -87,7 +88,7 @@ async def throughput(url: str, entries: int, rounds: int) -> list[Row]:
             outcome = await scenario(url, claimers, entries, f"c{claimers}-r{r}-{time.time_ns()}")
             if best is None or outcome[0] > best[0]:
                 best = outcome
-            rate = await asyncio.to_thread(baselines.claim_rate, client_bin_dir(), url, claimers, entries)
+            rate = await asyncio.to_thread(baselines.claim_rate, client_bin_dir(), url, claimers, seconds)
             raw = max(raw, rate)
         assert best is not None
         rate, latencies = best
@@ -146,6 +147,7 @@ async def by_size(database_url: str, size: int, claims: int) -> Row:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--entries", type=int, default=2000, help="ready entries per throughput scenario")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per raw claim run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per scenario (best is shown)")
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="pool sizes for the latency table ('' skips it)"
@@ -155,7 +157,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     with bench_database("bench-pool-") as database:
         started = time.perf_counter()
-        rows = asyncio.run(throughput(database.url, args.entries, args.rounds))
+        rows = asyncio.run(throughput(database.url, args.entries, args.rounds, args.seconds))
         print_table(
             ("claimers", "entries", "claims/s", "p50 ms", "p99 ms", "raw claims/s", "ratio"),
             rows,

@@ -76,7 +76,7 @@ async def wait_one(runlog: RunLog, run_id: str, after: int) -> float:
 
 async def wake_latency(url: str, waiters: int, rounds: int) -> list[float]:
     """Seconds from COMMIT of an append to each waiter returning it, over `rounds` appends."""
-    run_id = f"wake-{waiters}"
+    run_id = f"wake-{waiters}-{time.time_ns()}"  # a run of its own: the suite may measure again
     samples: list[float] = []
     async with (
         Database(url, min_size=10, max_size=10) as db,
@@ -107,26 +107,26 @@ async def raw_wake_latency(url: str, rounds: int) -> list[float]:
         await psycopg.AsyncConnection.connect(url) as writer,
     ):
         await listen.execute(f"LISTEN {CHANNEL}")
-        await writer.execute("INSERT INTO ledger.runs (run_id) VALUES ('raw-wake') ON CONFLICT DO NOTHING")
-        await writer.execute(
-            "SELECT ledger.ensure_run_events_partition(created_at) FROM ledger.runs WHERE run_id = 'raw-wake'"
-        )
+        run_id = f"raw-wake-{time.time_ns()}"  # a run of its own: the suite may measure again
+        # Inserting the run makes its partition of the event log (a trigger on runs).
+        await writer.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (run_id,))
         await writer.commit()
         for seq in range(rounds):
             await writer.execute(
-                "UPDATE ledger.runs SET last_seq = last_seq + 1 WHERE run_id = 'raw-wake' RETURNING last_seq"
+                "UPDATE ledger.runs SET last_seq = last_seq + 1 WHERE run_id = %s RETURNING last_seq",
+                (run_id,),
             )
             await writer.execute(
                 "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, payload)"
-                " SELECT 'raw-wake', %s, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = 'raw-wake'",
-                (seq + 1,),
+                " SELECT run_id, %s, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = %s",
+                (seq + 1, run_id),
             )
-            await writer.execute("SELECT pg_notify(%s, 'raw-wake')", (CHANNEL,))
+            await writer.execute("SELECT pg_notify(%s, %s)", (CHANNEL, run_id))
             committed_at = time.perf_counter()
             commit = asyncio.create_task(writer.commit())
             async for _ in listen.notifies(stop_after=1):
                 pass
-            await reader.execute(READ_PAGE_SQL, {"run_id": "raw-wake", "after": seq, "limit": 1000})
+            await reader.execute(READ_PAGE_SQL, {"run_id": run_id, "after": seq, "limit": 1000})
             samples.append(time.perf_counter() - committed_at)
             await commit
     return samples

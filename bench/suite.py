@@ -117,7 +117,9 @@ class Suite:
         for claimers in (1, 8):
             tag = f"c{claimers}-{time.time_ns()}"
             ours, _ = await bench_pool.scenario(self.url, claimers, entries, tag)
-            raw = await asyncio.to_thread(baselines.claim_rate, self.bin_dir, self.url, claimers, entries)
+            raw = await asyncio.to_thread(
+                baselines.claim_rate, self.bin_dir, self.url, claimers, self.profile.seconds
+            )
             self.add(
                 Measure(
                     f"pool claim, {claimers} claimer{'s' if claimers > 1 else ''}",
