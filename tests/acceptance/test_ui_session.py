@@ -244,14 +244,15 @@ def test_static_files_are_served_and_nothing_else(anonymous: httpx.Client) -> No
 
 def test_the_pool_read_changes_nothing(browser_like: httpx.Client, client: httpx.Client) -> None:
     pool = new_id("ui-pool")
+    # Instance ids name one instance across the shared server's pools: this test's own.
+    a, b, w, old = (f"{pool}-{name}" for name in ("a", "b", "w", "old"))
     stale_ready_at = int(time.time() * 1000) - 8 * 60_000  # ready longer than the 7-minute limit
-    client.post(f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": ["a", "b"], "ready": True})
-    client.post(f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": ["w"], "ready": False})
+    added = client.post(f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": [a, b], "ready": True})
+    assert added.status_code == 200, added.text
+    client.post(f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": [w], "ready": False})
     # Last: every add collects the stale entries of its pool.
-    client.post(
-        f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": ["old"], "ready_at": stale_ready_at}
-    )
-    expected = [("a", "available"), ("b", "available"), ("old", "stale"), ("w", "warming")]
+    client.post(f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": [old], "ready_at": stale_ready_at})
+    expected = [(a, "available"), (b, "available"), (old, "stale"), (w, "warming")]
     # Read twice: the pool API's own listing would have collected the stale entry on the first.
     for _ in range(2):
         answer = browser_like.get("/ui/api/pools").json()

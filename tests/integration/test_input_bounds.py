@@ -50,7 +50,8 @@ async def populated(db: Database) -> Database:
     await record_observations(db, "r1", [{"node_id": "n", "attempt": 1, "status": "started"}])
     pool = WarmPool(db, clock=ManualClock())
     await pool.add("default", "v1", ["i1"], ready=True)
-    await pool.map_run("r1", "i1", "v1")
+    # Another instance: one in a pool is handed to a run only by a claim.
+    await pool.map_run("r1", "i0", "v1")
     return db
 
 
