@@ -24,17 +24,20 @@ Design notes:
 - **Errors are the library's.** `error_for` is the one reader of the service's `{"error": ...}`
   answers: 400/422 `InvalidInput` (its `field` parsed from the message), 401/403 `Unauthorized`,
   404 `NotFound`, 409 `StaleAttempt`/`RunTerminal`/`Conflict` by the answer's `code`, 410
-  `CursorExpired` (with `first_seq`), 413 `PayloadTooLarge`; 502/503/504 and a connection that
-  fails are `LedgerUnavailable` (with the `Retry-After` seconds). Each carries a note naming the
-  HTTP status and the request.
+  `CursorExpired` (with `first_seq`), 413 `PayloadTooLarge` (with the limit the answer names);
+  408/429/502/503/504 and a connection that fails are `LedgerUnavailable` (with the `Retry-After`
+  seconds and the status). Each carries a note naming the HTTP status and the request. The
+  reporter's HTTP transport (`reporter.transports.http`) is a thin adapter over this client, so
+  the worker side reads the same errors.
 - **Retries are safe.** `LedgerUnavailable` is retried (`RetryPolicy`: backoff with jitter, a
   `Retry-After` is the minimum wait, attempts and total time capped; `RetryPolicy.until(s)` caps
   only the time, and its `on_first_failure` hears of a call's first failure at once, which the
   `ledger` commands print as one line before they keep trying until `--deadline`). Reads are idempotent, and
   every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
-  its retries; a status upload's is `<producer_attempt>:<upload_seq>:<random>` like the
-  reporter's), so a retried write whose first answer was lost is answered from the service's
-  store instead of being applied twice.
+  its retries; a status upload's is `<producer_attempt>:<upload_seq>:<key_scope>`), so a retried
+  write whose first answer was lost is answered from the service's store instead of being
+  applied twice. The one write without a key (minting a token) is sent again only when the
+  service surely did not handle it.
 - **The tail resumes.** `tail` reads `GET /v1/runs/{id}/events/stream`; when the connection
   drops (or the service answers 503) before the terminal event it reconnects with
   `Last-Event-ID` = the last seq it yielded, so nothing is lost or repeated; a 204 on reconnect
@@ -63,6 +66,7 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     Retrying,
+    retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
     stop_before_delay,
@@ -82,6 +86,7 @@ from ledger.errors import (
     StaleAttempt,
     Unauthorized,
 )
+from ledger.validate import encode_body, is_int
 
 if TYPE_CHECKING:
     # Only typing: the result types are the service's wire shapes, checked by mypy, not at run time.
@@ -103,8 +108,14 @@ __all__ = [
 
 URL_VAR: Final = "LEDGER_URL"
 DEFAULT_URL: Final = "http://127.0.0.1:8787"
-# Statuses that mean "not now" rather than "not this request": a proxy's or the service's outage.
-UNAVAILABLE_STATUS: Final = frozenset({502, 503, 504})
+# Statuses that mean "not now" rather than "not this request": a proxy's or the service's outage,
+# the service timing out the request's body (408) or shedding load (429).
+UNAVAILABLE_STATUS: Final = frozenset({408, 429, 502, 503, 504})
+# Statuses that say the service did not handle the request at all: safe to send again even when
+# sending it twice could create something twice.
+UNHANDLED_STATUS: Final = frozenset({408, 429})
+# Methods whose request may be sent again as it is (HTTP defines them as idempotent).
+IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # The SSE stream sends a comment every 15 s (by default) while idle; a read waits longer than that.
 STREAM_READ_TIMEOUT_S: Final = 60.0
 
@@ -148,6 +159,14 @@ class Call(Generic[T]):
     # Error statuses whose body is the answer (e.g. /readyz's 503), not an error.
     answers: frozenset[int] = frozenset()
     retry: bool = True
+    # How to read an answer that came after a retry (an earlier delivery may have been applied).
+    redelivered: Callable[[T], T] | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether sending the request twice does what sending it once does: a read, an idempotent
+        method, or a write with an `Idempotency-Key` the service answers a repeat from."""
+        return self.method in IDEMPOTENT_METHODS or self.idempotency_key is not None
 
 
 def _body(response: httpx.Response) -> Any:
@@ -166,7 +185,14 @@ def _whole(response: httpx.Response) -> Any:
 
 def _field(name: str) -> Callable[[httpx.Response], Any]:
     def read(response: httpx.Response) -> Any:
-        return _body(response)[name]
+        body = _body(response)
+        if not isinstance(body, dict) or name not in body:
+            raise LedgerUnavailable(
+                f"the service answered {response.request.method} {response.request.url.path} "
+                f"without {name!r} (HTTP {response.status_code})",
+                status=response.status_code,
+            )
+        return body[name]
 
     return read
 
@@ -335,14 +361,33 @@ class _Operations:
 
     @operation
     def upload_status(
-        run_id: str, upload: Mapping[str, Any], *, idempotency_key: str | None = None
+        run_id: str,
+        upload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        key_scope: str | None = None,
     ) -> Call[shapes.UploadResult]:
-        """Apply a reporter status upload (delivering it twice changes nothing the second time)."""
+        """Apply a reporter status upload (delivering it twice changes nothing the second time).
+
+        Its key is `<producer_attempt>:<upload_seq>:<key_scope>`: the upload's place, then a part
+        of the caller's own, random per call unless given (a reporter keeps one, so an upload it
+        sends again carries the key of its first delivery; two reporters of one attempt never
+        share one). The run is in the path, which scopes the key. An answer that came after a
+        retry says ``redelivered: True``: a ``duplicate`` in it may be this very upload's."""
         if idempotency_key is None and upload.get("upload_seq") is not None:
-            # As the reporter's: the upload's place, then a part of its own (two callers of one
-            # attempt never share a key); the run is in the path.
-            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{_new_key()}"
-        return _write("POST", _run_path(run_id, "/status"), dict(upload), _whole, idempotency_key, run_id)
+            scope = key_scope or _new_key()
+            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{scope}"
+        key = idempotency_key or _new_key()
+        path = _run_path(run_id, "/status")
+        return Call(
+            "POST",
+            path,
+            _whole,
+            body=dict(upload),
+            idempotency_key=key,
+            run_id=run_id,
+            redelivered=_redelivered,
+        )
 
     @operation
     def record_sheet_rows(
@@ -452,6 +497,11 @@ class _Operations:
         return Call("GET", "/readyz", _whole, answers=frozenset({503}), retry=False)
 
     @operation
+    def limits() -> Call[shapes.Limits]:
+        """The service's request limits (`max_body_bytes`, ...)."""
+        return Call("GET", "/v1/limits", _whole)
+
+    @operation
     def metrics() -> Call[str]:
         """The Prometheus metrics, as text."""
         return Call("GET", "/metrics", _text)
@@ -463,7 +513,9 @@ class _Operations:
         scope: str, *, run_id: str | None = None, max_attempt: int | None = None, ttl_s: int | None = None
     ) -> Call[dict[str, Any]]:
         """A read or run token (admin only): `{token, scope, run_id, max_attempt, expires_at, kid}`.
-        Sent without an Idempotency-Key: minting writes nothing, a retry mints another token."""
+        Sent without an Idempotency-Key (minting writes nothing, a second request mints a second
+        token), so it is sent again only when the service surely did not handle it: the
+        connection was never made, or the answer was 408 or 429."""
         body = _without_none(scope=scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl_s)
         return Call("POST", "/v1/tokens", _whole, body=body)
 
@@ -524,9 +576,11 @@ def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
     elif status == 410:
         error = CursorExpired(call.run_id, None, _int_or(body.get("first_seq"), 0), message)
     elif status == 413:
-        error = PayloadTooLarge(message)
+        limit = body.get("max_body_bytes")
+        error = PayloadTooLarge(message, limit if is_int(limit) and limit > 0 else None)
     elif status in UNAVAILABLE_STATUS:
-        error = LedgerUnavailable(message, parse_retry_after(response.headers.get("Retry-After")))
+        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        error = LedgerUnavailable(message, retry_after, status=status)
     else:
         # A 500 is the service's bug; nothing the caller can fix by changing the request.
         error = LedgerError(message)
@@ -545,11 +599,28 @@ def result(call: Call[T], response: httpx.Response) -> T:
     return call.parse(response)
 
 
+def _redelivered(answer: Any) -> Any:
+    return {**answer, "redelivered": True} if isinstance(answer, dict) else answer
+
+
+def handled(error: BaseException) -> bool:
+    """False when the service surely did not handle the request that failed with `error`: the
+    connection was never made, or it answered 408/429 before doing anything."""
+    if isinstance(error, LedgerUnavailable) and error.status in UNHANDLED_STATUS:
+        return False
+    return not isinstance(error.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+
+
 def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeout_s: float) -> httpx.Request:
-    headers = {"Idempotency-Key": call.idempotency_key} if call.idempotency_key else None
+    headers = {"Idempotency-Key": call.idempotency_key} if call.idempotency_key else {}
+    content = None
+    if call.body is not None:
+        # Exactly the bytes `encode_body` makes: what a caller measured against the body limit.
+        content = encode_body(call.body)
+        headers["Content-Type"] = "application/json"
     timeout = httpx.Timeout(timeout_s, read=timeout_s + call.wait_s)
     return http.build_request(
-        call.method, call.path, params=call.params, json=call.body, headers=headers, timeout=timeout
+        call.method, call.path, params=call.params, content=content, headers=headers, timeout=timeout
     )
 
 
@@ -558,10 +629,12 @@ def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeo
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Which failures are retried and for how long: `LedgerUnavailable` (a 502/503/504 or a
-    connection that fails), with exponential backoff and full jitter, never sooner than the
+    """Which failures are retried and for how long: `LedgerUnavailable` (a 408/429/502/503/504 or
+    a connection that fails), with exponential backoff and full jitter, never sooner than the
     service's `Retry-After`; at most `max_attempts` tries (None: no count) within `max_total_s`
-    (the deadline: no wait starts that would end past it). One attempt: no retry.
+    (the deadline: no wait starts that would end past it). One attempt: no retry. A request that
+    could create something twice (a write without an `Idempotency-Key`, see `Call.replayable`)
+    is sent again only after a failure that proves the service did not handle it (`handled`).
 
     `on_first_failure` hears of a call's first failure at once, before its retries: a person
     waiting on a command learns that the service is unreachable now, not at the deadline."""
@@ -593,23 +666,28 @@ class RetryPolicy:
             return max(backoff, error.retry_after)
         return backoff
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, call: Call[Any]) -> dict[str, Any]:
         stop: Any = stop_before_delay(self.max_total_s)
         if self.max_attempts is not None:
             stop = stop | stop_after_attempt(self.max_attempts)
+        retry: Any = retry_if_exception_type(LedgerUnavailable)
+        if not call.replayable:
+            retry = retry & retry_if_exception(lambda error: not handled(error))
         return {
-            "retry": retry_if_exception_type(LedgerUnavailable),
+            "retry": retry,
             "wait": self.wait,
             "stop": stop,
             "before_sleep": self._before_sleep,
             "reraise": True,
         }
 
-    def retrying(self, sleep: Callable[[float], None]) -> Retrying:
-        return Retrying(sleep=sleep, **self._options())
+    def retrying(self, call: Call[Any], sleep: Callable[[float], None]) -> Retrying:
+        """A fresh tenacity controller for one call."""
+        return Retrying(sleep=sleep, **self._options(call))
 
-    def async_retrying(self, sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
-        return AsyncRetrying(sleep=sleep, **self._options())
+    def async_retrying(self, call: Call[Any], sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
+        """A fresh tenacity controller for one call, for asyncio."""
+        return AsyncRetrying(sleep=sleep, **self._options(call))
 
 
 DEFAULT_RETRY: Final = RetryPolicy()
@@ -803,9 +881,12 @@ class LedgerClient(_Client):
     def _perform(self, call: Call[T]) -> T:
         if not call.retry:
             return self._send(call)
-        for attempt in self.retry.retrying(self._sleep):
+        for attempt in self.retry.retrying(call, self._sleep):
             with attempt:
-                return self._send(call)
+                answer = self._send(call)
+                if attempt.retry_state.attempt_number > 1 and call.redelivered is not None:
+                    return call.redelivered(answer)
+                return answer
         raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     def iter_events(
@@ -886,9 +967,12 @@ class AsyncLedgerClient(_Client):
     async def _perform(self, call: Call[T]) -> T:
         if not call.retry:
             return await self._send(call)
-        async for attempt in self.retry.async_retrying(self._sleep):
+        async for attempt in self.retry.async_retrying(call, self._sleep):
             with attempt:
-                return await self._send(call)
+                answer = await self._send(call)
+                if attempt.retry_state.attempt_number > 1 and call.redelivered is not None:
+                    return call.redelivered(answer)
+                return answer
         raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     async def iter_events(

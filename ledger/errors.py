@@ -1,27 +1,68 @@
-"""Every error the ledger raises, in the library, the service and the HTTP client alike.
+"""Every error the ledger raises, in the library, the service, the HTTP client and the reporter alike.
 
-Two families, so a caller can tell "fix the request" from "try again later":
+The tree::
 
-- `LedgerError` and its subclasses: the request is wrong or contradicts the stored state; sending
-  it again unchanged fails the same way. Each message is one sentence a client can show as is.
-  Over HTTP each has its status: `InvalidInput` 422 (400 for unparseable bodies), `Unauthorized`
-  401/403, `NotFound` 404, `Conflict` 409 (`StaleAttempt` and `RunTerminal` are ones, told apart
-  by the answer's `code`), `CursorExpired` 410, `PayloadTooLarge` 413. `ledger.client` raises the
-  same classes for those statuses.
-- `LedgerUnavailable` (the service cannot be reached, or answered 503 with `Retry-After`) and
-  `DatabaseUnavailable` (Postgres cannot be reached): a fault of the infrastructure, not of the
-  request; retrying later may succeed. They are not `LedgerError`s, so `except LedgerError`
-  never swallows an outage as if the request had been refused.
+    LedgerFailure                 a call to the ledger failed (catch this for "any failure")
+     ├── LedgerError              refused: the request is wrong or contradicts the stored state
+     │    ├── InvalidInput        a field is missing, of the wrong type or out of range
+     │    ├── Unauthorized        the bearer token is missing, unknown or outside its scope
+     │    ├── NotFound            the named run (or other object) does not exist
+     │    ├── Conflict            the request contradicts the stored state
+     │    │    ├── StaleAttempt   a newer producer attempt owns the run
+     │    │    ├── RunTerminal    the run already ended
+     │    │    ├── InstanceMapped the instance is already placed (a live run, or a pool)
+     │    │    └── DuplicateUpload  another reporter already made this upload of the attempt
+     │    ├── CursorExpired       the read cursor is older than the retained events
+     │    └── PayloadTooLarge     the request body is larger than the limit
+     └── LedgerUnavailable        not served: the service or its database cannot answer now
+          └── DatabaseUnavailable Postgres cannot be reached
 
-`ConfigError` (the environment is unusable) stands apart: nothing is sent or stored.
+    ConfigError                   the environment is unusable (nothing was sent or stored)
+
+The two families tell "fix the request" from "try again later":
+
+- A `LedgerError`, sent again unchanged, fails the same way; nothing was written. Each message is
+  one sentence a client can show as is.
+- A `LedgerUnavailable` is a fault of the infrastructure, not of the request: the outcome of the
+  call is unknown and retrying later may succeed. It is not a `LedgerError`, so
+  `except LedgerError` never swallows an outage as if the request had been refused.
+
+No error here carries an HTTP status: the service maps them to statuses at its edge
+(`ledger.service.errors`). `ledger.client` raises these same classes for the service's answers
+and keeps the status it received as data (`Unauthorized.status`, `LedgerUnavailable.status`).
+Database driver errors never leave the stores: `ledger.db` translates them into
+`DatabaseUnavailable` or a `Conflict`.
+
+`ConfigError` stands apart: it is raised before anything is sent or stored.
+
+This module imports nothing, so the worker side (`reporter`) shares it with the service.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# The two that input checks raise live with the checks, which the reporter imports on its own.
-from ledger.validate import InvalidInput, LedgerError
+
+class LedgerFailure(Exception):
+    """A call to the ledger failed: refused (`LedgerError`) or not served (`LedgerUnavailable`).
+    `message` is the text a person reads."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class LedgerError(LedgerFailure):
+    """The ledger refused the request; nothing was written, and the same request fails again."""
+
+
+class InvalidInput(LedgerError):
+    """A request field is missing, of the wrong type or out of range; nothing was written."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
 
 
 class ConfigError(Exception):
@@ -35,7 +76,7 @@ class NotFound(LedgerError):
 class Unauthorized(LedgerError):
     """The service refused the bearer token (missing, unknown, or not allowed this request).
 
-    `status` is 401 (no acceptable token) or 403 (a valid token outside its scope); `code` the
+    `status` is 401 (no acceptable token) or 403 (a valid token outside its scope) and `code` the
     answer's (`unauthorized`, `token_expired`, `forbidden`) when a client learned it over HTTP."""
 
     def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
@@ -85,6 +126,11 @@ class InstanceMapped(Conflict):
         self.instance_id = instance_id
 
 
+class DuplicateUpload(Conflict):
+    """The ledger had already applied this `upload_seq` of the attempt from another reporter (one
+    that ran before this one, which was not started with resume): this upload changed nothing."""
+
+
 class CursorExpired(LedgerError):
     """The read cursor points before the oldest retained event; `first_seq` says where to resume."""
 
@@ -99,23 +145,28 @@ class CursorExpired(LedgerError):
 
 
 class PayloadTooLarge(LedgerError):
-    """The request body is larger than the configured limit."""
+    """The request body is larger than the limit; `max_body_bytes` is the limit when known."""
+
+    def __init__(self, message: str, max_body_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.max_body_bytes = max_body_bytes
 
 
-class LedgerUnavailable(Exception):
-    """The ledger service cannot be reached, or answered that it cannot serve now (503).
+class LedgerUnavailable(LedgerFailure):
+    """The ledger service cannot be reached, or answered that it cannot serve now.
 
     `retry_after` is the service's `Retry-After` in seconds, None when it gave none (or never
-    answered)."""
+    answered); `status` is the HTTP status `ledger.client` received (None when nothing answered,
+    and for every error raised in process)."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *, status: int | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.retry_after = retry_after
+        self.status = status
 
 
 class DatabaseUnavailable(LedgerUnavailable):
-    """Postgres could not be reached; the message says where it was looked for."""
+    """Postgres could not be reached, or lost the statement; the message says what happened."""
 
 
 __all__ = [
@@ -123,9 +174,11 @@ __all__ = [
     "Conflict",
     "CursorExpired",
     "DatabaseUnavailable",
+    "DuplicateUpload",
     "InstanceMapped",
     "InvalidInput",
     "LedgerError",
+    "LedgerFailure",
     "LedgerUnavailable",
     "NotFound",
     "PayloadTooLarge",
