@@ -6,6 +6,8 @@ The tree::
      ├── LedgerError              refused: the request is wrong or contradicts the stored state
      │    ├── InvalidInput        a field is missing, of the wrong type or out of range
      │    ├── Unauthorized        the bearer token is missing, unknown or outside its scope
+     │    │    └── TokenError     a minted token is not one of ours (malformed, bad signature)
+     │    │         └── TokenExpired  it was ours, and its time is up
      │    ├── NotFound            the named run (or other object) does not exist
      │    ├── Conflict            the request contradicts the stored state
      │    │    ├── StaleAttempt   a newer producer attempt owns the run
@@ -13,11 +15,19 @@ The tree::
      │    │    ├── InstanceMapped the instance is already placed (a live run, or a pool)
      │    │    └── DuplicateUpload  another reporter already made this upload of the attempt
      │    ├── CursorExpired       the read cursor is older than the retained events
-     │    └── PayloadTooLarge     the request body is larger than the limit
+     │    ├── PayloadTooLarge     the request body is larger than the limit
+     │    └── StreamRefused       a Durable Streams request the protocol refuses
+     │         ├── BadStreamRequest  a header, offset or body the protocol does not take
+     │         ├── StaleProducer     the producer's epoch is older than the stream's
+     │         ├── StreamNotFound    no such stream (also a `NotFound`)
+     │         ├── ReadOnlyStream    a run's event log, read as a stream, takes no writes
+     │         ├── StreamConflict    the request contradicts the stream (also a `Conflict`)
+     │         └── StreamGone        the stream was deleted (its forks still read it)
      └── LedgerUnavailable        not served: the service or its database cannot answer now
           └── DatabaseUnavailable Postgres cannot be reached
 
     ConfigError                   the environment is unusable (nothing was sent or stored)
+     └── SchemaMissing            the database has no ledger schema (not migrated)
 
 The two families tell "fix the request" from "try again later":
 
@@ -30,10 +40,16 @@ The two families tell "fix the request" from "try again later":
 No error here carries an HTTP status: the service maps them to statuses at its edge
 (`ledger.service.errors`). `ledger.client` raises these same classes for the service's answers
 and keeps the status it received as data (`Unauthorized.status`, `LedgerUnavailable.status`).
-Database driver errors never leave the stores: `ledger.db` translates them into
-`DatabaseUnavailable` or a `Conflict`.
+Database driver errors never leave the stores: `ledger.db.Database` translates them once, where
+a connection or transaction block ends, into `DatabaseUnavailable` (a lost connection, a timeout),
+a `Conflict` (a constraint the stored rows hold), an `InvalidInput` (a value the database refuses)
+or `SchemaMissing`, with the driver's error as the `__cause__`.
 
-`ConfigError` stands apart: it is raised before anything is sent or stored.
+A `StreamRefused` carries the protocol's headers (`Producer-Epoch`, `Stream-Next-Offset`, ...) as
+data, which the service sends with its answer.
+
+`ConfigError` stands apart: it is raised before anything is sent or stored (a database without
+the ledger's schema is one too).
 
 This module imports nothing, so the worker side (`reporter`) shares it with the service.
 """
@@ -69,6 +85,13 @@ class ConfigError(Exception):
     """The configuration (environment) is unusable; the message is one line for a person."""
 
 
+class SchemaMissing(ConfigError):
+    """The database has no ledger schema yet (it was never migrated)."""
+
+    def __init__(self) -> None:
+        super().__init__("the database has no ledger schema yet; run `ledger db upgrade` first")
+
+
 class NotFound(LedgerError):
     """The named run (or other object) does not exist."""
 
@@ -76,13 +99,29 @@ class NotFound(LedgerError):
 class Unauthorized(LedgerError):
     """The service refused the bearer token (missing, unknown, or not allowed this request).
 
-    `status` is 401 (no acceptable token) or 403 (a valid token outside its scope) and `code` the
-    answer's (`unauthorized`, `token_expired`, `forbidden`) when a client learned it over HTTP."""
+    `code` says which (`unauthorized`, `token_expired`, `forbidden`); `status` is the HTTP status
+    `ledger.client` received (401: no acceptable token, 403: a valid token outside its scope),
+    None when raised in process."""
 
-    def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+class TokenError(Unauthorized):
+    """The token is not one of ours (malformed, unknown key id, bad signature)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="unauthorized")
+
+
+class TokenExpired(TokenError):
+    """The token was ours, and its time is up."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "token_expired"
 
 
 class Conflict(LedgerError):
@@ -152,6 +191,41 @@ class PayloadTooLarge(LedgerError):
         self.max_body_bytes = max_body_bytes
 
 
+class StreamRefused(LedgerError):
+    """A request the Durable Streams protocol refuses; `headers` are the protocol's headers that
+    go with the refusal (empty when none do)."""
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.headers = headers or {}
+
+
+class BadStreamRequest(StreamRefused):
+    """A header, offset, name or body the protocol does not take; nothing was written."""
+
+
+class StaleProducer(StreamRefused):
+    """The idempotent producer's epoch is older than the one the stream holds (its `Producer-Epoch`
+    header names the current one): that producer was replaced and must stop."""
+
+
+class StreamNotFound(StreamRefused, NotFound):
+    """No stream has that name (or a fork's source does not exist)."""
+
+
+class ReadOnlyStream(StreamRefused):
+    """The stream is a run's event log, which is read as a stream but written only as a run."""
+
+
+class StreamConflict(StreamRefused, Conflict):
+    """The request contradicts the stream: another configuration, a closed stream, a sequence out
+    of order."""
+
+
+class StreamGone(StreamRefused):
+    """The stream was deleted; its name stays taken while forks still read it."""
+
+
 class LedgerUnavailable(LedgerFailure):
     """The ledger service cannot be reached, or answered that it cannot serve now.
 
@@ -170,6 +244,7 @@ class DatabaseUnavailable(LedgerUnavailable):
 
 
 __all__ = [
+    "BadStreamRequest",
     "ConfigError",
     "Conflict",
     "CursorExpired",
@@ -182,7 +257,16 @@ __all__ = [
     "LedgerUnavailable",
     "NotFound",
     "PayloadTooLarge",
+    "ReadOnlyStream",
     "RunTerminal",
+    "SchemaMissing",
     "StaleAttempt",
+    "StaleProducer",
+    "StreamConflict",
+    "StreamGone",
+    "StreamNotFound",
+    "StreamRefused",
+    "TokenError",
+    "TokenExpired",
     "Unauthorized",
 ]

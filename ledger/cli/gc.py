@@ -14,11 +14,10 @@ import os
 from datetime import timedelta
 
 import click
-import psycopg
 
 from ledger.cli.database import database
 from ledger.db import Database
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, SchemaMissing
 from ledger.runlog import retention as run_retention
 from ledger.runlog.watchdog import Watchdog
 
@@ -28,10 +27,8 @@ async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool)
         dog = Watchdog(db, retention=retention, retention_batch_size=batch, retention_pass_cap=None)
         try:
             return await (dog.count_expired_runs() if dry_run else dog.sweep_runs())
-        except psycopg.errors.UndefinedTable:
-            raise click.ClickException(
-                "the database has no ledger schema yet; run `ledger db upgrade` first"
-            ) from None
+        except SchemaMissing as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @click.command()

@@ -5,8 +5,9 @@ PUT creates (or confirms), POST appends or closes, GET reads (catch-up, `live=lo
 run's event log as a read-only JSON stream (positions are seqs; the terminal event closes it).
 
 Payloads are bytes and stored as they came (JSON mode re-serializes each message compactly); no
-text repair. Protocol refusals (`StreamRefused`) carry the protocol's headers; database faults go
-to the app's handlers (503 with Retry-After) like everywhere else.
+text repair. Protocol refusals (`ledger.errors.StreamRefused`) carry the protocol's headers, and
+their status comes from the service's one table (`ledger.service.errors.status_for`); database
+faults go to the app's handlers (503 with Retry-After) like everywhere else.
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Annotated, Any, Final
 from urllib.parse import quote, unquote_to_bytes
 
-import psycopg
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.errors import CursorExpired, LedgerError, NotFound
-from ledger.service.errors import error_body
+from ledger.errors import CursorExpired, LedgerFailure, NotFound, ReadOnlyStream, StreamRefused
+from ledger.service.errors import error_body, status_for
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 from ledger.streams import rules
-from ledger.streams.rules import NOW, START, StreamRefused, bad_request, format_offset
+from ledger.streams.rules import NOW, START, bad_request, format_offset
 from ledger.streams.runs import RUNS_PREFIX, RunStreams
 from ledger.streams.store import AppendRequest, Chunk, CreateRequest, Stream, StreamStore
 
@@ -131,21 +131,20 @@ async def drain(receive: Receive) -> None:
 # -- answers ---------------------------------------------------------------------------------
 
 
-def refused(exc: StreamRefused) -> Response:
-    body = json.dumps(error_body(exc.status, exc.message)).encode()
-    return Response(body, exc.status, headers={**exc.headers, "content-type": "application/json"})
+def refused(exc: StreamRefused | CursorExpired | NotFound) -> Response:
+    status = status_for(exc)
+    body = json.dumps(error_body(status, exc.message)).encode()
+    headers = exc.headers if isinstance(exc, StreamRefused) else {}
+    return Response(body, status, headers={**headers, "content-type": "application/json"})
 
 
 async def answer(work: Coroutine[Any, Any, Response]) -> Response:
-    """Run an endpoint's work; a protocol refusal becomes its 4xx with the protocol's headers."""
+    """Run an endpoint's work; a protocol refusal (or an expired cursor, a run that does not
+    exist) becomes its 4xx with the protocol's headers."""
     try:
         return await work
-    except StreamRefused as exc:
+    except (StreamRefused, CursorExpired, NotFound) as exc:
         return refused(exc)
-    except CursorExpired as exc:
-        return refused(StreamRefused(410, exc.message))
-    except NotFound as exc:
-        return refused(StreamRefused(404, exc.message))
 
 
 def _meta_headers(stream: Stream) -> dict[str, str]:
@@ -170,8 +169,8 @@ def _run_id(name: str) -> str | None:
     return name[len(RUNS_PREFIX) :] if name.startswith(RUNS_PREFIX) else None
 
 
-def _read_only(name: str) -> StreamRefused:
-    return StreamRefused(405, f"stream {name!r} is a run's event log: read-only", {"Allow": "GET, HEAD"})
+def _read_only(name: str) -> ReadOnlyStream:
+    return ReadOnlyStream(f"stream {name!r} is a run's event log: read-only", {"Allow": "GET, HEAD"})
 
 
 def _fork_source(raw: str) -> str:
@@ -475,6 +474,6 @@ async def _sse_events(
             if not waited.payloads and not waited.stream.closed:
                 yield ": keep-alive\n\n"
             chunk = waited
-    except (StreamRefused, LedgerError, psycopg.Error):
+    except LedgerFailure:
         # The status line is gone; end the stream: the reconnect gets the proper answer.
         return

@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
-import psycopg
 
 from ledger.client import RetryPolicy
-from ledger.db import Database
+from ledger.db import DB_FAULTS, Database
 from ledger.ingest.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter
 from reporter.transports.http import HttpTransport
@@ -169,7 +168,7 @@ async def _with_retries(operation: Callable[[], Awaitable[Any]], attempts: int =
     for attempt in range(attempts):
         try:
             return await operation()
-        except psycopg.OperationalError:
+        except DB_FAULTS:
             if attempt == attempts - 1:
                 raise
             await asyncio.sleep(0.1)
