@@ -134,7 +134,7 @@ def error_responses(
     for status in statuses:
         entry: dict[str, Any] = {
             "model": shapes.ErrorBody,
-            "description": notes.get(status, ERROR_DESCRIPTIONS[status]),
+            "description": notes[status] if status in notes else ERROR_DESCRIPTIONS[status],
         }
         if status == 503:
             entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
