@@ -16,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy, TailState, service_url
+from ledger.client import (
+    AsyncLedgerClient,
+    LedgerClient,
+    RetryPolicy,
+    _parse_retry_after,
+    _TailState,
+    service_url,
+)
 from ledger.errors import (
     Conflict,
     CursorExpired,
@@ -499,7 +506,7 @@ def test_no_time_to_retry_means_one_try_and_no_first_failure_notice() -> None:
 
 def test_a_tail_under_a_deadline_reconnects_until_the_deadline_not_the_count() -> None:
     now = [0.0]
-    state = TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
+    state = _TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
     problem = LedgerUnavailable("down")
     waited = 0.0
     for _ in range(5):  # more than max_reconnects
@@ -529,3 +536,11 @@ def test_a_tail_tells_its_first_failure_once_naming_the_service() -> None:
     ) as client:
         assert [e["seq"] for e in client.tail("r")] == [1]
     assert len(heard) == 1 and "cannot reach the ledger service at http://ledger.test" in str(heard[0])
+
+
+def test_parse_retry_after() -> None:
+    assert _parse_retry_after("7") == 7.0
+    assert _parse_retry_after(None) is None
+    assert _parse_retry_after("soon") is None
+    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger.client import parse_retry_after
 from ledger.errors import (
     InvalidInput,
     LedgerError,
@@ -265,11 +264,3 @@ def test_without_a_token_the_environment_s_is_sent(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("LEDGER_TOKEN", " from-env ")
     transport = HttpTransport("http://ledger.test")
     assert transport.client.http.headers["Authorization"] == "Bearer from-env"
-
-
-def test_parse_retry_after() -> None:
-    assert parse_retry_after("7") == 7.0
-    assert parse_retry_after(None) is None
-    assert parse_retry_after("soon") is None
-    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
-    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
