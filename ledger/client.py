@@ -69,7 +69,7 @@ from tenacity import (
     retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_before_delay,
+    stop_any,
     wait_random_exponential,
 )
 
@@ -644,13 +644,15 @@ class RetryPolicy:
     is sent again only after a failure that proves the service did not handle it (`_handled`).
 
     `on_first_failure` hears of a call's first failure at once, before its retries: a person
-    waiting on a command learns that the service is unreachable now, not at the deadline."""
+    waiting on a command learns that the service is unreachable now, not at the deadline. The
+    deadline is measured on `clock` (tests give one that moves only when they say)."""
 
     max_attempts: int | None = 4
     max_total_s: float = 30.0
     initial_wait_s: float = 0.25
     max_wait_s: float = 5.0
     on_first_failure: Callable[[Exception], None] | None = None
+    clock: Callable[[], float] = time.monotonic
 
     @classmethod
     def until(cls, deadline_s: float, on_first_failure: Callable[[Exception], None] | None = None) -> Self:
@@ -673,28 +675,60 @@ class RetryPolicy:
             return max(backoff, error.retry_after)
         return backoff
 
-    def _options(self, call: _Call[Any]) -> dict[str, Any]:
-        stop: Any = stop_before_delay(self.max_total_s)
+    def _options(self, replayable: bool = True) -> dict[str, Any]:
+        started = self.clock()
+
+        def out_of_time(state: RetryCallState) -> bool:
+            # No wait starts that would end past the deadline.
+            return self.clock() - started + (state.upcoming_sleep or 0.0) >= self.max_total_s
+
+        stops: list[Any] = [out_of_time]
         if self.max_attempts is not None:
-            stop = stop | stop_after_attempt(self.max_attempts)
+            stops.append(stop_after_attempt(self.max_attempts))
         retry: Any = retry_if_exception_type(LedgerUnavailable)
-        if not call.replayable:
+        if not replayable:
             retry = retry & retry_if_exception(lambda error: not _handled(error))
         return {
             "retry": retry,
             "wait": self.wait,
-            "stop": stop,
+            "stop": stop_any(*stops),
             "before_sleep": self._before_sleep,
             "reraise": True,
         }
 
     def retrying(self, call: _Call[Any], sleep: Callable[[float], None]) -> Retrying:
         """A fresh tenacity controller for one call."""
-        return Retrying(sleep=sleep, **self._options(call))
+        return Retrying(sleep=sleep, **self._options(call.replayable))
 
     def async_retrying(self, call: _Call[Any], sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
         """A fresh tenacity controller for one call, for asyncio."""
-        return AsyncRetrying(sleep=sleep, **self._options(call))
+        return AsyncRetrying(sleep=sleep, **self._options(call.replayable))
+
+    async def run(
+        self,
+        operation: Callable[[], Awaitable[_T]],
+        sleep: Callable[[float], Awaitable[None]],
+        *,
+        before_retry: Callable[[BaseException, float], None] | None = None,
+    ) -> _T:
+        """`operation()`, tried again after a `LedgerUnavailable` as this policy says: for work that
+        spans requests (the reporter's final upload, which first resends the uploads whose outcome
+        is unknown). `before_retry` hears of each failure and the wait before the next try."""
+        options = self._options()
+        if before_retry is not None:
+            hook = before_retry
+
+            def before_sleep(state: RetryCallState) -> None:
+                self._before_sleep(state)
+                error = state.outcome.exception() if state.outcome is not None else None
+                if error is not None:
+                    hook(error, state.upcoming_sleep)
+
+            options["before_sleep"] = before_sleep
+        async for attempt in AsyncRetrying(sleep=sleep, **options):
+            with attempt:
+                return await operation()
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
 
 _DEFAULT_RETRY: Final = RetryPolicy()

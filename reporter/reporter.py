@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
-from ledger.errors import LedgerError, LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
+from ledger.client import RetryPolicy
+from ledger.errors import LedgerError, LedgerFailure, RunTerminal, StaleAttempt
 from ledger.validate import LIVE_LOG_TAIL_LIMIT, TERMINAL_STATUSES
 from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
@@ -217,18 +219,20 @@ class ProgressReporter:
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], deadline_s: float | None) -> T:
         """`call()`, tried again after a `LedgerUnavailable` (unknown outcome) until `deadline_s`
-        (`TimeoutError` then); a refusal (`LedgerError`) is final and raised at once."""
-        give_up = None if deadline_s is None else self._clock() + deadline_s
-        wait = RETRY_FIRST_WAIT_S
-        while True:
-            try:
-                return await call()
-            except LedgerUnavailable as exc:
-                if give_up is not None and self._clock() + wait > give_up:
-                    raise
-                log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
-            await self._sleep(wait)
-            wait = min(wait * 2, RETRY_MAX_WAIT_S)
+        (None: for as long as it takes) by the ledger's one retry policy; a refusal (`LedgerError`)
+        is final and raised at once."""
+        policy = RetryPolicy(
+            max_attempts=None,
+            max_total_s=math.inf if deadline_s is None else deadline_s,
+            initial_wait_s=RETRY_FIRST_WAIT_S,
+            max_wait_s=RETRY_MAX_WAIT_S,
+            clock=self._clock,
+        )
+
+        def heard(exc: BaseException, wait: float) -> None:
+            log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
+
+        return await policy.run(call, self._sleep, before_retry=heard)
 
     def reconcile_terminal(self, result: Mapping[str, Any] | None) -> None:
         """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""

@@ -544,3 +544,50 @@ def test_parse_retry_after() -> None:
     assert _parse_retry_after("soon") is None
     assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
     assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+
+
+async def test_a_policy_runs_work_that_spans_requests_until_its_deadline_on_its_clock() -> None:
+    now = [0.0]
+    tries: list[float] = []
+    heard: list[tuple[str, float]] = []
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    async def down() -> None:
+        tries.append(now[0])
+        raise LedgerUnavailable("down")
+
+    policy = RetryPolicy(max_attempts=None, max_total_s=10.0, clock=lambda: now[0])
+    with pytest.raises(LedgerUnavailable):
+        await policy.run(down, sleep, before_retry=lambda exc, wait: heard.append((str(exc), wait)))
+    # Tried again and again, and no wait started that would have ended past the deadline.
+    assert len(tries) > 2 and tries[-1] <= 10.0
+    assert len(heard) == len(tries) - 1 and all(text == "down" for text, _ in heard)
+    assert now[0] == pytest.approx(sum(wait for _, wait in heard))
+
+    async def refused() -> None:
+        tries.append(now[0])
+        raise Conflict("no")
+
+    tries.clear()
+    with pytest.raises(Conflict):
+        await policy.run(refused, sleep)
+    assert len(tries) == 1  # a refusal is final
+
+
+async def test_a_policy_run_returns_what_the_work_returns_once_it_succeeds() -> None:
+    answers: list[object] = [LedgerUnavailable("blip", 2.0), "done"]
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async def work() -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert await RetryPolicy().run(work, sleep) == "done"
+    assert sleeps and sleeps[0] >= 2.0  # the Retry-After is the minimum wait
