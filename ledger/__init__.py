@@ -7,11 +7,16 @@ from ledger import LedgerClient  # the HTTP API of a running `ledger serve`
 
 The names below are imported on first use (PEP 562), so `import ledger` stays cheap: the worker
 side (`reporter`, which imports `ledger.validate`) never loads psycopg, SQLAlchemy or FastAPI.
+
+They are listed once, as the imports under `TYPE_CHECKING` (which the type checker reads); at run
+time that block is read from this file's syntax tree to learn where each name lives.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import pathlib
 import typing
 
 __version__ = "0.1.0"
@@ -26,6 +31,7 @@ if typing.TYPE_CHECKING:
     from ledger.errors import DatabaseUnavailable as DatabaseUnavailable
     from ledger.errors import InvalidInput as InvalidInput
     from ledger.errors import LedgerError as LedgerError
+    from ledger.errors import LedgerFailure as LedgerFailure
     from ledger.errors import LedgerUnavailable as LedgerUnavailable
     from ledger.errors import NotFound as NotFound
     from ledger.errors import PayloadTooLarge as PayloadTooLarge
@@ -42,66 +48,23 @@ if typing.TYPE_CHECKING:
     from ledger.runlog.store import RunLog as RunLog
     from ledger.runlog.watchdog import Watchdog as Watchdog
 
-# Where each exported name lives.
-_HOMES: dict[str, str] = {
-    "AsyncLedgerClient": "ledger.client",
-    "LedgerClient": "ledger.client",
-    "Database": "ledger.db",
-    "RunLog": "ledger.runlog.store",
-    "Listener": "ledger.runlog.listener",
-    "Watchdog": "ledger.runlog.watchdog",
-    "WarmPool": "ledger.pool.store",
-    "apply_status_upload": "ledger.ingest.store",
-    "record_sheet_rows": "ledger.ingest.sheets",
-    "sheet_outcomes": "ledger.ingest.sheets",
-    "record_observations": "ledger.ingest.observations",
-    "list_observations": "ledger.ingest.observations",
-    **dict.fromkeys(
-        (
-            "ConfigError",
-            "Conflict",
-            "CursorExpired",
-            "DatabaseUnavailable",
-            "InvalidInput",
-            "LedgerError",
-            "LedgerUnavailable",
-            "NotFound",
-            "PayloadTooLarge",
-            "RunTerminal",
-            "StaleAttempt",
-            "Unauthorized",
-        ),
-        "ledger.errors",
-    ),
-}
 
-__all__ = [
-    "AsyncLedgerClient",
-    "ConfigError",
-    "Conflict",
-    "CursorExpired",
-    "Database",
-    "DatabaseUnavailable",
-    "InvalidInput",
-    "LedgerClient",
-    "LedgerError",
-    "LedgerUnavailable",
-    "Listener",
-    "NotFound",
-    "PayloadTooLarge",
-    "RunLog",
-    "RunTerminal",
-    "StaleAttempt",
-    "Unauthorized",
-    "WarmPool",
-    "Watchdog",
-    "__version__",
-    "apply_status_upload",
-    "list_observations",
-    "record_observations",
-    "record_sheet_rows",
-    "sheet_outcomes",
-]
+def _homes() -> dict[str, str]:
+    """Where each lazy name lives: the imports of the `TYPE_CHECKING` block above."""
+    tree = ast.parse(pathlib.Path(__file__).read_text(encoding="utf-8"))
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    )
+    return {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+        for alias in node.names
+    }
+
+
+_HOMES: dict[str, str] = _homes()
+__all__ = sorted([*_HOMES, "__version__"])
 
 
 def __getattr__(name: str) -> typing.Any:

@@ -16,25 +16,28 @@ with LedgerClient("http://127.0.0.1:8787", token) as ledger:  # or LedgerClient.
 Design notes:
 
 - **One description per operation.** Each operation is a function of its arguments returning a
-  `Call`: method, path (segments quoted), query, JSON body, and how to read the answer. Both
-  clients inherit them (the `operation` descriptor binds each to the client's `_perform`), so the
+  `_Call`: method, path (segments quoted), query, JSON body, and how to read the answer. Both
+  clients inherit them (the `_operation` descriptor binds each to the client's `_perform`), so the
   blocking and the async face cannot drift apart; only sending differs. The multi-request
-  readers (`iter_events`, `tail`) keep their rules in `EventPager` and `TailState`, which do no
+  readers (`iter_events`, `tail`) keep their rules in `_EventPager` and `_TailState`, which do no
   I/O; each face only runs the loop.
-- **Errors are the library's.** `error_for` is the one reader of the service's `{"error": ...}`
+- **Errors are the library's.** `_error_for` is the one reader of the service's `{"error": ...}`
   answers: 400/422 `InvalidInput` (its `field` parsed from the message), 401/403 `Unauthorized`,
   404 `NotFound`, 409 `StaleAttempt`/`RunTerminal`/`Conflict` by the answer's `code`, 410
-  `CursorExpired` (with `first_seq`), 413 `PayloadTooLarge`; 502/503/504 and a connection that
-  fails are `LedgerUnavailable` (with the `Retry-After` seconds). Each carries a note naming the
-  HTTP status and the request.
+  `CursorExpired` (with `first_seq`), 413 `PayloadTooLarge` (with the limit the answer names);
+  408/429/502/503/504 and a connection that fails are `LedgerUnavailable` (with the `Retry-After`
+  seconds and the status). Each carries a note naming the HTTP status and the request. The
+  reporter's HTTP transport (`reporter.transports.http`) is a thin adapter over this client, so
+  the worker side reads the same errors.
 - **Retries are safe.** `LedgerUnavailable` is retried (`RetryPolicy`: backoff with jitter, a
   `Retry-After` is the minimum wait, attempts and total time capped; `RetryPolicy.until(s)` caps
   only the time, and its `on_first_failure` hears of a call's first failure at once, which the
   `ledger` commands print as one line before they keep trying until `--deadline`). Reads are idempotent, and
   every write carries an `Idempotency-Key` (the caller's, else one made per call and kept across
-  its retries; a status upload's is `<producer_attempt>:<upload_seq>:<random>` like the
-  reporter's), so a retried write whose first answer was lost is answered from the service's
-  store instead of being applied twice.
+  its retries; a status upload's is `<producer_attempt>:<upload_seq>:<key_scope>`), so a retried
+  write whose first answer was lost is answered from the service's store instead of being
+  applied twice. The one write without a key (minting a token) is sent again only when the
+  service surely did not handle it.
 - **The tail resumes.** `tail` reads `GET /v1/runs/{id}/events/stream`; when the connection
   drops (or the service answers 503) before the terminal event it reconnects with
   `Last-Event-ID` = the last seq it yielded, so nothing is lost or repeated; a 204 on reconnect
@@ -63,9 +66,10 @@ from tenacity import (
     AsyncRetrying,
     RetryCallState,
     Retrying,
+    retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
-    stop_before_delay,
+    stop_any,
     wait_random_exponential,
 )
 
@@ -82,6 +86,7 @@ from ledger.errors import (
     StaleAttempt,
     Unauthorized,
 )
+from ledger.validate import encode_body, is_int
 
 if TYPE_CHECKING:
     # Only typing: the result types are the service's wire shapes, checked by mypy, not at run time.
@@ -91,26 +96,28 @@ __all__ = [
     "DEFAULT_URL",
     "URL_VAR",
     "AsyncLedgerClient",
-    "Call",
-    "EventPager",
     "LedgerClient",
     "RetryPolicy",
-    "TailState",
-    "error_for",
     "segment",
     "service_url",
 ]
 
 URL_VAR: Final = "LEDGER_URL"
 DEFAULT_URL: Final = "http://127.0.0.1:8787"
-# Statuses that mean "not now" rather than "not this request": a proxy's or the service's outage.
-UNAVAILABLE_STATUS: Final = frozenset({502, 503, 504})
+# Statuses that mean "not now" rather than "not this request": a proxy's or the service's outage,
+# the service timing out the request's body (408) or shedding load (429).
+_UNAVAILABLE_STATUS: Final = frozenset({408, 429, 502, 503, 504})
+# Statuses that say the service did not handle the request at all: safe to send again even when
+# sending it twice could create something twice.
+_UNHANDLED_STATUS: Final = frozenset({408, 429})
+# Methods whose request may be sent again as it is (HTTP defines them as idempotent).
+_IDEMPOTENT_METHODS: Final = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # The SSE stream sends a comment every 15 s (by default) while idle; a read waits longer than that.
-STREAM_READ_TIMEOUT_S: Final = 60.0
+_STREAM_READ_TIMEOUT_S: Final = 60.0
 
-T = TypeVar("T")
-P = ParamSpec("P")
-Params = Mapping[str, str | int | float]
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+_Params = Mapping[str, str | int | float]
 
 
 def service_url(environ: Mapping[str, str] | None = None) -> str:
@@ -132,13 +139,13 @@ def _new_key() -> str:
 
 
 @dataclass(frozen=True)
-class Call(Generic[T]):
+class _Call(Generic[_T]):
     """One request and how to read its answer, independent of how it is sent."""
 
     method: str
     path: str
-    parse: Callable[[httpx.Response], T]
-    params: Params | None = None
+    parse: Callable[[httpx.Response], _T]
+    params: _Params | None = None
     body: Any = None
     idempotency_key: str | None = None
     # How long the service may hold the answer on purpose (a long-poll): added to the read timeout.
@@ -148,6 +155,14 @@ class Call(Generic[T]):
     # Error statuses whose body is the answer (e.g. /readyz's 503), not an error.
     answers: frozenset[int] = frozenset()
     retry: bool = True
+    # How to read an answer that came after a retry (an earlier delivery may have been applied).
+    redelivered: Callable[[_T], _T] | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """Whether sending the request twice does what sending it once does: a read, an idempotent
+        method, or a write with an `Idempotency-Key` the service answers a repeat from."""
+        return self.method in _IDEMPOTENT_METHODS or self.idempotency_key is not None
 
 
 def _body(response: httpx.Response) -> Any:
@@ -166,7 +181,14 @@ def _whole(response: httpx.Response) -> Any:
 
 def _field(name: str) -> Callable[[httpx.Response], Any]:
     def read(response: httpx.Response) -> Any:
-        return _body(response)[name]
+        body = _body(response)
+        if not isinstance(body, dict) or name not in body:
+            raise LedgerUnavailable(
+                f"the service answered {response.request.method} {response.request.url.path} "
+                f"without {name!r} (HTTP {response.status_code})",
+                status=response.status_code,
+            )
+        return body[name]
 
     return read
 
@@ -188,32 +210,39 @@ def _pool_path(pool: str, tail: str) -> str:
 
 
 def _write(
-    method: str, path: str, body: Any, parse: Callable[[httpx.Response], T], key: str | None, run_id: str = ""
-) -> Call[T]:
-    return Call(method, path, parse, body=body, idempotency_key=key or _new_key(), run_id=run_id)
+    method: str,
+    path: str,
+    body: Any,
+    parse: Callable[[httpx.Response], _T],
+    key: str | None,
+    run_id: str = "",
+) -> _Call[_T]:
+    return _Call(method, path, parse, body=body, idempotency_key=key or _new_key(), run_id=run_id)
 
 
-class operation(Generic[P, T]):
-    """An API operation described by `build` (arguments → `Call`), bound to the client it is read
+class _operation(Generic[_P, _T]):
+    """An API operation described by `build` (arguments → `_Call`), bound to the client it is read
     from: on a `LedgerClient` it returns the result, on an `AsyncLedgerClient` an awaitable of it."""
 
-    def __init__(self, build: Callable[P, Call[T]]) -> None:
+    def __init__(self, build: Callable[_P, _Call[_T]]) -> None:
         self.build = build
         self.__doc__ = build.__doc__
         self.__name__ = build.__name__
 
     @overload
-    def __get__(self, client: None, owner: type[Any]) -> operation[P, T]: ...
+    def __get__(self, client: None, owner: type[Any]) -> _operation[_P, _T]: ...
     @overload
-    def __get__(self, client: LedgerClient, owner: type[Any]) -> Callable[P, T]: ...
+    def __get__(self, client: LedgerClient, owner: type[Any]) -> Callable[_P, _T]: ...
     @overload
-    def __get__(self, client: AsyncLedgerClient, owner: type[Any]) -> Callable[P, Coroutine[Any, Any, T]]: ...
+    def __get__(
+        self, client: AsyncLedgerClient, owner: type[Any]
+    ) -> Callable[_P, Coroutine[Any, Any, _T]]: ...
     def __get__(self, client: LedgerClient | AsyncLedgerClient | None, owner: type[Any]) -> Any:
         if client is None:
             return self
         build, perform = self.build, client._perform
 
-        def bound(*args: P.args, **kwargs: P.kwargs) -> Any:
+        def bound(*args: _P.args, **kwargs: _P.kwargs) -> Any:
             return perform(build(*args, **kwargs))
 
         bound.__name__ = self.__name__
@@ -226,45 +255,47 @@ class _Operations:
 
     # -- runs --------------------------------------------------------------------------------------
 
-    @operation
+    @_operation
     def open_run(
         run_id: str, play_name: str | None = None, *, idempotency_key: str | None = None
-    ) -> Call[shapes.Run]:
+    ) -> _Call[shapes.Run]:
         """Open a run (the same again answers the run as it is)."""
         body = _without_none(run_id=run_id, play_name=play_name)
         return _write("POST", "/v1/runs", body, _whole, idempotency_key, run_id)
 
-    @operation
-    def list_runs(limit: int = 50, before: str | None = None) -> Call[list[shapes.RunSummary]]:
+    @_operation
+    def list_runs(limit: int = 50, before: str | None = None) -> _Call[list[shapes.RunSummary]]:
         """The newest runs with their step and row totals, newest first (1 to 1,000); after the
         cursor `before` (a page's `next_before`, see `runs_page`) when given."""
-        return Call("GET", "/v1/runs", _field("runs"), params=_without_none(limit=limit, before=before))
+        return _Call("GET", "/v1/runs", _field("runs"), params=_without_none(limit=limit, before=before))
 
-    @operation
-    def runs_page(limit: int = 50, before: str | None = None) -> Call[shapes.RunList]:
+    @_operation
+    def runs_page(limit: int = 50, before: str | None = None) -> _Call[shapes.RunList]:
         """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` for the
         page after it (None once a page comes back short)."""
-        return Call("GET", "/v1/runs", _whole, params=_without_none(limit=limit, before=before))
+        return _Call("GET", "/v1/runs", _whole, params=_without_none(limit=limit, before=before))
 
-    @operation
-    def get_run(run_id: str) -> Call[shapes.Run]:
+    @_operation
+    def get_run(run_id: str) -> _Call[shapes.Run]:
         """The run: status, last seq, terminal state, live node progress, resume position."""
-        return Call("GET", _run_path(run_id), _whole, run_id=run_id)
+        return _Call("GET", _run_path(run_id), _whole, run_id=run_id)
 
-    @operation
-    def recent_log_lines(run_id: str, limit: int = 1000) -> Call[list[str]]:
+    @_operation
+    def recent_log_lines(run_id: str, limit: int = 1000) -> _Call[list[str]]:
         """The text of the run's last `limit` log lines, oldest first."""
-        return Call("GET", _run_path(run_id, "/logs"), _field("lines"), params={"tail": limit}, run_id=run_id)
+        return _Call(
+            "GET", _run_path(run_id, "/logs"), _field("lines"), params={"tail": limit}, run_id=run_id
+        )
 
-    @operation
+    @_operation
     def append_events(
         run_id: str, events: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
-    ) -> Call[list[shapes.Event]]:
+    ) -> _Call[list[shapes.Event]]:
         """Append events `{type, ...fields}` in one transaction; the answer has their seq and ts."""
         body = {"events": list(events)}
         return _write("POST", _run_path(run_id, "/events"), body, _field("events"), idempotency_key, run_id)
 
-    @operation
+    @_operation
     def set_terminal(
         run_id: str,
         status: shapes.TerminalStatus,
@@ -275,7 +306,7 @@ class _Operations:
         duration_ms: int | None = None,
         play_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> Call[shapes.TerminalState]:
+    ) -> _Call[shapes.TerminalState]:
         """End the run (the first terminal state wins; another is `RunTerminal`)."""
         body = _without_none(
             status=status,
@@ -287,24 +318,24 @@ class _Operations:
         )
         return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
 
-    @operation
-    def get_terminal(run_id: str) -> Call[shapes.TerminalState | None]:
+    @_operation
+    def get_terminal(run_id: str) -> _Call[shapes.TerminalState | None]:
         """The terminal state, or None while the run is live."""
-        return Call("GET", _run_path(run_id, "/terminal"), _field("state"), run_id=run_id)
+        return _Call("GET", _run_path(run_id, "/terminal"), _field("state"), run_id=run_id)
 
-    @operation
+    @_operation
     def list_events(
         run_id: str, after: int | str = -1, *, timeout_ms: int = 0, limit: int | None = None
-    ) -> Call[shapes.EventPage]:
+    ) -> _Call[shapes.EventPage]:
         """Events after the cursor (a seq, -1 or "now"), waiting up to `timeout_ms` (at most 30 s)
         when there are none yet: a long-poll."""
         params = _without_none(after=str(after), timeout_ms=timeout_ms, limit=limit)
         wait_s = max(0, timeout_ms) / 1000
-        return Call("GET", _run_path(run_id, "/events"), _whole, params=params, wait_s=wait_s, run_id=run_id)
+        return _Call("GET", _run_path(run_id, "/events"), _whole, params=params, wait_s=wait_s, run_id=run_id)
 
     # -- run mappings ------------------------------------------------------------------------------
 
-    @operation
+    @_operation
     def map_run(
         run_id: str,
         instance_id: str,
@@ -312,68 +343,87 @@ class _Operations:
         *,
         started: bool = False,
         idempotency_key: str | None = None,
-    ) -> Call[bool]:
+    ) -> _Call[bool]:
         """Map the run to an instance; False when that instance is blocked from the run."""
         body = {"instance_id": instance_id, "version": version, "started": started}
         return _write("PUT", _run_path(run_id, "/mapping"), body, _field("mapped"), idempotency_key, run_id)
 
-    @operation
+    @_operation
     def block_run(
         run_id: str, instance_id: str, version: str, *, idempotency_key: str | None = None
-    ) -> Call[shapes.BlockResult]:
+    ) -> _Call[shapes.BlockResult]:
         """Block an instance from the run, unless the run already started on it."""
         body = {"instance_id": instance_id, "version": version}
         return _write("POST", _run_path(run_id, "/mapping/block"), body, _whole, idempotency_key, run_id)
 
-    @operation
-    def resolve_run(run_id: str, version: str) -> Call[shapes.ResolvedMapping]:
+    @_operation
+    def resolve_run(run_id: str, version: str) -> _Call[shapes.ResolvedMapping]:
         """The instance serving the run for that version (nulls when none)."""
         path = _run_path(run_id, "/mapping")
-        return Call("GET", path, _whole, params={"version": version}, run_id=run_id)
+        return _Call("GET", path, _whole, params={"version": version}, run_id=run_id)
 
     # -- ingestion ---------------------------------------------------------------------------------
 
-    @operation
+    @_operation
     def upload_status(
-        run_id: str, upload: Mapping[str, Any], *, idempotency_key: str | None = None
-    ) -> Call[shapes.UploadResult]:
-        """Apply a reporter status upload (delivering it twice changes nothing the second time)."""
-        if idempotency_key is None and upload.get("upload_seq") is not None:
-            # As the reporter's: the upload's place, then a part of its own (two callers of one
-            # attempt never share a key); the run is in the path.
-            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{_new_key()}"
-        return _write("POST", _run_path(run_id, "/status"), dict(upload), _whole, idempotency_key, run_id)
+        run_id: str,
+        upload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        key_scope: str | None = None,
+    ) -> _Call[shapes.UploadResult]:
+        """Apply a reporter status upload (delivering it twice changes nothing the second time).
 
-    @operation
+        Its key is `<producer_attempt>:<upload_seq>:<key_scope>`: the upload's place, then a part
+        of the caller's own, random per call unless given (a reporter keeps one, so an upload it
+        sends again carries the key of its first delivery; two reporters of one attempt never
+        share one). The run is in the path, which scopes the key. An answer that came after a
+        retry says ``redelivered: True``: a ``duplicate`` in it may be this very upload's."""
+        if idempotency_key is None and upload.get("upload_seq") is not None:
+            scope = key_scope or _new_key()
+            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{scope}"
+        key = idempotency_key or _new_key()
+        path = _run_path(run_id, "/status")
+        return _Call(
+            "POST",
+            path,
+            _whole,
+            body=dict(upload),
+            idempotency_key=key,
+            run_id=run_id,
+            redelivered=_redelivered,
+        )
+
+    @_operation
     def record_sheet_rows(
         run_id: str, rows: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
-    ) -> Call[int]:
+    ) -> _Call[int]:
         """Record sheet row outcomes `{table_namespace, row_key, status}`; how many were stored."""
         body = {"rows": list(rows)}
         return _write("POST", _run_path(run_id, "/sheets"), body, _field("recorded"), idempotency_key, run_id)
 
-    @operation
-    def sheet_outcomes(run_id: str) -> Call[list[shapes.SheetOutcome]]:
+    @_operation
+    def sheet_outcomes(run_id: str) -> _Call[list[shapes.SheetOutcome]]:
         """Per table namespace: completed, failed and total rows."""
-        return Call("GET", _run_path(run_id, "/sheets"), _field("outcomes"), run_id=run_id)
+        return _Call("GET", _run_path(run_id, "/sheets"), _field("outcomes"), run_id=run_id)
 
-    @operation
+    @_operation
     def record_observations(
         run_id: str, observations: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
-    ) -> Call[int]:
+    ) -> _Call[int]:
         """Record durable node observations (the newest per invocation wins); how many were stored."""
         body = {"observations": list(observations)}
         path = _run_path(run_id, "/observations")
         return _write("POST", path, body, _field("recorded"), idempotency_key, run_id)
 
-    @operation
-    def list_observations(run_id: str) -> Call[list[shapes.Observation]]:
+    @_operation
+    def list_observations(run_id: str) -> _Call[list[shapes.Observation]]:
         """The run's node observations."""
-        return Call("GET", _run_path(run_id, "/observations"), _field("observations"), run_id=run_id)
+        return _Call("GET", _run_path(run_id, "/observations"), _field("observations"), run_id=run_id)
 
     # -- warm pool ---------------------------------------------------------------------------------
 
-    @operation
+    @_operation
     def add_entries(
         pool: str,
         version: str,
@@ -383,22 +433,22 @@ class _Operations:
         ready: bool | None = None,
         ready_at: float | None = None,
         idempotency_key: str | None = None,
-    ) -> Call[int]:
+    ) -> _Call[int]:
         """Add or refresh entries of a version; how many."""
         body = _without_none(version=version, ids=list(ids), ttl_ms=ttl_ms, ready=ready, ready_at=ready_at)
         return _write("POST", _pool_path(pool, "/entries"), body, _field("added"), idempotency_key)
 
-    @operation
-    def list_entries(pool: str, version: str) -> Call[list[shapes.PoolEntry]]:
+    @_operation
+    def list_entries(pool: str, version: str) -> _Call[list[shapes.PoolEntry]]:
         """The live entries of a version."""
-        return Call("GET", _pool_path(pool, "/entries"), _field("entries"), params={"version": version})
+        return _Call("GET", _pool_path(pool, "/entries"), _field("entries"), params={"version": version})
 
-    @operation
-    def clear_pool(pool: str) -> Call[int]:
+    @_operation
+    def clear_pool(pool: str) -> _Call[int]:
         """Delete every entry of the pool (all versions); how many."""
-        return Call("DELETE", _pool_path(pool, "/entries"), _field("deleted"))
+        return _Call("DELETE", _pool_path(pool, "/entries"), _field("deleted"))
 
-    @operation
+    @_operation
     def claim(
         pool: str,
         version: str,
@@ -406,72 +456,79 @@ class _Operations:
         *,
         min_ready_age_ms: float | None = None,
         idempotency_key: str | None = None,
-    ) -> Call[shapes.ClaimResult]:
+    ) -> _Call[shapes.ClaimResult]:
         """Claim the newest available entry for the run (the same run gets the same entry)."""
         body = _without_none(version=version, run_id=run_id, min_ready_age_ms=min_ready_age_ms)
         return _write("POST", _pool_path(pool, "/claim"), body, _whole, idempotency_key, run_id)
 
-    @operation
-    def counts(pool: str, version: str, *, min_ready_age_ms: float | None = None) -> Call[shapes.Counts]:
+    @_operation
+    def counts(pool: str, version: str, *, min_ready_age_ms: float | None = None) -> _Call[shapes.Counts]:
         """Available and warming entries of a version."""
         params = _without_none(version=version, min_ready_age_ms=min_ready_age_ms)
-        return Call("GET", _pool_path(pool, "/counts"), _whole, params=params)
+        return _Call("GET", _pool_path(pool, "/counts"), _whole, params=params)
 
-    @operation
+    @_operation
     def promote(
         pool: str, version: str, ids: Sequence[str], *, idempotency_key: str | None = None
-    ) -> Call[int]:
+    ) -> _Call[int]:
         """Mark entries ready now; how many."""
         body = {"version": version, "ids": list(ids)}
         return _write("POST", _pool_path(pool, "/promote"), body, _field("promoted"), idempotency_key)
 
-    @operation
-    def mark_ready(pool: str, version: str, id: str, *, idempotency_key: str | None = None) -> Call[bool]:
+    @_operation
+    def mark_ready(pool: str, version: str, id: str, *, idempotency_key: str | None = None) -> _Call[bool]:
         """Mark one entry ready (an earlier ready_at is kept); False when it is absent or expired."""
         body = {"version": version, "id": id}
         return _write("POST", _pool_path(pool, "/ready"), body, _field("ready"), idempotency_key)
 
-    @operation
+    @_operation
     def delete_entries(
         pool: str, version: str, ids: Sequence[str], *, idempotency_key: str | None = None
-    ) -> Call[int]:
+    ) -> _Call[int]:
         """Delete entries of a version; how many."""
         body = {"version": version, "ids": list(ids)}
         return _write("POST", _pool_path(pool, "/delete"), body, _field("deleted"), idempotency_key)
 
     # -- operations --------------------------------------------------------------------------------
 
-    @operation
-    def healthz() -> Call[shapes.Health]:
+    @_operation
+    def healthz() -> _Call[shapes.Health]:
         """Liveness: the process is up."""
-        return Call("GET", "/healthz", _whole)
+        return _Call("GET", "/healthz", _whole)
 
-    @operation
-    def readyz() -> Call[shapes.Readiness | shapes.NotReady]:
+    @_operation
+    def readyz() -> _Call[shapes.Readiness | shapes.NotReady]:
         """Readiness: the database answers and the listener is connected (the 503 answer too)."""
-        return Call("GET", "/readyz", _whole, answers=frozenset({503}), retry=False)
+        return _Call("GET", "/readyz", _whole, answers=frozenset({503}), retry=False)
 
-    @operation
-    def metrics() -> Call[str]:
+    @_operation
+    def limits() -> _Call[shapes.Limits]:
+        """The service's request limits (`max_body_bytes`, ...)."""
+        return _Call("GET", "/v1/limits", _whole)
+
+    @_operation
+    def metrics() -> _Call[str]:
         """The Prometheus metrics, as text."""
-        return Call("GET", "/metrics", _text)
+        return _Call("GET", "/metrics", _text)
 
     # -- tokens ------------------------------------------------------------------------------------
 
-    @operation
+    @_operation
     def mint_token(
         scope: str, *, run_id: str | None = None, max_attempt: int | None = None, ttl_s: int | None = None
-    ) -> Call[dict[str, Any]]:
+    ) -> _Call[dict[str, Any]]:
         """A read or run token (admin only): `{token, scope, run_id, max_attempt, expires_at, kid}`.
-        Sent without an Idempotency-Key: minting writes nothing, a retry mints another token."""
+        Sent without an Idempotency-Key (minting writes nothing, a second request mints a second
+        token), so it is sent again only when the service surely did not handle it: the
+        connection was never made, or the answer was 408 or 429."""
         body = _without_none(scope=scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl_s)
-        return Call("POST", "/v1/tokens", _whole, body=body)
+        return _Call("POST", "/v1/tokens", _whole, body=body)
 
 
 # -- answers and errors ---------------------------------------------------------------------------
 
 
-def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+def _parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
     """Seconds from a `Retry-After` header (delta-seconds or an HTTP date), or None."""
     if value is None:
         return None
@@ -501,7 +558,7 @@ def _int_or(value: object, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
+def _error_for(response: httpx.Response, call: _Call[Any]) -> Exception:
     """The library's exception for an error answer (the service writes `{"error": ..., ...}`)."""
     status = response.status_code
     message, body = _error_text(response)
@@ -524,9 +581,11 @@ def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
     elif status == 410:
         error = CursorExpired(call.run_id, None, _int_or(body.get("first_seq"), 0), message)
     elif status == 413:
-        error = PayloadTooLarge(message)
-    elif status in UNAVAILABLE_STATUS:
-        error = LedgerUnavailable(message, parse_retry_after(response.headers.get("Retry-After")))
+        limit = body.get("max_body_bytes")
+        error = PayloadTooLarge(message, limit if is_int(limit) and limit > 0 else None)
+    elif status in _UNAVAILABLE_STATUS:
+        retry_after = _parse_retry_after(response.headers.get("Retry-After"))
+        error = LedgerUnavailable(message, retry_after, status=status)
     else:
         # A 500 is the service's bug; nothing the caller can fix by changing the request.
         error = LedgerError(message)
@@ -534,22 +593,41 @@ def error_for(response: httpx.Response, call: Call[Any]) -> Exception:
     return error
 
 
-def unreachable(base_url: str, exc: httpx.TransportError) -> LedgerUnavailable:
+def _unreachable(base_url: str, exc: httpx.TransportError) -> LedgerUnavailable:
     return LedgerUnavailable(f"cannot reach the ledger service at {base_url} ({type(exc).__name__}: {exc})")
 
 
-def result(call: Call[T], response: httpx.Response) -> T:
+def _result(call: _Call[_T], response: httpx.Response) -> _T:
     """The parsed answer, or the library's exception for an error status."""
     if response.is_error and response.status_code not in call.answers:
-        raise error_for(response, call)
+        raise _error_for(response, call)
     return call.parse(response)
 
 
-def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeout_s: float) -> httpx.Request:
-    headers = {"Idempotency-Key": call.idempotency_key} if call.idempotency_key else None
+def _redelivered(answer: Any) -> Any:
+    return {**answer, "redelivered": True} if isinstance(answer, dict) else answer
+
+
+def _handled(error: BaseException) -> bool:
+    """False when the service surely did not handle the request that failed with `error`: the
+    connection was never made, or it answered 408/429 before doing anything."""
+    if isinstance(error, LedgerUnavailable) and error.status in _UNHANDLED_STATUS:
+        return False
+    return not isinstance(error.__cause__, httpx.ConnectError | httpx.ConnectTimeout)
+
+
+def _build_request(
+    http: httpx.Client | httpx.AsyncClient, call: _Call[Any], timeout_s: float
+) -> httpx.Request:
+    headers = {"Idempotency-Key": call.idempotency_key} if call.idempotency_key else {}
+    content = None
+    if call.body is not None:
+        # Exactly the bytes `encode_body` makes: what a caller measured against the body limit.
+        content = encode_body(call.body)
+        headers["Content-Type"] = "application/json"
     timeout = httpx.Timeout(timeout_s, read=timeout_s + call.wait_s)
     return http.build_request(
-        call.method, call.path, params=call.params, json=call.body, headers=headers, timeout=timeout
+        call.method, call.path, params=call.params, content=content, headers=headers, timeout=timeout
     )
 
 
@@ -558,19 +636,23 @@ def build_request(http: httpx.Client | httpx.AsyncClient, call: Call[Any], timeo
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Which failures are retried and for how long: `LedgerUnavailable` (a 502/503/504 or a
-    connection that fails), with exponential backoff and full jitter, never sooner than the
+    """Which failures are retried and for how long: `LedgerUnavailable` (a 408/429/502/503/504 or
+    a connection that fails), with exponential backoff and full jitter, never sooner than the
     service's `Retry-After`; at most `max_attempts` tries (None: no count) within `max_total_s`
-    (the deadline: no wait starts that would end past it). One attempt: no retry.
+    (the deadline: no wait starts that would end past it). One attempt: no retry. A request that
+    could create something twice (a write without an `Idempotency-Key`, see `_Call.replayable`)
+    is sent again only after a failure that proves the service did not handle it (`_handled`).
 
     `on_first_failure` hears of a call's first failure at once, before its retries: a person
-    waiting on a command learns that the service is unreachable now, not at the deadline."""
+    waiting on a command learns that the service is unreachable now, not at the deadline. The
+    deadline is measured on `clock` (tests give one that moves only when they say)."""
 
     max_attempts: int | None = 4
     max_total_s: float = 30.0
     initial_wait_s: float = 0.25
     max_wait_s: float = 5.0
     on_first_failure: Callable[[Exception], None] | None = None
+    clock: Callable[[], float] = time.monotonic
 
     @classmethod
     def until(cls, deadline_s: float, on_first_failure: Callable[[Exception], None] | None = None) -> Self:
@@ -593,39 +675,76 @@ class RetryPolicy:
             return max(backoff, error.retry_after)
         return backoff
 
-    def _options(self) -> dict[str, Any]:
-        stop: Any = stop_before_delay(self.max_total_s)
+    def _options(self, replayable: bool = True) -> dict[str, Any]:
+        started = self.clock()
+
+        def out_of_time(state: RetryCallState) -> bool:
+            # No wait starts that would end past the deadline.
+            return self.clock() - started + (state.upcoming_sleep or 0.0) >= self.max_total_s
+
+        stops: list[Any] = [out_of_time]
         if self.max_attempts is not None:
-            stop = stop | stop_after_attempt(self.max_attempts)
+            stops.append(stop_after_attempt(self.max_attempts))
+        retry: Any = retry_if_exception_type(LedgerUnavailable)
+        if not replayable:
+            retry = retry & retry_if_exception(lambda error: not _handled(error))
         return {
-            "retry": retry_if_exception_type(LedgerUnavailable),
+            "retry": retry,
             "wait": self.wait,
-            "stop": stop,
+            "stop": stop_any(*stops),
             "before_sleep": self._before_sleep,
             "reraise": True,
         }
 
-    def retrying(self, sleep: Callable[[float], None]) -> Retrying:
-        return Retrying(sleep=sleep, **self._options())
+    def retrying(self, call: _Call[Any], sleep: Callable[[float], None]) -> Retrying:
+        """A fresh tenacity controller for one call."""
+        return Retrying(sleep=sleep, **self._options(call.replayable))
 
-    def async_retrying(self, sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
-        return AsyncRetrying(sleep=sleep, **self._options())
+    def async_retrying(self, call: _Call[Any], sleep: Callable[[float], Awaitable[None]]) -> AsyncRetrying:
+        """A fresh tenacity controller for one call, for asyncio."""
+        return AsyncRetrying(sleep=sleep, **self._options(call.replayable))
+
+    async def run(
+        self,
+        operation: Callable[[], Awaitable[_T]],
+        sleep: Callable[[float], Awaitable[None]],
+        *,
+        before_retry: Callable[[BaseException, float], None] | None = None,
+    ) -> _T:
+        """`operation()`, tried again after a `LedgerUnavailable` as this policy says: for work that
+        spans requests (the reporter's final upload, which first resends the uploads whose outcome
+        is unknown). `before_retry` hears of each failure and the wait before the next try."""
+        options = self._options()
+        if before_retry is not None:
+            hook = before_retry
+
+            def before_sleep(state: RetryCallState) -> None:
+                self._before_sleep(state)
+                error = state.outcome.exception() if state.outcome is not None else None
+                if error is not None:
+                    hook(error, state.upcoming_sleep)
+
+            options["before_sleep"] = before_sleep
+        async for attempt in AsyncRetrying(sleep=sleep, **options):
+            with attempt:
+                return await operation()
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
 
-DEFAULT_RETRY: Final = RetryPolicy()
+_DEFAULT_RETRY: Final = RetryPolicy()
 
 
 # -- readers that span requests -------------------------------------------------------------------
 
 
-class EventPager:
+class _EventPager:
     """Reads the events recorded so far page by page, without waiting (`iter_events`)."""
 
     def __init__(self, run_id: str, after: int | str, limit: int | None) -> None:
         self.run_id, self.cursor, self.limit = run_id, after, limit
         self.done = False
 
-    def call(self) -> Call[shapes.EventPage]:
+    def call(self) -> _Call[shapes.EventPage]:
         return _Operations.list_events.build(self.run_id, self.cursor, timeout_ms=0, limit=self.limit)
 
     def advance(self, page: shapes.EventPage) -> list[shapes.Event]:
@@ -637,7 +756,7 @@ class EventPager:
         return events
 
 
-class TailState:
+class _TailState:
     """The rules of the resuming SSE tail, apart from its I/O (see the module notes)."""
 
     def __init__(
@@ -663,7 +782,7 @@ class TailState:
             params, headers = {"after": str(self.after)}, {}
         else:
             params, headers = {}, {"Last-Event-ID": str(self.last_seq)}
-        timeout = httpx.Timeout(STREAM_READ_TIMEOUT_S, connect=10.0)
+        timeout = httpx.Timeout(_STREAM_READ_TIMEOUT_S, connect=10.0)
         return {"params": params, "headers": headers, "timeout": timeout}
 
     def opened(self, response: httpx.Response) -> bool:
@@ -673,7 +792,7 @@ class TailState:
             self.done = True
             return False
         if response.is_error:
-            raise error_for(response, Call("GET", self.path, _text, run_id=self.run_id))
+            raise _error_for(response, _Call("GET", self.path, _text, run_id=self.run_id))
         return True
 
     def accept(self, sse: ServerSentEvent) -> shapes.Event | None:
@@ -716,7 +835,7 @@ class TailState:
 
     def first_failure(self, problem: BaseException) -> LedgerUnavailable | BaseException:
         """`problem` as the error a person reads (a refused connection names the service's URL)."""
-        return unreachable(self.base_url, problem) if isinstance(problem, httpx.TransportError) else problem
+        return _unreachable(self.base_url, problem) if isinstance(problem, httpx.TransportError) else problem
 
 
 # What a broken or refused stream raises; the tail resumes after any of them.
@@ -735,7 +854,7 @@ class _Client(_Operations):
         token: str | None,
         *,
         timeout_s: float = 10.0,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy = _DEFAULT_RETRY,
         max_reconnects: int = 5,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -746,10 +865,10 @@ class _Client(_Operations):
         # The keyword arguments of the face's httpx client.
         self._http_options: dict[str, Any] = {"base_url": self.base_url, "headers": headers}
 
-    def _tail_state(self, run_id: str, after: int | str) -> TailState:
+    def _tail_state(self, run_id: str, after: int | str) -> _TailState:
         # A policy that retries until a deadline holds the tail's reconnects to it as well.
         deadline_s = self.retry.max_total_s if self.retry.max_attempts is None else None
-        return TailState(self.base_url, run_id, after, self.max_reconnects, deadline_s)
+        return _TailState(self.base_url, run_id, after, self.max_reconnects, deadline_s)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
@@ -772,7 +891,7 @@ class LedgerClient(_Client):
         token: str | None,
         *,
         timeout_s: float = 10.0,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy = _DEFAULT_RETRY,
         max_reconnects: int = 5,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -792,27 +911,30 @@ class LedgerClient(_Client):
     ) -> None:
         self.close()
 
-    def _send(self, call: Call[T]) -> T:
-        request = build_request(self.http, call, self.timeout_s)
+    def _send(self, call: _Call[_T]) -> _T:
+        request = _build_request(self.http, call, self.timeout_s)
         try:
             response = self.http.send(request)
         except httpx.TransportError as exc:
-            raise unreachable(self.base_url, exc) from exc
-        return result(call, response)
+            raise _unreachable(self.base_url, exc) from exc
+        return _result(call, response)
 
-    def _perform(self, call: Call[T]) -> T:
+    def _perform(self, call: _Call[_T]) -> _T:
         if not call.retry:
             return self._send(call)
-        for attempt in self.retry.retrying(self._sleep):
+        for attempt in self.retry.retrying(call, self._sleep):
             with attempt:
-                return self._send(call)
+                answer = self._send(call)
+                if attempt.retry_state.attempt_number > 1 and call.redelivered is not None:
+                    return call.redelivered(answer)
+                return answer
         raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     def iter_events(
         self, run_id: str, after: int | str = -1, *, limit: int | None = None
     ) -> Iterator[shapes.Event]:
         """The events recorded so far, page by page (no waiting)."""
-        pager = EventPager(run_id, after, limit)
+        pager = _EventPager(run_id, after, limit)
         while not pager.done:
             yield from pager.advance(self._perform(pager.call()))
 
@@ -855,7 +977,7 @@ class AsyncLedgerClient(_Client):
         token: str | None,
         *,
         timeout_s: float = 10.0,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy = _DEFAULT_RETRY,
         max_reconnects: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = _async_sleep,
@@ -875,27 +997,30 @@ class AsyncLedgerClient(_Client):
     ) -> None:
         await self.aclose()
 
-    async def _send(self, call: Call[T]) -> T:
-        request = build_request(self.http, call, self.timeout_s)
+    async def _send(self, call: _Call[_T]) -> _T:
+        request = _build_request(self.http, call, self.timeout_s)
         try:
             response = await self.http.send(request)
         except httpx.TransportError as exc:
-            raise unreachable(self.base_url, exc) from exc
-        return result(call, response)
+            raise _unreachable(self.base_url, exc) from exc
+        return _result(call, response)
 
-    async def _perform(self, call: Call[T]) -> T:
+    async def _perform(self, call: _Call[_T]) -> _T:
         if not call.retry:
             return await self._send(call)
-        async for attempt in self.retry.async_retrying(self._sleep):
+        async for attempt in self.retry.async_retrying(call, self._sleep):
             with attempt:
-                return await self._send(call)
+                answer = await self._send(call)
+                if attempt.retry_state.attempt_number > 1 and call.redelivered is not None:
+                    return call.redelivered(answer)
+                return answer
         raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     async def iter_events(
         self, run_id: str, after: int | str = -1, *, limit: int | None = None
     ) -> AsyncIterator[shapes.Event]:
         """The events recorded so far, page by page (no waiting)."""
-        pager = EventPager(run_id, after, limit)
+        pager = _EventPager(run_id, after, limit)
         while not pager.done:
             for event in pager.advance(await self._perform(pager.call())):
                 yield event

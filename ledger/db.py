@@ -55,7 +55,7 @@ import socket
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Final, TypeVar
@@ -67,7 +67,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
-from ledger.errors import DatabaseUnavailable
+from ledger.errors import Conflict, DatabaseUnavailable, InvalidInput, SchemaMissing
 
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
@@ -162,6 +162,37 @@ def _readable(conn: psycopg.AsyncConnection[Any]) -> bool:
     poller = select.poll()
     poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
     return bool(poller.poll(0))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@contextlib.contextmanager
+def driver_errors() -> Iterator[None]:
+    """The driver's errors as the library's, translated once where a block of the database
+    ends, so nothing above the stores knows psycopg: a fault of the connection or a timeout is
+    `DatabaseUnavailable` (retry later); a unique, foreign-key or exclusion constraint the stored
+    rows hold is a `Conflict`; a value the database refuses (a check, a NOT NULL, a number or
+    text out of its range) is `InvalidInput`; a missing table is `SchemaMissing`. Every one keeps
+    the driver's error as its `__cause__`.
+
+    The library checks its input before it reaches Postgres, so the last two are backstops: they
+    are logged, with the SQLSTATE, as the input checks' misses."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(_first_line(exc)) from exc
+    except psycopg.errors.UndefinedTable as exc:
+        raise SchemaMissing() from exc
+    except (psycopg.IntegrityError, psycopg.DataError) as exc:
+        first_line = _first_line(exc)
+        log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
+        if isinstance(exc, psycopg.IntegrityError) and not isinstance(
+            exc, psycopg.errors.CheckViolation | psycopg.errors.NotNullViolation
+        ):
+            raise Conflict(f"conflicts with stored data: {first_line}") from exc
+        raise InvalidInput("invalid input", first_line) from exc
 
 
 def _milliseconds(seconds: float | None) -> int:
@@ -319,7 +350,8 @@ class Database:
         try:
             async with conn:
                 yield conn
-        except psycopg.OperationalError:
+        except (psycopg.OperationalError, DatabaseUnavailable):
+            # A block of a shared transaction's savepoint has already translated its fault.
             if conn.closed or conn.pgconn.transaction_status == TransactionStatus.UNKNOWN:
                 self._mark(available=False)
             raise
@@ -353,13 +385,14 @@ class Database:
 
         Inside `shared_transaction` it is the shared connection, in a savepoint.
         """
-        joined = self._joined()
-        if joined is not None:
-            async with joined.transaction():
-                yield joined
-            return
-        async with self._pooled() as conn:
-            yield conn
+        with driver_errors():
+            joined = self._joined()
+            if joined is not None:
+                async with joined.transaction():
+                    yield joined
+                return
+            async with self._pooled() as conn:
+                yield conn
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
@@ -368,15 +401,16 @@ class Database:
         Inside `shared_transaction` it is a savepoint of the shared one: an error rolls back what
         this block wrote, a clean exit keeps it for the shared transaction's commit.
         """
-        joined = self._joined()
-        if joined is not None:
-            async with joined.transaction():
-                yield joined
-            return
-        async with self._pooled() as conn, conn.transaction():
-            if self.transaction_pooling:
-                await self._set_limits(conn, local=True)
-            yield conn
+        with driver_errors():
+            joined = self._joined()
+            if joined is not None:
+                async with joined.transaction():
+                    yield joined
+                return
+            async with self._pooled() as conn, conn.transaction():
+                if self.transaction_pooling:
+                    await self._set_limits(conn, local=True)
+                yield conn
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[Conn]:
@@ -390,14 +424,15 @@ class Database:
             async with self.transaction() as conn:
                 yield conn
             return
-        async with self._pooled() as conn:
-            await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                # The pool hands connections out in transaction mode; a broken one is discarded.
-                with contextlib.suppress(psycopg.Error):
-                    await conn.set_autocommit(False)
+        with driver_errors():
+            async with self._pooled() as conn:
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    # The pool hands connections out in transaction mode; a broken one is discarded.
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.set_autocommit(False)
 
     @asynccontextmanager
     async def shared_transaction(self) -> AsyncIterator[Conn]:
@@ -407,11 +442,12 @@ class Database:
         """
         if _shared.get() is not None:
             raise RuntimeError("a shared transaction is already open in this task")
-        async with self._pooled() as conn, conn.transaction():
-            if self.transaction_pooling:
-                await self._set_limits(conn, local=True)
-            token = _shared.set((self, conn))
-            try:
-                yield conn
-            finally:
-                _shared.reset(token)
+        with driver_errors():
+            async with self._pooled() as conn, conn.transaction():
+                if self.transaction_pooling:
+                    await self._set_limits(conn, local=True)
+                token = _shared.set((self, conn))
+                try:
+                    yield conn
+                finally:
+                    _shared.reset(token)

@@ -1,31 +1,95 @@
-"""Every error the ledger raises, in the library, the service and the HTTP client alike.
+"""Every error the ledger raises, in the library, the service, the HTTP client and the reporter alike.
 
-Two families, so a caller can tell "fix the request" from "try again later":
+The tree::
 
-- `LedgerError` and its subclasses: the request is wrong or contradicts the stored state; sending
-  it again unchanged fails the same way. Each message is one sentence a client can show as is.
-  Over HTTP each has its status: `InvalidInput` 422 (400 for unparseable bodies), `Unauthorized`
-  401/403, `NotFound` 404, `Conflict` 409 (`StaleAttempt` and `RunTerminal` are ones, told apart
-  by the answer's `code`), `CursorExpired` 410, `PayloadTooLarge` 413. `ledger.client` raises the
-  same classes for those statuses.
-- `LedgerUnavailable` (the service cannot be reached, or answered 503 with `Retry-After`) and
-  `DatabaseUnavailable` (Postgres cannot be reached): a fault of the infrastructure, not of the
-  request; retrying later may succeed. They are not `LedgerError`s, so `except LedgerError`
-  never swallows an outage as if the request had been refused.
+    LedgerFailure                 a call to the ledger failed (catch this for "any failure")
+     ├── LedgerError              refused: the request is wrong or contradicts the stored state
+     │    ├── InvalidInput        a field is missing, of the wrong type or out of range
+     │    ├── Unauthorized        the bearer token is missing, unknown or outside its scope
+     │    │    └── TokenError     a minted token is not one of ours (malformed, bad signature)
+     │    │         └── TokenExpired  it was ours, and its time is up
+     │    ├── NotFound            the named run (or other object) does not exist
+     │    ├── Conflict            the request contradicts the stored state
+     │    │    ├── StaleAttempt   a newer producer attempt owns the run
+     │    │    ├── RunTerminal    the run already ended
+     │    │    ├── InstanceMapped the instance is already placed (a live run, or a pool)
+     │    │    └── DuplicateUpload  another reporter already made this upload of the attempt
+     │    ├── CursorExpired       the read cursor is older than the retained events
+     │    ├── PayloadTooLarge     the request body is larger than the limit
+     │    └── StreamRefused       a Durable Streams request the protocol refuses
+     │         ├── BadStreamRequest  a header, offset or body the protocol does not take
+     │         ├── StaleProducer     the producer's epoch is older than the stream's
+     │         ├── StreamNotFound    no such stream (also a `NotFound`)
+     │         ├── ReadOnlyStream    a run's event log, read as a stream, takes no writes
+     │         ├── StreamConflict    the request contradicts the stream (also a `Conflict`)
+     │         └── StreamGone        the stream was deleted (its forks still read it)
+     └── LedgerUnavailable        not served: the service or its database cannot answer now
+          └── DatabaseUnavailable Postgres cannot be reached
 
-`ConfigError` (the environment is unusable) stands apart: nothing is sent or stored.
+    ConfigError                   the environment is unusable (nothing was sent or stored)
+     └── SchemaMissing            the database has no ledger schema (not migrated)
+
+The two families tell "fix the request" from "try again later":
+
+- A `LedgerError`, sent again unchanged, fails the same way; nothing was written. Each message is
+  one sentence a client can show as is.
+- A `LedgerUnavailable` is a fault of the infrastructure, not of the request: the outcome of the
+  call is unknown and retrying later may succeed. It is not a `LedgerError`, so
+  `except LedgerError` never swallows an outage as if the request had been refused.
+
+No error here carries an HTTP status: the service maps them to statuses at its edge
+(`ledger.service.errors`). `ledger.client` raises these same classes for the service's answers
+and keeps the status it received as data (`Unauthorized.status`, `LedgerUnavailable.status`).
+Database driver errors never leave the stores: `ledger.db.Database` translates them once, where
+a connection or transaction block ends, into `DatabaseUnavailable` (a lost connection, a timeout),
+a `Conflict` (a constraint the stored rows hold), an `InvalidInput` (a value the database refuses)
+or `SchemaMissing`, with the driver's error as the `__cause__`.
+
+A `StreamRefused` carries the protocol's headers (`Producer-Epoch`, `Stream-Next-Offset`, ...) as
+data, which the service sends with its answer.
+
+`ConfigError` stands apart: it is raised before anything is sent or stored (a database without
+the ledger's schema is one too).
+
+This module imports nothing, so the worker side (`reporter`) shares it with the service.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# The two that input checks raise live with the checks, which the reporter imports on its own.
-from ledger.validate import InvalidInput, LedgerError
+
+class LedgerFailure(Exception):
+    """A call to the ledger failed: refused (`LedgerError`) or not served (`LedgerUnavailable`).
+    `message` is the text a person reads."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class LedgerError(LedgerFailure):
+    """The ledger refused the request; nothing was written, and the same request fails again."""
+
+
+class InvalidInput(LedgerError):
+    """A request field is missing, of the wrong type or out of range; nothing was written."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
 
 
 class ConfigError(Exception):
     """The configuration (environment) is unusable; the message is one line for a person."""
+
+
+class SchemaMissing(ConfigError):
+    """The database has no ledger schema yet (it was never migrated)."""
+
+    def __init__(self) -> None:
+        super().__init__("the database has no ledger schema yet; run `ledger db upgrade` first")
 
 
 class NotFound(LedgerError):
@@ -35,13 +99,29 @@ class NotFound(LedgerError):
 class Unauthorized(LedgerError):
     """The service refused the bearer token (missing, unknown, or not allowed this request).
 
-    `status` is 401 (no acceptable token) or 403 (a valid token outside its scope); `code` the
-    answer's (`unauthorized`, `token_expired`, `forbidden`) when a client learned it over HTTP."""
+    `code` says which (`unauthorized`, `token_expired`, `forbidden`); `status` is the HTTP status
+    `ledger.client` received (401: no acceptable token, 403: a valid token outside its scope),
+    None when raised in process."""
 
-    def __init__(self, message: str, *, status: int = 401, code: str | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+class TokenError(Unauthorized):
+    """The token is not one of ours (malformed, unknown key id, bad signature)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="unauthorized")
+
+
+class TokenExpired(TokenError):
+    """The token was ours, and its time is up."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "token_expired"
 
 
 class Conflict(LedgerError):
@@ -85,6 +165,11 @@ class InstanceMapped(Conflict):
         self.instance_id = instance_id
 
 
+class DuplicateUpload(Conflict):
+    """The ledger had already applied this `upload_seq` of the attempt from another reporter (one
+    that ran before this one, which was not started with resume): this upload changed nothing."""
+
+
 class CursorExpired(LedgerError):
     """The read cursor points before the oldest retained event; `first_seq` says where to resume."""
 
@@ -99,37 +184,89 @@ class CursorExpired(LedgerError):
 
 
 class PayloadTooLarge(LedgerError):
-    """The request body is larger than the configured limit."""
+    """The request body is larger than the limit; `max_body_bytes` is the limit when known."""
+
+    def __init__(self, message: str, max_body_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.max_body_bytes = max_body_bytes
 
 
-class LedgerUnavailable(Exception):
-    """The ledger service cannot be reached, or answered that it cannot serve now (503).
+class StreamRefused(LedgerError):
+    """A request the Durable Streams protocol refuses; `headers` are the protocol's headers that
+    go with the refusal (empty when none do)."""
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.headers = headers or {}
+
+
+class BadStreamRequest(StreamRefused):
+    """A header, offset, name or body the protocol does not take; nothing was written."""
+
+
+class StaleProducer(StreamRefused):
+    """The idempotent producer's epoch is older than the one the stream holds (its `Producer-Epoch`
+    header names the current one): that producer was replaced and must stop."""
+
+
+class StreamNotFound(StreamRefused, NotFound):
+    """No stream has that name (or a fork's source does not exist)."""
+
+
+class ReadOnlyStream(StreamRefused):
+    """The stream is a run's event log, which is read as a stream but written only as a run."""
+
+
+class StreamConflict(StreamRefused, Conflict):
+    """The request contradicts the stream: another configuration, a closed stream, a sequence out
+    of order."""
+
+
+class StreamGone(StreamRefused):
+    """The stream was deleted; its name stays taken while forks still read it."""
+
+
+class LedgerUnavailable(LedgerFailure):
+    """The ledger service cannot be reached, or answered that it cannot serve now.
 
     `retry_after` is the service's `Retry-After` in seconds, None when it gave none (or never
-    answered)."""
+    answered); `status` is the HTTP status `ledger.client` received (None when nothing answered,
+    and for every error raised in process)."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, *, status: int | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.retry_after = retry_after
+        self.status = status
 
 
 class DatabaseUnavailable(LedgerUnavailable):
-    """Postgres could not be reached; the message says where it was looked for."""
+    """Postgres could not be reached, or lost the statement; the message says what happened."""
 
 
 __all__ = [
+    "BadStreamRequest",
     "ConfigError",
     "Conflict",
     "CursorExpired",
     "DatabaseUnavailable",
+    "DuplicateUpload",
     "InstanceMapped",
     "InvalidInput",
     "LedgerError",
+    "LedgerFailure",
     "LedgerUnavailable",
     "NotFound",
     "PayloadTooLarge",
+    "ReadOnlyStream",
     "RunTerminal",
+    "SchemaMissing",
     "StaleAttempt",
+    "StaleProducer",
+    "StreamConflict",
+    "StreamGone",
+    "StreamNotFound",
+    "StreamRefused",
+    "TokenError",
+    "TokenExpired",
     "Unauthorized",
 ]

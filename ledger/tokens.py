@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ledger import validate
+from ledger.errors import TokenError, TokenExpired
 
 VERSION: Final = "v1"
 # A minted token's TTL: long enough for a long run, short enough that rotation is the revocation.
@@ -57,14 +58,6 @@ class Scope(enum.StrEnum):
 
 
 MINTABLE: Final = (Scope.READ, Scope.RUN)
-
-
-class TokenError(Exception):
-    """The token is not one of ours (malformed, unknown key id, bad signature); HTTP 401."""
-
-
-class TokenExpired(TokenError):
-    """The token was ours, and its time is up; HTTP 401."""
 
 
 @dataclass(frozen=True)

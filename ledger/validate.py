@@ -1,6 +1,6 @@
 """What the ledger stores: input-validation primitives shared by the ledger and the reporter.
 
-Pure and dependency-free (it imports nothing from either package), so the worker-side reporter can
+Pure and dependency-free (it imports only `ledger.errors`), so the worker-side reporter can
 check an upload against exactly the rules the service will apply, and drop what would be refused
 instead of having the whole upload refused.
 
@@ -32,23 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeGuard
 
-
-class LedgerError(Exception):
-    """Base class of the ledger's errors: `message` is the client-facing text."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class InvalidInput(LedgerError):
-    """A request field is missing, of the wrong type or out of range; nothing was written."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
-
+# The errors the checks raise; `LedgerError` stays importable from here, where it used to live.
+from ledger.errors import InvalidInput, LedgerError
 
 # How a run may end: the ledger's terminal statuses (a run token's final upload names one too).
 TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")

@@ -15,8 +15,8 @@ A result's status is one of the ledger's terminal statuses (``completed``, ``fai
 The end of a run is where faults cost the most, so there the reporter does not give up on a fault
 it can outlast: a lost connection, a timeout or a 503 is retried (with backoff) until the finalize
 deadline, for the final upload and for the reads of the terminal truth alike. What the ledger
-refuses for good stops it at once: a newer attempt (`StaleAttemptError`), a run someone else ended
-(`RunTerminalError`), another reporter's uploads of this attempt (`DuplicateUploadError`).
+refuses stops it at once: a newer attempt (`StaleAttempt`), a run someone else ended
+(`RunTerminal`), another reporter's uploads of this attempt (`DuplicateUpload`).
 
 Typical use::
 
@@ -32,24 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
+from ledger.client import RetryPolicy
+from ledger.errors import LedgerError, LedgerFailure, RunTerminal, StaleAttempt
 from ledger.validate import LIVE_LOG_TAIL_LIMIT, TERMINAL_STATUSES
 from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
 from reporter.pipeline import StaticPipeline
 from reporter.replay import build_terminal_replay
 from reporter.state import DEFAULT_MAX_PENDING_ONE_SHOT, ProgressState
-from reporter.transports.protocol import (
-    Refused,
-    RunTerminalError,
-    StaleAttemptError,
-    Transport,
-    TransportError,
-    terminal_message,
-)
+from reporter.transports.protocol import Transport, terminal_message
 from reporter.uploader import CoalescingUploader, Status, epoch_ms_now, interval_for_total_rows
 from reporter.wire import LogMode
 
@@ -169,7 +165,7 @@ class ProgressReporter:
         its log count and its steps' progress. Call it before feeding the first event.
 
         A run the ledger does not know yet starts from the beginning. A newer attempt raises
-        `StaleAttemptError`, a run already ended `RunTerminalError`; the reporter then stops.
+        `StaleAttempt`, a run already ended `RunTerminal`; the reporter then stops.
         """
         if self.uploader.busy or self.uploader.upload_seq or self.uploader.has_unacked:
             raise RuntimeError("resume() must come before this reporter uploads anything")
@@ -179,12 +175,17 @@ class ProgressReporter:
         attempt = int(run.get("producer_attempt") or 0)
         try:
             if isinstance(run.get("terminal"), dict):
-                raise RunTerminalError(terminal_message(self.run_id, run["terminal"]), run["terminal"])
-            if attempt > self.uploader.producer_attempt:
-                raise StaleAttemptError(
-                    f"run {self.run_id} is on attempt {attempt}, newer than {self.uploader.producer_attempt}"
+                raise RunTerminal(
+                    terminal_message(self.run_id, run["terminal"]), self.run_id, run["terminal"]
                 )
-        except Refused as exc:
+            if attempt > self.uploader.producer_attempt:
+                raise StaleAttempt(
+                    self.run_id,
+                    self.uploader.producer_attempt,
+                    attempt,
+                    f"run {self.run_id} is on attempt {attempt}, newer than {self.uploader.producer_attempt}",
+                )
+        except LedgerError as exc:
             self.uploader.stopped, self.uploader.stop_reason = True, exc
             raise
         if attempt < self.uploader.producer_attempt:
@@ -217,21 +218,21 @@ class ProgressReporter:
         self.apply_durable_observations(observations)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], deadline_s: float | None) -> T:
-        """`call()`, tried again after a `TransportError` of unknown outcome until `deadline_s`
-        (`TimeoutError` then); a `Refused` answer is final and raised at once."""
-        give_up = None if deadline_s is None else self._clock() + deadline_s
-        wait = RETRY_FIRST_WAIT_S
-        while True:
-            try:
-                return await call()
-            except Refused:
-                raise
-            except TransportError as exc:
-                if give_up is not None and self._clock() + wait > give_up:
-                    raise
-                log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
-            await self._sleep(wait)
-            wait = min(wait * 2, RETRY_MAX_WAIT_S)
+        """`call()`, tried again after a `LedgerUnavailable` (unknown outcome) until `deadline_s`
+        (None: for as long as it takes) by the ledger's one retry policy; a refusal (`LedgerError`)
+        is final and raised at once."""
+        policy = RetryPolicy(
+            max_attempts=None,
+            max_total_s=math.inf if deadline_s is None else deadline_s,
+            initial_wait_s=RETRY_FIRST_WAIT_S,
+            max_wait_s=RETRY_MAX_WAIT_S,
+            clock=self._clock,
+        )
+
+        def heard(exc: BaseException, wait: float) -> None:
+            log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
+
+        return await policy.run(call, self._sleep, before_retry=heard)
 
     def reconcile_terminal(self, result: Mapping[str, Any] | None) -> None:
         """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""
@@ -327,8 +328,8 @@ class ProgressReporter:
                 ),
                 deadline_s,
             )
-        except TransportError as exc:
-            if required or isinstance(exc, Refused):
+        except LedgerFailure as exc:
+            if required or isinstance(exc, LedgerError):
                 raise
             log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
 

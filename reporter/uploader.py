@@ -23,19 +23,19 @@ absorbs it as a late duplicate if the first delivery was applied, or applies it 
 one-shot events (dataset lifecycle, activity observations) land once, which resending them inside a
 newer upload could not promise. A ``duplicate`` answer to an upload that was never delivered before
 means another reporter already used that ``upload_seq`` of the attempt (one that was not started
-with resume): it raises `DuplicateUploadError` instead of passing for a success.
+with resume): it raises `DuplicateUpload` instead of passing for a success.
 
 Size. Every upload stays under the service's body limit: the uploader asks the transport for it
 once before its first upload (`body_limit`, when the transport can tell), keeps its items under the
 bounds of that limit (`reporter.sanitize`) and, when the items together are still too big, splits
 the upload into successive ones (`reporter.bounded.split_upload`), each with its own
 ``upload_seq``, the status in the last. They are all kept *unacked* until each has landed, so a
-fault in the middle loses none of them. A 413 (`BodyTooLarge`) teaches a smaller limit: the one it
+fault in the middle loses none of them. A 413 (`PayloadTooLarge`) teaches a smaller limit: the one it
 names, else half of the body it refused; the uploads not yet applied are split again under it.
 
-An upload the ledger refused (`UploadRejected`: nothing was written) gives its one-shot events back
-to the state. Failures reject only the required callers. `StaleAttemptError` (another attempt owns
-the run), `RunTerminalError` (someone else ended the run) and `DuplicateUploadError` stop the
+An upload the ledger refused (a `LedgerError`: nothing was written) gives its one-shot events back
+to the state. Failures reject only the required callers. `StaleAttempt` (another attempt owns
+the run), `RunTerminal` (someone else ended the run) and `DuplicateUpload` stop the
 uploader for good: nothing more is sent. ``is_current_attempt()`` is asked before every new upload;
 a stale attempt uploads nothing. Each upload is made storable first (`reporter.sanitize`). Clock and
 sleep are injectable so tests never wait for real.
@@ -49,28 +49,28 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ledger import validate
+from ledger.errors import (
+    DuplicateUpload,
+    LedgerError,
+    LedgerFailure,
+    PayloadTooLarge,
+    RunTerminal,
+    StaleAttempt,
+)
 from ledger.validate import UploadBounds, encode_body
 from reporter.bounded import split_upload
 from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
-from reporter.transports.protocol import (
-    BodyTooLarge,
-    DuplicateUploadError,
-    Refused,
-    RunTerminalError,
-    StaleAttemptError,
-    Transport,
-    TransportError,
-    UploadRejected,
-    terminal_message,
-)
+from reporter.transports.protocol import Transport, terminal_message
 
 Status = Literal["running", "completed", "failed", "cancelled"]
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 MIN_BODY_BYTES = 4_096
+# The refusals that stop the uploader for good; any other refusal costs only the upload it refused.
+STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload)
 
 log = logging.getLogger("reporter.uploader")
 
@@ -169,7 +169,7 @@ class CoalescingUploader:
         self.uploads_made = 0
         self.failed_uploads = 0
         self.stopped = False
-        self.stop_reason: Refused | None = None
+        self.stop_reason: LedgerError | None = None
         self.sanitizer = sanitizer or Sanitizer(run_id, state.bounds)
         # The uploads built but not acknowledged (the first one's outcome may be unknown), sent in
         # order before anything newer.
@@ -320,10 +320,15 @@ class CoalescingUploader:
             answer = await answer
         return bool(answer)
 
-    def _stopped_error(self) -> Refused:
+    def _stopped_error(self) -> LedgerError:
         if self.stop_reason is not None:
             return self.stop_reason
-        return StaleAttemptError(f"reporter for run {self.run_id!r} was stopped")
+        return StaleAttempt(
+            self.run_id,
+            self.producer_attempt,
+            self.producer_attempt,
+            f"reporter for run {self.run_id!r} was stopped",
+        )
 
     @property
     def has_unacked(self) -> bool:
@@ -351,7 +356,7 @@ class CoalescingUploader:
             return
         try:
             limit = await ask()
-        except TransportError as exc:
+        except LedgerFailure as exc:
             log.warning("run %s: cannot read the service's limits (%s); using the default", self.run_id, exc)
             return
         if isinstance(limit, int) and limit > 0:
@@ -370,7 +375,7 @@ class CoalescingUploader:
                 snapshot = self.state.snapshot()
                 self._unacked = self._numbered(self.payload(request, snapshot, self.upload_seq + 1), request)
                 await self._send_unacked()
-        except Refused as exc:
+        except LedgerError as exc:
             self._refused(exc)
             _settle(request, exc)
             return
@@ -405,7 +410,7 @@ class CoalescingUploader:
             redelivery, first.sent = first.sent, True
             try:
                 await self._deliver(first.body, redelivery=redelivery)
-            except BodyTooLarge as exc:
+            except PayloadTooLarge as exc:
                 limit = exc.max_body_bytes
                 if limit is None or limit >= self.bounds.max_body_bytes:
                     # A 413 naming no smaller limit (a proxy's, say): half of what it refused.
@@ -450,16 +455,17 @@ class CoalescingUploader:
         terminal = answer.get("terminal")
         if isinstance(terminal, dict):
             # The run had ended before this upload, which changed nothing: someone else ended it.
-            raise RunTerminalError(terminal_message(self.run_id, terminal), terminal)
+            raise RunTerminal(terminal_message(self.run_id, terminal), self.run_id, terminal)
         if answer.get("duplicate") is True:
-            raise DuplicateUploadError(
+            raise DuplicateUpload(
                 f"the ledger already holds upload {payload['upload_seq']} of attempt "
                 f"{self.producer_attempt} of run {self.run_id} from another reporter: this one "
                 "changed nothing (start a reporter that continues an attempt with resume)"
             )
 
-    def _refused(self, exc: Refused) -> None:
-        if isinstance(exc, UploadRejected) and self._unacked:
+    def _refused(self, exc: LedgerError) -> None:
+        stops = isinstance(exc, STOPPING)
+        if not stops and self._unacked:
             # Refused whole, nothing written (nor was anything after it sent): their one-shot
             # events go out with a later upload.
             for unacked in reversed(self._unacked):
@@ -468,13 +474,13 @@ class CoalescingUploader:
             self.failed_uploads += 1
             log.warning("run %s: progress upload refused: %s", self.run_id, exc)
             return
-        if isinstance(exc, UploadRejected):
+        if not stops:
             self.failed_uploads += 1
             return
         self.stopped = True
         self.stop_reason = exc
         # Not a warning: every caller that waits for an upload from now on gets `exc` itself.
-        if isinstance(exc, StaleAttemptError):
+        if isinstance(exc, StaleAttempt):
             log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
         else:
             log.info("run %s: reporter stops: %s", self.run_id, exc)

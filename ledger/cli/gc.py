@@ -15,11 +15,10 @@ import os
 from datetime import timedelta
 
 import click
-import psycopg
 
 from ledger.cli.database import database
 from ledger.db import Database
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, SchemaMissing
 from ledger.runlog import retention as run_retention
 from ledger.runlog.watchdog import Watchdog
 
@@ -37,10 +36,8 @@ async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool)
                     f" ({dog.partitions_dropped} event log partition(s) dropped whole)"
                 ]
             plan = await dog.plan_retention()
-        except psycopg.errors.UndefinedTable:
-            raise click.ClickException(
-                "the database has no ledger schema yet; run `ledger db upgrade` first"
-            ) from None
+        except SchemaMissing as exc:
+            raise click.ClickException(str(exc)) from None
     lines = [f"would delete {plan.runs} finished run(s) older than {age}"]
     lines += [
         f"  partition {p.name} (runs created {p.from_at.isoformat()} to {p.to_at.isoformat()}):"

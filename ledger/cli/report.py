@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -43,11 +44,12 @@ import httpx
 from ledger import tracing
 from ledger.auth import client_token
 from ledger.client import URL_VAR, service_url
-from reporter import HttpTransport, ProgressReporter, StaleAttemptError, TransportError
+from ledger.errors import LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
+from reporter import HttpTransport, ProgressReporter
 from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
 from reporter.runner_protocol import runner_schema_text
-from reporter.transports.http import RetryableHttpError, RetryPolicy
-from reporter.transports.protocol import Refused, RunTerminalError
+from reporter.transports.http import DEFAULT_RETRY_POLICY
+from reporter.transports.protocol import terminal_message
 
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
@@ -72,10 +74,11 @@ class FirstFailure:
         if self.said:
             return
         self.said = True
-        if isinstance(problem, RetryableHttpError):
-            what = f"the ledger at {self.url} answered {problem.status_code}"
-        elif isinstance(problem, httpx.HTTPError):
-            what = f"cannot reach the ledger at {self.url} ({type(problem).__name__}: {problem})"
+        cause = problem.__cause__
+        if isinstance(problem, LedgerUnavailable) and problem.status is not None:
+            what = f"the ledger at {self.url} answered {problem.status}"
+        elif isinstance(cause, httpx.HTTPError):
+            what = f"cannot reach the ledger at {self.url} ({type(cause).__name__}: {cause})"
         else:
             what = " ".join(str(problem).split())
         self.warn(
@@ -93,7 +96,7 @@ class _ReporterLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
-        fault = next((a for a in args if isinstance(a, TransportError) and not isinstance(a, Refused)), None)
+        fault = next((a for a in args if isinstance(a, LedgerUnavailable)), None)
         if fault is not None:
             self.first_failure(fault)
         else:
@@ -219,13 +222,13 @@ async def report(
                 result = {**result, "status": "failed"}
         await reporter.load_terminal_truth(deadline_s=left(ends))
         await reporter.finalize(result, error=problem, deadline_s=left(ends))
-    except StaleAttemptError as exc:
+    except StaleAttempt as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
-    except RunTerminalError as exc:
-        warn(str(exc))
+    except RunTerminal as exc:
+        warn(terminal_message(reporter.run_id, exc.terminal) if exc.terminal else str(exc))
         return EXIT_TERMINAL
-    except (TransportError, TimeoutError) as exc:
+    except (LedgerFailure, TimeoutError) as exc:
         warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
         return EXIT_UPLOAD_FAILED
     finally:
@@ -263,7 +266,11 @@ async def _main(
     url = service_url()
     first_failure = FirstFailure(url, deadline_s, warn)
     # One request's own retries stay within the deadline; the reporter retries the request after.
-    retry = RetryPolicy(max_total_s=min(RetryPolicy.max_total_s, deadline_s), on_first_failure=first_failure)
+    retry = dataclasses.replace(
+        DEFAULT_RETRY_POLICY,
+        max_total_s=min(DEFAULT_RETRY_POLICY.max_total_s, deadline_s),
+        on_first_failure=first_failure,
+    )
     # The uploads below are this span's children (the uploader's task inherits the context), and
     # the service continues each one: the run's story in one trace, the worker's if it passed one.
     tracing.setup("ledger-report")

@@ -13,10 +13,10 @@ import contextlib
 import os
 
 import click
-import psycopg
 
 from ledger.cli.database import database
 from ledger.db import Database
+from ledger.errors import SchemaMissing
 from ledger.runlog import retention
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
 
@@ -32,10 +32,8 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
         while True:
             try:
                 failed = await dog.run_once()
-            except psycopg.errors.UndefinedTable:
-                raise click.ClickException(
-                    "the database has no ledger schema yet; run `ledger db upgrade` first"
-                ) from None
+            except SchemaMissing as exc:
+                raise click.ClickException(str(exc)) from None
             await dog.make_partitions()
             if failed:
                 click.echo(f"failed {len(failed)} stalled run(s): {', '.join(failed)}")

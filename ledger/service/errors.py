@@ -30,7 +30,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -38,6 +37,7 @@ from starlette.exceptions import HTTPException
 from ledger import shapes, tracing
 from ledger.db import DB_FAULTS
 from ledger.errors import (
+    BadStreamRequest,
     Conflict,
     CursorExpired,
     InstanceMapped,
@@ -45,8 +45,12 @@ from ledger.errors import (
     LedgerError,
     NotFound,
     PayloadTooLarge,
+    ReadOnlyStream,
     RunTerminal,
     StaleAttempt,
+    StaleProducer,
+    StreamGone,
+    Unauthorized,
 )
 from ledger.service.json_answer import JsonAnswer
 
@@ -74,7 +78,13 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "Nothing was written.",
 }
 
+# The status of each refusal (the first class that matches): the library's errors carry none.
 STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
+    (BadStreamRequest, 400),
+    (StaleProducer, 403),
+    (ReadOnlyStream, 405),
+    (StreamGone, 410),
+    (Unauthorized, 401),
     (InvalidInput, 422),
     (NotFound, 404),
     (Conflict, 409),
@@ -124,7 +134,7 @@ def error_responses(
     for status in statuses:
         entry: dict[str, Any] = {
             "model": shapes.ErrorBody,
-            "description": notes.get(status, ERROR_DESCRIPTIONS[status]),
+            "description": notes[status] if status in notes else ERROR_DESCRIPTIONS[status],
         }
         if status == 503:
             entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
@@ -220,22 +230,6 @@ async def _http_error(request: Request, exc: Exception) -> JsonAnswer:
     return response
 
 
-async def _database_error(request: Request, exc: Exception) -> JsonAnswer:
-    # Backstop: input the library should have refused reached Postgres and was rejected there.
-    assert isinstance(exc, psycopg.Error)
-    first_line = (str(exc).strip().splitlines() or ["rejected"])[0]
-    log.warning(
-        "database rejected request input: %s",
-        first_line,
-        extra={"sqlstate": exc.sqlstate, "method": request.method, "path": request.url.path},
-    )
-    if isinstance(exc, psycopg.IntegrityError) and not isinstance(
-        exc, psycopg.errors.CheckViolation | psycopg.errors.NotNullViolation
-    ):
-        return error_response(409, f"conflicts with stored data: {first_line}")
-    return error_response(422, f"invalid input: {first_line}")
-
-
 async def _unavailable(request: Request, exc: Exception) -> JsonAnswer:
     log.warning(
         "database unavailable: %s",
@@ -264,8 +258,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(LedgerError, _ledger_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(psycopg.DataError, _database_error)
-    app.add_exception_handler(psycopg.IntegrityError, _database_error)
     for fault in DB_FAULTS:
         app.add_exception_handler(fault, _unavailable)
     app.add_exception_handler(OverflowError, _overflow)

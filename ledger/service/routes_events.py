@@ -19,12 +19,11 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any
 
-import psycopg
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 
 from ledger import shapes, tracing, validate
-from ledger.errors import LedgerError
+from ledger.errors import LedgerFailure
 from ledger.runlog.events import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_LIST_TIMEOUT_MS
 from ledger.service.errors import error_responses
 from ledger.service.json_answer import encode
@@ -179,6 +178,6 @@ async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage
             page, frames = waited.page, waited.frames(sse_event)
             if not page["events"] and page["terminal"] is None:
                 yield ": keep-alive\n\n"
-    except (LedgerError, psycopg.Error) as exc:
+    except LedgerFailure as exc:
         # The status line is gone; end the stream and let the reconnect get the proper answer.
         log.warning("event stream ended early: %s", exc, extra={"after": cursor})

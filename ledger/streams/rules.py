@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from ledger.errors import BadStreamRequest
+
 START: Final = "-1"
 NOW: Final = "now"
 OFFSET_ZERO: Final = "0000000000000000_0000000000000000"
@@ -30,18 +32,8 @@ _OFFSET = re.compile(r"^(\d{16})_(\d{16})$")
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]*)$")
 
 
-class StreamRefused(Exception):
-    """A request the protocol answers with a 4xx: the status, a message and protocol headers."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-def bad_request(message: str) -> StreamRefused:
-    return StreamRefused(400, message)
+def bad_request(message: str) -> BadStreamRequest:
+    return BadStreamRequest(message)
 
 
 def format_offset(position: int) -> str:

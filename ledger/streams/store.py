@@ -22,12 +22,12 @@ from typing import Any, Final
 from psycopg.types.json import Jsonb
 
 from ledger.db import Conn, Database, Row
+from ledger.errors import StaleProducer, StreamConflict, StreamGone, StreamNotFound
 from ledger.runlog.listener import CHANNEL, Listener
 from ledger.streams.rules import (
     NOW,
     START,
     Producer,
-    StreamRefused,
     bad_request,
     format_offset,
     is_json,
@@ -213,12 +213,12 @@ class Chunk:
         return self.stream.closed and self.up_to_date
 
 
-def gone(name: str) -> StreamRefused:
-    return StreamRefused(410, f"stream {name!r} was deleted (its forks still read it)")
+def gone(name: str) -> StreamGone:
+    return StreamGone(f"stream {name!r} was deleted (its forks still read it)")
 
 
-def not_found(name: str) -> StreamRefused:
-    return StreamRefused(404, f"no stream {name!r}")
+def not_found(name: str) -> StreamNotFound:
+    return StreamNotFound(f"no stream {name!r}")
 
 
 class StreamStore:
@@ -268,9 +268,7 @@ class StreamStore:
                 existing = await self._get(conn, name, lock=True)
             if existing is not None:
                 if existing.deleted:
-                    raise StreamRefused(
-                        409, f"stream {name!r} was deleted and its name is still in use by forks"
-                    )
+                    raise StreamConflict(f"stream {name!r} was deleted and its name is still in use by forks")
                 self._check_same_config(existing, request)
                 return False, existing
             source = await self._fork_source(conn, request) if request.forked_from is not None else None
@@ -282,7 +280,7 @@ class StreamStore:
                 if content_type is None:
                     content_type = source.content_type
                 elif media_type(content_type) != media_type(source.content_type):
-                    raise StreamRefused(409, "Content-Type: differs from the fork source's")
+                    raise StreamConflict("Content-Type: differs from the fork source's")
                 if ttl_s is None and expires_at is None:
                     ttl_s, expires_at = source.ttl_s, source.expires_at
                 fork_offset = source.tail if request.fork_offset is None else request.fork_offset
@@ -338,28 +336,28 @@ class StreamStore:
         wanted_type = request.content_type or "application/octet-stream"
         if request.forked_from is not None:
             if existing.forked_from != request.forked_from:
-                raise StreamRefused(409, "the stream exists with another fork source")
+                raise StreamConflict("the stream exists with another fork source")
             if request.fork_offset is not None and existing.fork_offset != request.fork_offset:
-                raise StreamRefused(409, "the stream exists with another Stream-Fork-Offset")
+                raise StreamConflict("the stream exists with another Stream-Fork-Offset")
             if existing.fork_sub_offset != request.fork_sub_offset:
-                raise StreamRefused(409, "the stream exists with another Stream-Fork-Sub-Offset")
+                raise StreamConflict("the stream exists with another Stream-Fork-Sub-Offset")
             if request.content_type is None:
                 wanted_type = existing.content_type
         if media_type(existing.content_type) != media_type(wanted_type):
-            raise StreamRefused(409, "the stream exists with another Content-Type")
+            raise StreamConflict("the stream exists with another Content-Type")
         if request.forked_from is not None and request.ttl_s is None and request.expires_at is None:
             return
         if existing.ttl_s != request.ttl_s or existing.expires_at != request.expires_at:
-            raise StreamRefused(409, "the stream exists with another Stream-TTL or Stream-Expires-At")
+            raise StreamConflict("the stream exists with another Stream-TTL or Stream-Expires-At")
 
     async def _fork_source(self, conn: Conn, request: CreateRequest) -> Stream:
         assert request.forked_from is not None
         # Locked: its tail and rows must not move while the fork takes its position.
         source = await self._get(conn, request.forked_from, lock=True)
         if source is None or source.expired:
-            raise StreamRefused(404, f"Stream-Forked-From: no stream {request.forked_from!r}")
+            raise StreamNotFound(f"Stream-Forked-From: no stream {request.forked_from!r}")
         if source.deleted:
-            raise StreamRefused(409, f"Stream-Forked-From: stream {request.forked_from!r} was deleted")
+            raise StreamConflict(f"Stream-Forked-From: stream {request.forked_from!r} was deleted")
         return source
 
     async def _sub_offset_prefix(
@@ -414,8 +412,7 @@ class StreamStore:
             if producer is not None:
                 state = producers.get(producer.id)
                 if state is not None and producer.epoch < state["epoch"]:
-                    raise StreamRefused(
-                        403,
+                    raise StaleProducer(
                         f"Producer-Epoch: {producer.epoch} is stale (the producer is at {state['epoch']})",
                         {"Producer-Epoch": str(state["epoch"])},
                     )
@@ -427,8 +424,7 @@ class StreamStore:
                         stream, stream.tail, stream.closed, True, state["epoch"], state["seq"]
                     )
                 elif producer.seq > state["seq"] + 1:
-                    raise StreamRefused(
-                        409,
+                    raise StreamConflict(
                         f"Producer-Seq: expected {state['seq'] + 1}, got {producer.seq}",
                         {
                             "Producer-Expected-Seq": str(state["seq"] + 1),
@@ -438,8 +434,7 @@ class StreamStore:
             if stream.closed:
                 if not request.body and producer is None:
                     return AppendResult(stream, stream.tail, True, True)
-                raise StreamRefused(
-                    409,
+                raise StreamConflict(
                     f"stream {name!r} is closed",
                     {"Stream-Closed": "true", "Stream-Next-Offset": format_offset(stream.tail)},
                 )
@@ -448,12 +443,12 @@ class StreamStore:
                 if request.content_type is None:
                     raise bad_request("Content-Type: required on an append")
                 if media_type(request.content_type) != media_type(stream.content_type):
-                    raise StreamRefused(409, "Content-Type: differs from the stream's")
+                    raise StreamConflict("Content-Type: differs from the stream's")
                 payloads = json_messages(request.body, allow_empty=False) if stream.json else [request.body]
             last_stream_seq = stream.last_stream_seq
             if request.stream_seq is not None:
                 if last_stream_seq is not None and request.stream_seq.encode() <= last_stream_seq.encode():
-                    raise StreamRefused(409, "Stream-Seq: not greater than the last one")
+                    raise StreamConflict("Stream-Seq: not greater than the last one")
                 last_stream_seq = request.stream_seq
             tail = stream.tail
             if payloads:

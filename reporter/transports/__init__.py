@@ -1,3 +1,3 @@
-"""How an upload reaches the ledger: the protocol and its errors (`protocol`), over HTTP (`http`) or in
-process (`direct`).
+"""How an upload reaches the ledger: the protocol (`protocol`) and HTTP (`http`, over `ledger.client`);
+in process, `ledger.reporting.direct`.
 """

@@ -1,59 +1,19 @@
-"""The seam between the reporter and the ledger, and the errors a transport may raise.
+"""The seam between the reporter and the ledger.
 
 A transport delivers one status upload and reads the run's terminal truth (sheet row outcomes and
 durable node observations), which finalize reconciles the reporter's counts with. The reporter
 never knows whether that happens over HTTP (`reporter.transports.http`) or in process
-(`reporter.transports.direct`).
+(`ledger.reporting.direct`, re-exported as `reporter.DirectTransport`).
+
+A transport raises the library's errors (`ledger.errors`): a `LedgerError` when the ledger refused
+(nothing was applied, and the same request fails again: `StaleAttempt`, `RunTerminal`,
+`PayloadTooLarge` with the limit, ...), a `LedgerUnavailable` when the outcome is unknown (the
+ledger may or may not have applied it, and trying again may work).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
-
-
-class TransportError(Exception):
-    """An upload or read failed (after the transport's own retries, if any) and its outcome is
-    unknown: the ledger may or may not have applied it, and trying again may work."""
-
-
-class Refused(TransportError):
-    """The ledger answered, applied nothing, and would answer the same again: never retried."""
-
-
-class StaleAttemptError(Refused):
-    """The ledger refused the upload: a newer producer attempt owns the run. Stop reporting."""
-
-
-class RunTerminalError(Refused):
-    """The run was already made terminal by someone else (a watchdog, an operator, another
-    reporter): nothing more can be reported. `terminal` is the stored state, when the ledger said."""
-
-    def __init__(self, message: str, terminal: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.terminal = terminal or {}
-
-
-class DuplicateUploadError(Refused):
-    """The ledger had already applied this `upload_seq` of the attempt from another reporter (one
-    that ran before this one, which was not started with resume): this upload changed nothing."""
-
-
-class UploadRejected(Refused):
-    """The ledger refused the request as invalid (a 4xx other than stale attempt); not retried."""
-
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(f"ledger refused the request ({status_code}): {message}")
-        self.status_code = status_code
-        self.message = message
-
-
-class BodyTooLarge(UploadRejected):
-    """The ledger refused the body as larger than it takes (413); `max_body_bytes` is its limit
-    when the answer said it. Nothing was applied."""
-
-    def __init__(self, message: str, max_body_bytes: int | None) -> None:
-        super().__init__(413, message)
-        self.max_body_bytes = max_body_bytes
 
 
 def terminal_message(run_id: str, terminal: dict[str, Any]) -> str:
@@ -68,7 +28,7 @@ class Transport(Protocol):
     """How the reporter reaches the ledger."""
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """Deliver one status upload; return the ledger's answer. Raises `TransportError`.
+        """Deliver one status upload; return the ledger's answer. Raises a `LedgerFailure`.
 
         When the transport delivered the request more than once (its own retry after a lost
         answer), the answer carries ``redelivered: True``: a ``duplicate`` answer is then its own.

@@ -9,6 +9,11 @@ beside the boundary cases, no stateful phase: about a minute on two cores.
 Two operations can wait: a long-poll holds up to `timeout_ms` (30 s) on a live run, and a live
 run's event stream never ends. Generated requests keep their meaning but not their patience: a
 long-poll waits at most `MAX_WAIT_MS`, and the stream reads a run that has ended.
+
+The Durable Streams operations (`/v1/stream/{name}`: bytes in and out, headers as the protocol's
+fields) have a conformance suite of their own for their meaning; here they are held to what JSON
+Schema can say of them: every status, content type, header and body documented, never a 500. A
+live read goes to a closed stream, which answers at once.
 """
 
 from __future__ import annotations
@@ -82,6 +87,50 @@ expected-statuses = ["2xx", "404", "409", "410"]
 enabled = true
 """
 )
+
+
+STREAM_CONFIG = SchemathesisConfig.from_str(
+    f"""
+[generation]
+max-examples = {MAX_EXAMPLES}
+deterministic = true
+
+[phases.stateful]
+enabled = false
+
+[checks]
+enabled = false
+
+[checks.not_a_server_error]
+enabled = true
+
+[checks.status_code_conformance]
+enabled = true
+
+[checks.content_type_conformance]
+enabled = true
+
+[checks.response_headers_conformance]
+enabled = true
+
+[checks.response_schema_conformance]
+enabled = true
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def closed_stream(server: Server) -> str:
+    """A JSON stream with a message, closed: a live read of it ends at once."""
+    name = new_id("conformance-closed")
+    with server.client() as http:
+        created = http.put(
+            f"/v1/stream/{name}",
+            content=b'[{"n": 1}]',
+            headers={"Content-Type": "application/json", "Stream-Closed": "true"},
+        )
+        assert created.status_code == 201, created.text
+    return name
 
 
 @pytest.fixture(scope="module")
@@ -252,3 +301,37 @@ def test_every_answer_is_documented_and_every_valid_request_accepted(server: Ser
         for method in item
     }
     assert documented <= tested, f"never exercised: {sorted(documented - tested)}"
+
+
+def _read_closed(case: Any, closed_stream: str) -> Any:
+    """A live read (long-poll or SSE) waits for data that never comes to a generated name that
+    exists: it reads the closed stream instead, whose end answers at once."""
+    query = case.query if isinstance(case.query, dict) else {}
+    if (
+        case.method.upper() == "GET"
+        and query.get("live") is not None
+        and isinstance(case.path_parameters, dict)
+    ):
+        case.path_parameters["name"] = closed_stream
+    return case
+
+
+def test_every_stream_answer_is_documented(server: Server, closed_stream: str) -> None:
+    document = httpx.get(f"{server.url}/openapi.json", headers=server.headers, timeout=30)
+    document.raise_for_status()
+    schema = schemathesis.openapi.from_dict(document.json(), config=STREAM_CONFIG).include(path_regex=STREAMS)
+    schema.config.update(base_url=server.url, headers=server.headers)
+
+    @schema.hook("map_case")  # type: ignore[misc]
+    def patient(context: Any, case: Any) -> Any:
+        return _one_key_per_request(_read_closed(case, closed_stream))
+
+    failures, tested = _run(engine.from_schema(schema).execute())
+    assert not failures, f"{len(failures)} failures:\n\n" + "\n\n".join(failures)
+    documented = {
+        f"{method.upper()} {path}"
+        for path, item in document.json()["paths"].items()
+        if re.match(STREAMS, path)
+        for method in item
+    }
+    assert len(documented) == 5 and documented <= tested, f"never exercised: {sorted(documented - tested)}"

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from ledger.db import DB_FAULTS, Database
+from ledger.errors import DatabaseUnavailable
 from ledger.runlog.store import RunLog
 
 LOCK_TIMEOUT_S = 0.3
@@ -45,10 +46,12 @@ async def test_an_append_to_a_run_whose_row_is_held_fails_after_the_lock_timeout
     async with await psycopg.AsyncConnection.connect(clean_database_url) as holder:
         await holder.execute("SELECT 1 FROM ledger.runs WHERE run_id = 'held' FOR UPDATE")
         started = time.monotonic()
-        with pytest.raises(psycopg.errors.LockNotAvailable) as caught:
+        with pytest.raises(DatabaseUnavailable) as caught:
             await runlog.append("held", [{"type": "log", "line": "blocked"}])
         assert time.monotonic() - started < LOCK_TIMEOUT_S * MARGIN
-        # The service answers these with 503: a fault of the moment, not of the request.
+        # The store's boundary translated the driver's error into the outage it is: the service
+        # answers it with 503, a fault of the moment, not of the request.
+        assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
         assert isinstance(caught.value, DB_FAULTS)
         # The connection went back to the pool in working order; other runs never waited.
         appended = await runlog.append("free", [{"type": "log", "line": "fine"}])
@@ -61,10 +64,11 @@ async def test_an_append_to_a_run_whose_row_is_held_fails_after_the_lock_timeout
 
 async def test_a_statement_running_past_the_statement_timeout_is_cancelled(bounded: Database) -> None:
     started = time.monotonic()
-    with pytest.raises(psycopg.errors.QueryCanceled) as caught:
+    with pytest.raises(DatabaseUnavailable) as caught:
         async with bounded.connection() as conn:
             await conn.execute("SELECT pg_sleep(60)")
     assert time.monotonic() - started < STATEMENT_TIMEOUT_S * MARGIN
+    assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
     assert isinstance(caught.value, DB_FAULTS)
     async with bounded.connection() as conn:
         cur = await conn.execute("SHOW lock_timeout")

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from ledger import idempotency
 from ledger.clock import ManualClock
 from ledger.db import Database
+from ledger.errors import InvalidInput
 from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
 from ledger.service.app import create_app
@@ -58,10 +59,12 @@ async def test_transactions_inside_a_shared_one_commit_or_roll_back_with_it(db: 
     async with db.shared_transaction():
         await runlog.append("r1", [{"type": "log", "line": "kept"}])
         # A failing block inside rolls back to its savepoint; the shared transaction goes on.
-        with pytest.raises(psycopg.errors.DivisionByZero):
+        with pytest.raises(InvalidInput) as refused:
             async with db.transaction() as conn:
                 await conn.execute("INSERT INTO ledger.runs (run_id) VALUES ('never')")
                 await conn.execute("SELECT 1 / 0")
+        # The store's boundary translated the driver's error, once.
+        assert isinstance(refused.value.__cause__, psycopg.errors.DivisionByZero)
         assert await runlog.get_run("r1") is not None
     assert await log_lines(db, "r1") == ["kept"]
     assert await count(db, "SELECT count(*) FROM ledger.runs WHERE run_id = 'never'") == 0

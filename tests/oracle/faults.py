@@ -14,8 +14,8 @@ Faults:
   it ``redelivered`` as the `Transport` protocol asks of a transport that delivered twice);
 * ``503``         — the ledger answers 503 with ``Retry-After: 0`` without applying anything.
 
-`DirectFaults` wraps `reporter.transports.direct.DirectTransport` (the errors are
-`reporter.transports.protocol.TransportError`, a 503 is the HTTP transport's retryable error);
+`DirectFaults` wraps `ledger.reporting.direct.DirectTransport` (the errors are
+`ledger.errors.LedgerUnavailable`, a 503 one with the status and its `Retry-After`);
 `HttpFaults` is an `httpx.AsyncBaseTransport` around a real `httpx.AsyncHTTPTransport`.
 Both record every payload the ledger received, for the redelivery check.
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from reporter.transports.http import RetryableHttpError
-from reporter.transports.protocol import Transport, TransportError
+from ledger.errors import LedgerUnavailable
+from reporter.transports.protocol import Transport
 
 
 class FaultPlan:
@@ -59,9 +59,9 @@ class DirectFaults:
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
         fault = self.plan.next()
         if fault == "lost_before":
-            raise TransportError("injected: the request was lost before it reached the ledger")
+            raise LedgerUnavailable("injected: the request was lost before it reached the ledger")
         if fault == "503":
-            raise RetryableHttpError(503, 0.0)
+            raise LedgerUnavailable("injected: the ledger cannot serve now", 0.0, status=503)
         answer = await self.inner.upload(payload)
         self.plan.received.append(payload)
         if fault == "duplicate":
@@ -69,7 +69,7 @@ class DirectFaults:
             answer = {**await self.inner.upload(payload), "redelivered": True}
             self.plan.received.append(payload)
         if fault == "lost_after":
-            raise TransportError("injected: the ledger committed, the answer was lost")
+            raise LedgerUnavailable("injected: the ledger committed, the answer was lost")
         return answer
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:

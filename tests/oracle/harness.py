@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
-import psycopg
 
 from ledger.cli import report as report_cli
-from ledger.db import Database
+from ledger.client import RetryPolicy
+from ledger.db import DB_FAULTS, Database
 from ledger.ingest.sheets import record_sheet_rows
 from reporter import DirectTransport, ProgressReporter
-from reporter.transports.http import HttpTransport, RetryPolicy
+from reporter.transports.http import HttpTransport
 from reporter.transports.protocol import Transport
 from tests.oracle.faults import DirectFaults, FaultPlan, HttpFaults
 from tests.oracle.services import OwnPostgres, ServiceThread
@@ -122,20 +122,22 @@ class HttpBackend:
     pg: OwnPostgres | None = None
     name: str = "http"
     retry: RetryPolicy = field(
-        default_factory=lambda: RetryPolicy(
-            max_attempts=4, max_total_s=10.0, initial_wait_s=0.001, sleep=fast_sleep
-        )
+        default_factory=lambda: RetryPolicy(max_attempts=4, max_total_s=10.0, initial_wait_s=0.001)
     )
 
     async def transport(self, plan: FaultPlan | None) -> tuple[Transport, Callable[[], Awaitable[None]]]:
         wire: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport()
         if plan is not None:
             wire = HttpFaults(wire, plan)
-        client = httpx.AsyncClient(transport=wire, timeout=10.0)
         http = HttpTransport(
-            self.service.base_url, self.service.token, client=client, retry_policy=self.retry
+            self.service.base_url,
+            self.service.token,
+            transport=wire,
+            retry_policy=self.retry,
+            timeout_s=10.0,
+            sleep=fast_sleep,
         )
-        return http, client.aclose
+        return http, http.aclose
 
     async def disrupt(self, kind: str, action: Action) -> None:
         if kind == "service_restart":
@@ -178,7 +180,7 @@ async def _with_retries(operation: Callable[[], Awaitable[Any]], attempts: int =
     for attempt in range(attempts):
         try:
             return await operation()
-        except psycopg.OperationalError:
+        except DB_FAULTS:
             if attempt == attempts - 1:
                 raise
             await asyncio.sleep(0.1)

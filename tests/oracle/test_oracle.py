@@ -170,7 +170,7 @@ async def check(scenario: Scenario, backend: Backend) -> None:
 
     if scenario.redeliver:
         refused = await redeliver(backend, plan, scenario.redeliver)
-        unexpected = [reason for reason in refused if not reason.startswith("StaleAttemptError")]
+        unexpected = [reason for reason in refused if not reason.startswith("StaleAttempt")]
         after, _ = await read_projection(backend.db, faulty_id)
         if unexpected or after != faulty:
             raise RedeliveryChanged(

@@ -16,7 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy, TailState, service_url
+from ledger.client import (
+    AsyncLedgerClient,
+    LedgerClient,
+    RetryPolicy,
+    _parse_retry_after,
+    _TailState,
+    service_url,
+)
 from ledger.errors import (
     Conflict,
     CursorExpired,
@@ -268,6 +275,115 @@ def test_a_caller_key_is_sent_and_a_status_upload_gets_the_reporters_key() -> No
     assert keys[2] != keys[3]  # two calls are two writes
 
 
+@pytest.mark.parametrize("status", [408, 429])
+def test_a_408_or_429_is_retried_as_an_outage_keeping_its_status(status: int) -> None:
+    answers = [httpx.Response(status, json={"error": "slow down"}, headers={"Retry-After": "3"})] * 5
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return (
+            answers[len(calls) - 1] if len(calls) <= len(answers) else httpx.Response(200, json={"runs": []})
+        )
+
+    sleeps: list[float] = []
+    with make_client(handler, sleeps, max_reconnects=5) as client, pytest.raises(LedgerUnavailable) as err:
+        client.list_runs()
+    assert len(calls) == 4 and all(s >= 3 for s in sleeps)  # the default policy's four tries
+    assert err.value.status == status and err.value.retry_after == 3.0
+
+
+def mint_against(
+    answers: list[httpx.Response | Exception],
+) -> tuple[list[httpx.Request], BaseException | None]:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        answer = answers[len(calls) - 1]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    with make_client(handler) as client:
+        try:
+            client.mint_token("read")
+        except (LedgerError, LedgerUnavailable) as exc:
+            return calls, exc
+    return calls, None
+
+
+MINTED = httpx.Response(200, json={"token": "t", "scope": "read"})
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(httpx.Response(503, json={"error": "down"}), id="503"),
+        pytest.param(httpx.Response(502, text="bad gateway"), id="502"),
+        pytest.param(httpx.ReadTimeout("no answer"), id="read-timeout"),
+        pytest.param(httpx.RemoteProtocolError("hung up"), id="hung-up"),
+    ],
+)
+def test_minting_is_not_sent_again_when_the_service_may_have_handled_it(
+    failure: httpx.Response | Exception,
+) -> None:
+    # Without an Idempotency-Key a second request would mint a second token.
+    calls, error = mint_against([failure, MINTED])
+    assert len(calls) == 1 and isinstance(error, LedgerUnavailable)
+    assert "Idempotency-Key" not in calls[0].headers
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(httpx.ConnectError("refused"), id="never-connected"),
+        pytest.param(httpx.ConnectTimeout("no route"), id="connect-timeout"),
+        pytest.param(httpx.Response(429, json={"error": "slow down"}), id="429"),
+        pytest.param(httpx.Response(408, json={"error": "too slow"}), id="408"),
+    ],
+)
+def test_minting_is_sent_again_when_the_service_surely_did_not_handle_it(
+    failure: httpx.Response | Exception,
+) -> None:
+    calls, error = mint_against([failure, MINTED])
+    assert len(calls) == 2 and error is None
+
+
+def test_a_413_names_the_limit_its_answer_gives() -> None:
+    body = {"error": "body larger than 1048576 bytes", "max_body_bytes": 1_048_576}
+    with (
+        make_client(lambda r: httpx.Response(413, json=body)) as client,
+        pytest.raises(PayloadTooLarge) as err,
+    ):
+        client.record_sheet_rows("r", [])
+    assert err.value.max_body_bytes == 1_048_576
+
+
+def test_a_retried_status_upload_says_it_was_redelivered() -> None:
+    answers = [httpx.Response(503, json={"error": "down"}), httpx.Response(200, json={"duplicate": True})]
+    with make_client(lambda r: answers.pop(0)) as client:
+        answer = client.upload_status("r", {"upload_seq": 1, "producer_attempt": 1, "status": "running"})
+    assert answer == {"duplicate": True, "redelivered": True}
+    with make_client(lambda r: httpx.Response(200, json={"duplicate": True})) as client:
+        once = client.upload_status("r", {"upload_seq": 1, "producer_attempt": 1, "status": "running"})
+    assert once == {"duplicate": True}
+
+
+def test_a_status_upload_keeps_the_callers_key_scope() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, json={"duplicate": False})
+
+    upload = {"upload_seq": 9, "producer_attempt": 3, "status": "running"}
+    with make_client(handler) as client:
+        client.upload_status("r", upload, key_scope="me")
+        client.upload_status("r", upload, key_scope="me")
+    assert [request.headers["idempotency-key"] for request in calls] == ["3:9:me", "3:9:me"]
+
+
 def test_the_service_down_is_unavailable_after_the_retries_with_the_url() -> None:
     calls = []
 
@@ -390,7 +506,7 @@ def test_no_time_to_retry_means_one_try_and_no_first_failure_notice() -> None:
 
 def test_a_tail_under_a_deadline_reconnects_until_the_deadline_not_the_count() -> None:
     now = [0.0]
-    state = TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
+    state = _TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
     problem = LedgerUnavailable("down")
     waited = 0.0
     for _ in range(5):  # more than max_reconnects
@@ -420,3 +536,58 @@ def test_a_tail_tells_its_first_failure_once_naming_the_service() -> None:
     ) as client:
         assert [e["seq"] for e in client.tail("r")] == [1]
     assert len(heard) == 1 and "cannot reach the ledger service at http://ledger.test" in str(heard[0])
+
+
+def test_parse_retry_after() -> None:
+    assert _parse_retry_after("7") == 7.0
+    assert _parse_retry_after(None) is None
+    assert _parse_retry_after("soon") is None
+    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+
+
+async def test_a_policy_runs_work_that_spans_requests_until_its_deadline_on_its_clock() -> None:
+    now = [0.0]
+    tries: list[float] = []
+    heard: list[tuple[str, float]] = []
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    async def down() -> None:
+        tries.append(now[0])
+        raise LedgerUnavailable("down")
+
+    policy = RetryPolicy(max_attempts=None, max_total_s=10.0, clock=lambda: now[0])
+    with pytest.raises(LedgerUnavailable):
+        await policy.run(down, sleep, before_retry=lambda exc, wait: heard.append((str(exc), wait)))
+    # Tried again and again, and no wait started that would have ended past the deadline.
+    assert len(tries) > 2 and tries[-1] <= 10.0
+    assert len(heard) == len(tries) - 1 and all(text == "down" for text, _ in heard)
+    assert now[0] == pytest.approx(sum(wait for _, wait in heard))
+
+    async def refused() -> None:
+        tries.append(now[0])
+        raise Conflict("no")
+
+    tries.clear()
+    with pytest.raises(Conflict):
+        await policy.run(refused, sleep)
+    assert len(tries) == 1  # a refusal is final
+
+
+async def test_a_policy_run_returns_what_the_work_returns_once_it_succeeds() -> None:
+    answers: list[object] = [LedgerUnavailable("blip", 2.0), "done"]
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async def work() -> object:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert await RetryPolicy().run(work, sleep) == "done"
+    assert sleeps and sleeps[0] >= 2.0  # the Retry-After is the minimum wait

@@ -27,6 +27,7 @@ LEDGER_EXPORTS = [
     "InvalidInput",
     "LedgerClient",
     "LedgerError",
+    "LedgerFailure",
     "LedgerUnavailable",
     "Listener",
     "NotFound",
@@ -49,12 +50,8 @@ CLIENT_EXPORTS = [
     "DEFAULT_URL",
     "URL_VAR",
     "AsyncLedgerClient",
-    "Call",
-    "EventPager",
     "LedgerClient",
     "RetryPolicy",
-    "TailState",
-    "error_for",
     "segment",
     "service_url",
 ]
@@ -124,11 +121,22 @@ def test_the_errors_are_ledger_errors_and_the_classes_live_in_their_modules() ->
     # An outage is not a refusal: `except LedgerError` must not swallow it.
     assert issubclass(ledger.DatabaseUnavailable, ledger.LedgerUnavailable)
     assert not issubclass(ledger.LedgerUnavailable, ledger.LedgerError)
+    # One root above both families, for a caller that handles any failure alike.
+    assert issubclass(ledger.LedgerError, ledger.LedgerFailure)
+    assert issubclass(ledger.LedgerUnavailable, ledger.LedgerFailure)
 
 
 def test_ledger_client_exports() -> None:
     assert ledger.client.__all__ == CLIENT_EXPORTS
     assert all(hasattr(ledger.client, name) for name in CLIENT_EXPORTS)
+    # Private by default: every other class, function or constant of the module starts with `_`.
+    defined = {
+        name
+        for name, value in vars(ledger.client).items()
+        if getattr(value, "__module__", "") == "ledger.client"
+    }
+    constants = {name for name in vars(ledger.client) if name.isupper() and name != "TYPE_CHECKING"}
+    assert {name for name in defined | constants if not name.startswith("_")} == set(CLIENT_EXPORTS)
     assert ledger.LedgerClient is ledger.client.LedgerClient
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import InstanceMapped
+from ledger.errors import DatabaseUnavailable, InstanceMapped
 from ledger.pool.store import GcCadence, WarmPool
 
 MIN = 60_000
@@ -104,8 +104,9 @@ async def test_a_failed_claim_gives_back_a_working_connection_in_transaction_mod
             await holder.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('ledger.run_mappings:r1', 0))"
             )
-            with pytest.raises(psycopg.errors.LockNotAvailable):
+            with pytest.raises(DatabaseUnavailable) as caught:
                 await pool.claim("default", V, "r1")
+            assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
             await holder.rollback()
         async with db.connection() as conn:
             assert conn.autocommit is False

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from ledger.db import Database
+from ledger.errors import StaleAttempt
 from ledger.ingest.sheets import record_sheet_rows
 from ledger.ingest.store import apply_status_upload
 from ledger.runlog.store import RunLog
-from reporter import DirectTransport, ProgressReporter, SimulatedRun, StaleAttemptError
+from reporter import DirectTransport, ProgressReporter, SimulatedRun
 
 
 class RecordingDirect(DirectTransport):
@@ -135,7 +136,7 @@ async def test_a_stale_attempt_stops_the_reporter(db: Database) -> None:
     older.on_runner_event({"type": "log", "line": "late line from attempt 1"})
     await older.flush(force=True)
     assert older.stopped
-    with pytest.raises(StaleAttemptError):
+    with pytest.raises(StaleAttempt):
         await older.finalize({"status": "completed"})
     assert (await RunLog(db).get_run(run_id))["terminal"] is None
     await newer.aclose()

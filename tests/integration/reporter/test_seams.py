@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from ledger.db import Database
+from ledger.errors import DuplicateUpload, LedgerUnavailable, RunTerminal
 from ledger.ingest.sheets import record_sheet_rows
 from ledger.runlog.events import WATCHDOG_ERROR
 from ledger.runlog.store import RunLog
-from reporter import DirectTransport, ProgressReporter, TransportError
-from reporter.transports.protocol import DuplicateUploadError, RunTerminalError
+from reporter import DirectTransport, ProgressReporter
 
 CONTRACT = {
     "staticPipeline": {
@@ -52,7 +52,7 @@ class LosingAnswers(DirectTransport):
         self.calls += 1
         answer = await super().upload(payload)
         if self.calls in self.lose:
-            raise TransportError("connection reset before the answer arrived")
+            raise LedgerUnavailable("connection reset before the answer arrived")
         return answer
 
 
@@ -153,7 +153,7 @@ async def test_a_second_reporter_of_an_attempt_must_resume_and_then_loses_nothin
 
     naive = reporter_for(run_id, DirectTransport(db))
     naive.on_runner_event({"type": "log", "line": "lost?"})
-    with pytest.raises(DuplicateUploadError, match="another reporter"):
+    with pytest.raises(DuplicateUpload, match="another reporter"):
         await naive.end_batch()
     await naive.aclose()
 
@@ -177,6 +177,7 @@ async def test_a_run_the_watchdog_failed_stops_the_reporter_at_once_naming_it(db
     await reporter.flush(force=True)
     await RunLog(db).set_terminal(run_id, "failed", error=WATCHDOG_ERROR)
     reporter.on_runner_event({"type": "log", "line": "done"})
-    with pytest.raises(RunTerminalError, match="ended as failed by someone else: run watchdog"):
+    with pytest.raises(RunTerminal, match=r"already ended \(failed: run watchdog") as ended:
         await reporter.finalize({"status": "completed"})
+    assert ended.value.terminal["error"] == WATCHDOG_ERROR
     assert transport.calls == 2 and reporter.stopped

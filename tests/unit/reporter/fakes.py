@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from reporter.transports.protocol import TransportError
+from ledger.errors import LedgerUnavailable
 
 
 class FakeClock:
@@ -101,5 +101,5 @@ class FakeTransport:
         return list(self.observations)
 
 
-def boom(message: str = "ledger down") -> TransportError:
-    return TransportError(message)
+def boom(message: str = "ledger down") -> LedgerUnavailable:
+    return LedgerUnavailable(message)

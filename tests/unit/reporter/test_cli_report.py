@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from ledger.cli import report as report_cli
 from ledger.cli.app import cli
+from ledger.errors import LedgerError, RunTerminal, StaleAttempt
 from reporter import HttpTransport, ProgressReporter, RetryPolicy, SimulatedRun
-from reporter.transports.protocol import RunTerminalError, StaleAttemptError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport
 
 SIM = SimulatedRun(rows=300, fail_every=7, page_size=100)
@@ -68,7 +68,7 @@ async def test_end_of_input_without_a_result_reports_the_run_failed() -> None:
 
 async def test_stale_attempt_exit_code() -> None:
     transport = FakeTransport()
-    transport.failures = [StaleAttemptError("stale producer attempt")] * 10
+    transport.failures = [StaleAttempt("r", 1, 2, "stale producer attempt")] * 10
     warnings: list[str] = []
     code = await report_cli.report(
         make(transport), lines_of([json.dumps({"type": "result", "status": "completed"})]), warnings.append
@@ -91,8 +91,8 @@ def test_the_command_pipes_stdin_to_the_ledger_over_http(
         return httpx.Response(200, json={"duplicate": False})
 
     def transport_factory(base_url: str, token: str | None, **_: Any) -> HttpTransport:
-        client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        return HttpTransport(base_url, token, client=client, retry_policy=RetryPolicy(max_attempts=1))
+        mock = httpx.MockTransport(handler)
+        return HttpTransport(base_url, token, transport=mock, retry_policy=RetryPolicy(max_attempts=1))
 
     monkeypatch.setattr(report_cli, "HttpTransport", transport_factory)
     monkeypatch.setenv("LEDGER_URL", "http://ledger.test:9999/")
@@ -144,7 +144,7 @@ async def test_a_run_ended_by_someone_else_exits_4_naming_who_and_how() -> None:
     transport = FakeTransport()
     terminal = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}
     transport.failures = [
-        RunTerminalError("run run-cli was already ended as failed by someone else", terminal)
+        RunTerminal("run run-cli was already ended as failed by someone else", "r", terminal)
     ]
     warnings: list[str] = []
     result = json.dumps({"type": "result", "status": "completed"})
@@ -156,7 +156,7 @@ async def test_a_run_ended_by_someone_else_exits_4_naming_who_and_how() -> None:
 
 async def test_a_refused_final_upload_exits_5() -> None:
     transport = FakeTransport()
-    transport.failures = [UploadRejected(422, "no")]
+    transport.failures = [LedgerError("no")]
     warnings: list[str] = []
     result = json.dumps({"type": "result", "status": "completed"})
     code = await report_cli.report(make(transport), lines_of([result]), warnings.append)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from ledger.errors import LedgerError, LedgerUnavailable, StaleAttempt
 from reporter import ProgressReporter, SimulatedRun, StepState
-from reporter.transports.protocol import StaleAttemptError, TransportError, UploadRejected
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 
 SIM = SimulatedRun(rows=1_000, fail_every=10, page_size=250)
@@ -238,14 +238,14 @@ async def test_a_running_finalize_after_a_lost_answer_sends_that_upload_again() 
 async def test_a_terminal_finalize_raises_once_the_deadline_passes() -> None:
     reporter, transport = make(skip_waits=True)
     transport.failures.extend(boom("down") for _ in range(10_000))
-    with pytest.raises(TransportError, match="down"):
+    with pytest.raises(LedgerUnavailable, match="down"):
         await reporter.finalize({"status": "completed"}, deadline_s=1.0)
 
 
 async def test_a_refusal_of_the_final_upload_raises_at_once() -> None:
     reporter, transport = make(skip_waits=True)
-    transport.failures.append(UploadRejected(422, "no"))
-    with pytest.raises(UploadRejected):
+    transport.failures.append(LedgerError("no"))
+    with pytest.raises(LedgerError):
         await reporter.finalize({"status": "completed"})
     assert transport.started == 1
 
@@ -264,10 +264,10 @@ async def test_finalize_deadline_raises_but_does_not_cancel_the_upload() -> None
 
 async def test_stale_attempt_stops_the_reporter() -> None:
     reporter, transport = make()
-    transport.failures.append(StaleAttemptError("stale producer attempt"))
+    transport.failures.append(StaleAttempt("r", 1, 2, "stale producer attempt"))
     await reporter.flush(force=True)
     assert reporter.stopped
-    with pytest.raises(StaleAttemptError):
+    with pytest.raises(StaleAttempt):
         await reporter.finalize({"status": "completed"})
     assert transport.payloads == []
 

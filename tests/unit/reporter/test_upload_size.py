@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from ledger.errors import DuplicateUpload, PayloadTooLarge, RunTerminal
 from ledger.validate import DEFAULT_UPLOAD_BOUNDS, LIVE_LOG_TAIL_LIMIT, UploadBounds, encode_body
 from reporter.state import ProgressState
-from reporter.transports.protocol import BodyTooLarge, DuplicateUploadError, RunTerminalError
 from reporter.uploader import CoalescingUploader
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom
 
@@ -32,7 +32,7 @@ class LimitedTransport(FakeTransport):
         size = len(encode_body(payload))
         if size > self.enforced:
             self.refused.append(size)
-            raise BodyTooLarge("too large", self.enforced)
+            raise PayloadTooLarge("too large", self.enforced)
         return await super().upload(payload)
 
 
@@ -111,7 +111,7 @@ async def test_an_answer_naming_the_runs_end_stops_the_reporter_whoever_ended_it
     terminal = {"status": "completed", "error": None}
     transport.answers.append({"duplicate": True, "terminal": terminal})
     state.append_log("again")
-    with pytest.raises(RunTerminalError, match="already ended as completed") as info:
+    with pytest.raises(RunTerminal, match="already ended as completed") as info:
         await uploader.flush(force=True, required=True)
     assert info.value.terminal == terminal and uploader.stopped
     # Absorbed (changed nothing) is the same: the run had ended before this upload.
@@ -119,7 +119,7 @@ async def test_an_answer_naming_the_runs_end_stops_the_reporter_whoever_ended_it
     uploader2, state2 = make(transport2)
     transport2.answers.append({"duplicate": False, "terminal": {"status": "failed", "error": "watchdog"}})
     state2.append_log("late")
-    with pytest.raises(RunTerminalError, match="ended as failed by someone else: watchdog"):
+    with pytest.raises(RunTerminal, match="ended as failed by someone else: watchdog"):
         await uploader2.flush(force=True, required=True)
 
 
@@ -128,7 +128,7 @@ async def test_a_duplicate_of_a_live_run_is_still_another_reporters_upload() -> 
     uploader, state = make(transport)
     transport.answers.append({"duplicate": True})
     state.append_log("x")
-    with pytest.raises(DuplicateUploadError):
+    with pytest.raises(DuplicateUpload):
         await uploader.flush(force=True, required=True)
 
 
@@ -187,8 +187,8 @@ async def test_a_413_naming_no_limit_halves_the_refused_body_until_it_fits() -> 
         async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
             try:
                 return await super().upload(payload)
-            except BodyTooLarge as exc:
-                raise BodyTooLarge(str(exc), None) from None  # a proxy's 413 says no number
+            except PayloadTooLarge as exc:
+                raise PayloadTooLarge(str(exc), None) from None  # a proxy's 413 says no number
 
     transport = Proxy(advertised=None, enforced=7_000)
     uploader, state = make(transport)
@@ -202,6 +202,6 @@ async def test_a_413_below_any_useful_body_is_an_upload_refused() -> None:
     transport = LimitedTransport(advertised=None, enforced=1_000)
     uploader, state = make(transport)
     fill(state, 3)
-    with pytest.raises(BodyTooLarge):
+    with pytest.raises(PayloadTooLarge):
         await uploader.flush(force=True, status="completed", required=True)
     assert not uploader.has_unacked and state.logs_dirty  # given back, nothing lost from the state

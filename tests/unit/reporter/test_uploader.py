@@ -7,14 +7,8 @@ from typing import Any
 
 import pytest
 
+from ledger.errors import DuplicateUpload, LedgerError, LedgerUnavailable, RunTerminal, StaleAttempt
 from reporter.state import ProgressState
-from reporter.transports.protocol import (
-    DuplicateUploadError,
-    RunTerminalError,
-    StaleAttemptError,
-    TransportError,
-    UploadRejected,
-)
 from reporter.uploader import CoalescingUploader, interval_for_total_rows
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 
@@ -170,7 +164,7 @@ async def test_an_upload_of_unknown_outcome_is_resent_as_is_before_anything_newe
 
 async def test_a_refused_upload_gives_its_one_shot_events_back_and_is_not_resent() -> None:
     uploader, state, transport, _ = make()
-    transport.failures.append(UploadRejected(422, "nope"))
+    transport.failures.append(LedgerError("nope"))
     state.add_lifecycle_event({"id": "e1"})
     await uploader.flush(force=True)
     assert not uploader.has_unacked and uploader.failed_uploads == 1
@@ -184,11 +178,11 @@ async def test_a_duplicate_answer_to_a_first_delivery_is_an_error_and_stops() ->
     uploader, state, transport, _ = make()
     transport.answers.append({"duplicate": True})
     touch(state)
-    with pytest.raises(DuplicateUploadError, match="another reporter"):
+    with pytest.raises(DuplicateUpload, match="another reporter"):
         await uploader.flush(force=True, required=True)
     assert uploader.stopped
     touch(state, 2)
-    with pytest.raises(DuplicateUploadError):
+    with pytest.raises(DuplicateUpload):
         await uploader.flush(force=True, required=True)
     assert len(transport.payloads) == 1
 
@@ -209,7 +203,7 @@ async def test_a_resend_that_already_carries_the_request_is_not_followed_by_a_re
     uploader, state, transport, _ = make()
     transport.failures.append(boom("answer lost"))
     touch(state)
-    with pytest.raises(TransportError):
+    with pytest.raises(LedgerUnavailable):
         await uploader.flush(force=True, status="completed", required=True)
     await uploader.flush(force=True, status="completed", required=True)
     assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "completed")]
@@ -217,12 +211,12 @@ async def test_a_resend_that_already_carries_the_request_is_not_followed_by_a_re
 
 async def test_a_run_ended_by_someone_else_stops_the_uploader() -> None:
     uploader, state, transport, _ = make()
-    transport.failures.append(RunTerminalError("run r1 was already ended as failed", {"status": "failed"}))
+    transport.failures.append(RunTerminal("run r1 was already ended as failed", "r", {"status": "failed"}))
     touch(state)
-    with pytest.raises(RunTerminalError):
+    with pytest.raises(RunTerminal):
         await uploader.flush(force=True, required=True)
     assert uploader.stopped
-    with pytest.raises(RunTerminalError, match="already ended"):
+    with pytest.raises(RunTerminal, match="already ended"):
         await uploader.flush(force=True, required=True)
 
 
@@ -264,10 +258,10 @@ async def test_required_callers_are_rejected_best_effort_callers_are_not() -> No
     await settle()
     # The required caller's upload failed; the best-effort one went out with the next upload.
     results = await asyncio.gather(required, best_effort, return_exceptions=True)
-    assert isinstance(results[0], TransportError) and str(results[0]) == "nope"
+    assert isinstance(results[0], LedgerUnavailable) and str(results[0]) == "nope"
     assert results[1] is None
     transport.failures.append(boom("again"))
-    with pytest.raises(TransportError, match="again"):
+    with pytest.raises(LedgerUnavailable, match="again"):
         await uploader.flush(force=True, status="failed", required=True)
 
 
@@ -283,7 +277,7 @@ async def test_merged_required_and_best_effort_waiters_in_one_failed_upload() ->
     transport.release()
     results = await asyncio.gather(blocker, required, best_effort, return_exceptions=True)
     assert results[0] is None and results[2] is None
-    assert isinstance(results[1], TransportError)
+    assert isinstance(results[1], LedgerUnavailable)
 
 
 async def test_one_shot_backlog_is_bounded_and_the_drop_count_is_reported_once() -> None:
@@ -350,14 +344,14 @@ async def test_cancelling_one_waiter_does_not_cancel_the_shared_upload() -> None
 
 async def test_stale_attempt_stops_the_uploader() -> None:
     uploader, state, transport, _ = make()
-    transport.failures.append(StaleAttemptError("stale producer attempt 3"))
+    transport.failures.append(StaleAttempt("r", 1, 2, "stale producer attempt 3"))
     state.add_lifecycle_event({"id": 1})
-    with pytest.raises(StaleAttemptError):
+    with pytest.raises(StaleAttempt):
         await uploader.flush(force=True, required=True)
     assert uploader.stopped
     touch(state)
     await uploader.flush(force=True)
-    with pytest.raises(StaleAttemptError):
+    with pytest.raises(StaleAttempt):
         await uploader.flush(force=True, status="completed", required=True)
     assert transport.started == 1
     assert state.pending_one_shot_count == 0  # a stale attempt's events are not re-queued

@@ -198,3 +198,56 @@ def test_the_shapes_are_what_pydantic_serializes_unchanged() -> None:
     }
     adapter = pydantic.TypeAdapter(shapes.EventPage)
     assert adapter.dump_python(adapter.validate_python(page)) == page
+
+
+# -- Durable Streams: its own statuses and headers, documented too ---------------------------------
+
+STREAM = "/v1/stream/{name}"
+STREAM_STATUSES = {
+    "put": {"200", "201", "400", "401", "403", "404", "405", "409", "413", "422", "503"},
+    "post": {"200", "204", "400", "401", "403", "404", "405", "409", "410", "413", "422", "503"},
+    "delete": {"204", "400", "401", "403", "404", "405", "410", "503"},
+    "head": {"200", "400", "401", "403", "404", "410", "503"},
+    "get": {"200", "204", "304", "400", "401", "403", "404", "410", "503"},
+}
+
+
+@pytest.mark.parametrize(("method", "statuses"), sorted(STREAM_STATUSES.items()))
+def test_every_stream_operation_documents_each_status_it_answers(
+    document: dict[str, Any], method: str, statuses: set[str]
+) -> None:
+    operation = document["paths"][STREAM][method]
+    assert operation["responses"].keys() == statuses
+    for status, response in operation["responses"].items():
+        if status.startswith(("4", "5")):
+            schema = response["content"]["application/json"]["schema"]
+            assert resolve(document, schema)["title"] == "ErrorBody", f"{method} {status}"
+        else:
+            assert response["description"] != "Successful Response", f"{method} {status}"
+    assert "HTTPValidationError" not in str(operation)
+    assert operation["parameters"][0]["name"] == "name"
+
+
+def test_the_stream_protocol_s_headers_are_documented_where_they_travel(document: dict[str, Any]) -> None:
+    item = document["paths"][STREAM]
+
+    def parameters(method: str) -> set[str]:
+        return {p["name"] for p in item[method]["parameters"]}
+
+    def headers(method: str, status: str) -> set[str]:
+        return set(item[method]["responses"][status].get("headers", {}))
+
+    assert {"Content-Type", "Stream-TTL", "Stream-Expires-At", "Stream-Forked-From"} <= parameters("put")
+    assert {"Producer-Id", "Producer-Epoch", "Producer-Seq", "Stream-Seq", "Stream-Closed"} <= parameters(
+        "post"
+    )
+    assert {"offset", "live", "cursor", "If-None-Match"} <= parameters("get")
+    assert "Idempotency-Key" in parameters("put") and "Idempotency-Key" in parameters("post")
+    assert {"Location", "Stream-Next-Offset"} <= headers("put", "201")
+    assert {"Producer-Epoch"} <= headers("post", "403")
+    assert {"Producer-Expected-Seq", "Producer-Received-Seq", "Stream-Closed"} <= headers("post", "409")
+    assert headers("post", "405") == {"Allow"}
+    assert {"Stream-Next-Offset", "Stream-Up-To-Date", "Stream-Cursor", "ETag"} <= headers("get", "200")
+    assert "Retry-After" in headers("get", "503")
+    assert set(item["get"]["responses"]["200"]["content"]) == {"application/json", "text/event-stream", "*/*"}
+    assert set(item["put"]["requestBody"]["content"]) >= {"application/octet-stream", "application/json"}
