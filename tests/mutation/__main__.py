@@ -25,8 +25,9 @@ from pathlib import Path
 from tests.mutation.classify import Equivalent, find_equivalent, is_message_only, load_equivalents
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLED = {1, 3, 36, 37}  # test failed, crashed (segfault), timed out, caught by the type checker
-SURVIVED = {0}
+# mutmut's verdicts (mutmut.stats.status_by_exit_code): these count as killed; "survived" is a
+# survivor; anything else (no test reaches the function, not checked, skipped) is reported untested.
+KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 
 @dataclass
@@ -61,10 +62,12 @@ def dotted(path: str) -> str:
     return path.removesuffix(".py").replace("/", ".")
 
 
-def run_mutmut(path: str, max_children: int, basetemp: Path) -> None:
+def run_mutmut(path: str, max_children: int, tmpdir: Path) -> None:
     env = dict(os.environ)
-    # Tests that write files get a directory of their own, not the shared default.
-    env["PYTEST_ADDOPTS"] = f"{env.get('PYTEST_ADDOPTS', '')} --basetemp={basetemp}".strip()
+    # pytest's temporary directories go under a directory of this run's own: its workers run at once,
+    # so one shared --basetemp would be emptied by each under the others.
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmpdir)
     log = ROOT / "mutants" / f"{dotted(path)}.log"
     log.parent.mkdir(exist_ok=True)
     print(f"mutmut: {path} (log: {log.relative_to(ROOT)})", flush=True)
@@ -85,6 +88,7 @@ def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
         read_mutants_module,
         read_original_function,
     )
+    from mutmut.stats import status_by_exit_code
     from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
     data = SourceFileMutationData(path=path)
@@ -95,11 +99,12 @@ def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
     for name, code in sorted(data.exit_code_by_key.items(), key=lambda kv: _natural(kv[0])):
         if not name.startswith(prefix) or code is None:
             continue
-        if code in KILLED:
+        status = status_by_exit_code[code]
+        if status in KILLED:
             result.killed += 1
             continue
-        if code not in SURVIVED:
-            result.untested += 1  # no test reaches the function, or mutmut skipped it
+        if status != "survived":
+            result.untested += 1
         functions = read_functions_from_index(name, path)
         if functions is None:
             module = read_mutants_module(path)
@@ -108,7 +113,8 @@ def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
         function, _ = orig_function_and_class_names_from_key(name)
         diff = "\n".join(list(unified_diff(original.splitlines(), mutant.splitlines(), lineterm="", n=1))[2:])
         survivor = Survivor(name, _line_of_change(source_lines, original, mutant), diff)
-        if code not in SURVIVED:
+        if status != "survived":
+            survivor.name += f" ({status})"
             result.survivors.append(survivor)
         elif (entry := find_equivalent(equivalents, path, function, original, mutant)) is not None:
             survivor.equivalent = entry
@@ -148,6 +154,8 @@ def report(results: list[ModuleResult], verbose_message_only: bool) -> None:
             f"{r.path:<26} {r.killed:>6} {len(r.survivors):>8} {len(r.message_only):>7}"
             f" {len(r.equivalent):>6} {r.score:>5.1f}%"
         )
+    print("score = killed / (killed + survived); message-only and equivalent survivors are left out,")
+    print('survivors no test reached ("no tests", "suspicious") count as survived.')
     for r in results:
         shown = r.survivors + (r.message_only if verbose_message_only else [])
         if not shown:
@@ -164,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report", action="store_true", help="do not run mutmut, report the last results")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--message-only", action="store_true", help="show message-only survivors too")
-    parser.add_argument("--basetemp", type=Path, default=None, help="pytest's --basetemp for the runs")
+    parser.add_argument("--tmpdir", type=Path, default=None, help="TMPDIR for the runs (default: a new one)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     configured = configured_modules()
@@ -173,9 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         sys.exit(f"not in [tool.mutmut] only_mutate: {', '.join(unknown)}")
     if not args.report:
-        basetemp = args.basetemp or Path(tempfile.mkdtemp(prefix="mutation-"))
+        tmpdir = args.tmpdir or Path(tempfile.mkdtemp(prefix="mutation-"))
         for path in wanted:
-            run_mutmut(path, args.max_children, basetemp)
+            run_mutmut(path, args.max_children, tmpdir)
     equivalents = load_equivalents()
     report([collect(path, equivalents) for path in wanted], args.message_only)
 
