@@ -16,6 +16,7 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent.toml")
 
 # Names a message is assigned to before it is raised (`problem = "…"; raise InvalidInput(field, problem)`).
 _MESSAGE_NAMES = frozenset({"problem", "message", "msg", "reason", "detail"})
+_LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
 
 
 @dataclass(frozen=True)
@@ -64,17 +65,16 @@ def find_equivalent(
 
 
 def is_message_only(original: str, mutant: str) -> bool:
-    """True when the mutant changes nothing but string literals that only make up an error message:
-    text inside a `raise`, an exception being built (`…Error(…)`), or a `problem`/`message` variable."""
+    """True when the mutant changes nothing but the text of an error or a log line: a string literal
+    inside a `raise` or a `problem`/`message` variable, or any argument of an exception being built
+    (`…Error(…)`) or of a logging call (`log.warning(…)`)."""
     try:
         old = ast.parse(_dedent(original))
         new = ast.parse(_dedent(mutant))
     except SyntaxError:
         return False
     differences = list(_differences(old, new, ()))
-    return bool(differences) and all(
-        _is_str(a) and _is_str(b) and _in_message(ancestors) for a, b, ancestors in differences
-    )
+    return bool(differences) and all(_in_message(a, b, ancestors) for a, b, ancestors in differences)
 
 
 def _dedent(source: str) -> str:
@@ -113,18 +113,31 @@ def _differences(
         yield a, b, ancestors
 
 
-def _in_message(ancestors: tuple[ast.AST, ...]) -> bool:
-    for node in reversed(ancestors):
-        if isinstance(node, ast.Raise):
+def _in_message(a: object, b: object, ancestors: tuple[ast.AST, ...]) -> bool:
+    strings = _is_str(a) and _is_str(b)
+    for depth in range(len(ancestors) - 1, -1, -1):
+        node = ancestors[depth]
+        if isinstance(node, ast.Call) and (_names_an_exception(node.func) or _is_logging(node.func)):
+            # An argument (not the callee) differs: only what the error or log line says changes.
+            below = ancestors[depth + 1] if depth + 1 < len(ancestors) else a
+            return below is not node.func
+        if strings and isinstance(node, ast.Raise):
             return True
-        if isinstance(node, ast.Call) and _names_an_exception(node.func):
-            return True
-        if isinstance(node, ast.Assign | ast.AnnAssign):
+        if strings and isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             return any(isinstance(t, ast.Name) and t.id in _MESSAGE_NAMES for t in targets)
         if isinstance(node, ast.stmt):
             return False
     return False
+
+
+def _is_logging(func: ast.expr) -> bool:
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in _LOG_METHODS
+        and isinstance(func.value, ast.Name)
+        and func.value.id in {"log", "logger", "logging"}
+    )
 
 
 def _names_an_exception(func: ast.expr) -> bool:

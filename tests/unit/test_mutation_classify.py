@@ -41,3 +41,19 @@ def test_an_equivalent_is_found_by_its_function_and_changed_lines_not_its_number
     assert (
         find_equivalent([entry], "m.py", "check", RAISING, RAISING.replace("value > 3", "value > 4")) is None
     )
+
+
+LOGGING = """
+def stop(self, exc):
+    log.warning("run %s: stops: %s", self.run_id, exc)
+    raise StaleAttemptError(f"run {self.run_id!r} was stopped")
+"""
+
+
+def test_any_argument_of_a_log_line_or_an_exception_being_built_is_message_only() -> None:
+    """What a log line or an error says (its text or the values it shows) is not behaviour; which
+    exception is raised, or whether a line is logged, is."""
+    assert is_message_only(LOGGING, LOGGING.replace("self.run_id, exc", "None, exc"))
+    assert is_message_only(LOGGING, LOGGING.replace('f"run {self.run_id!r} was stopped"', "None"))
+    assert not is_message_only(LOGGING, LOGGING.replace("StaleAttemptError(", "ValueError("))
+    assert not is_message_only(LOGGING, LOGGING.replace("log.warning", "log.debug"))
