@@ -13,6 +13,7 @@ extra (`pip install -e '.[mutation]'`) and runs from the repository root; result
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,13 @@ from dataclasses import dataclass, field
 from difflib import unified_diff
 from pathlib import Path
 
-from tests.mutation.classify import Equivalent, find_equivalent, is_message_only, load_equivalents
+from tests.mutation.classify import (
+    Equivalent,
+    changed_lines,
+    find_equivalent,
+    is_message_only,
+    load_equivalents,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 # mutmut's verdicts (mutmut.stats.status_by_exit_code): these count as killed; "survived" is a
@@ -35,6 +42,9 @@ class Survivor:
     name: str
     line: int
     diff: str
+    function: str = ""
+    before: str = ""
+    after: str = ""
     equivalent: Equivalent | None = None
 
 
@@ -112,7 +122,10 @@ def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
         original, mutant = (cst.Module([f]).code.strip("\n") for f in functions)
         function, _ = orig_function_and_class_names_from_key(name)
         diff = "\n".join(list(unified_diff(original.splitlines(), mutant.splitlines(), lineterm="", n=1))[2:])
-        survivor = Survivor(name, _line_of_change(source_lines, original, mutant), diff)
+        before, after = changed_lines(original, mutant)
+        survivor = Survivor(
+            name, _line_of_change(source_lines, original, mutant), diff, function, before, after
+        )
         if status != "survived":
             survivor.name += f" ({status})"
             result.survivors.append(survivor)
@@ -166,12 +179,26 @@ def report(results: list[ModuleResult], verbose_message_only: bool) -> None:
             print(f"\n-- {s.name}{kind}  {r.path}:{s.line}\n{s.diff}")
 
 
+def print_stubs(results: list[ModuleResult]) -> None:
+    """An `[[equivalent]]` entry per survivor, to paste into equivalent.toml once a reason is known."""
+    for r in results:
+        for s in r.survivors:
+            print(f"\n# {s.name}  {r.path}:{s.line}\n[[equivalent]]")
+            print(f"module = {_toml(r.path)}\nfunction = {_toml(s.function)}")
+            print(f'before = {_toml(s.before)}\nafter = {_toml(s.after)}\nreason = ""')
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n")[0])
     parser.add_argument("modules", nargs="*", help="paths or dotted names; default: all configured")
     parser.add_argument("--report", action="store_true", help="do not run mutmut, report the last results")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
     parser.add_argument("--message-only", action="store_true", help="show message-only survivors too")
+    parser.add_argument("--stubs", action="store_true", help="print equivalent.toml entries to fill in")
     parser.add_argument("--tmpdir", type=Path, default=None, help="TMPDIR for the runs (default: a new one)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
@@ -185,7 +212,11 @@ def main(argv: list[str] | None = None) -> None:
         for path in wanted:
             run_mutmut(path, args.max_children, tmpdir)
     equivalents = load_equivalents()
-    report([collect(path, equivalents) for path in wanted], args.message_only)
+    results = [collect(path, equivalents) for path in wanted]
+    if args.stubs:
+        print_stubs(results)
+    else:
+        report(results, args.message_only)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
+from reporter.state import ProgressState
 from reporter.transports.protocol import StaleAttemptError, UploadRejected
-from reporter.uploader import FlushRequest, epoch_ms_now
-from tests.unit.reporter.fakes import FakeClock, boom, settle
+from reporter.uploader import CoalescingUploader, FlushRequest, epoch_ms_now
+from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 from tests.unit.reporter.test_uploader import make, touch
 
 
@@ -266,3 +267,34 @@ async def test_a_request_pending_when_the_uploader_stops_gets_the_stop_reason() 
     results = await asyncio.gather(first, required, best_effort, return_exceptions=True)
     assert results[0] is None and results[1] is stale and results[2] is None
     assert transport.started == 1
+
+
+async def test_a_request_pending_behind_a_cancelled_upload_is_still_sent() -> None:
+    """Nobody awaits the pump, but the loop may cancel it (at shutdown): the callers of the cancelled
+    upload are cancelled, and a request pending behind it goes out with a new pump."""
+    uploader, state, transport, _ = make()
+    transport.hold()
+    touch(state, 1)
+    first = asyncio.create_task(uploader.flush(force=True))
+    await settle()
+    touch(state, 2)
+    second = asyncio.create_task(uploader.flush(force=True))
+    await settle()
+    [pump] = [t for t in asyncio.all_tasks() if t.get_name() == "reporter-upload-r1"]
+    pump.cancel()
+    await settle()
+    assert first.cancelled() and not second.done()
+    transport.release()
+    await settle()
+    assert second.done() and second.exception() is None
+    assert transport.payloads[-1]["live_node_progress"]["n"]["completed"] == 2
+
+
+async def test_an_uploader_made_without_an_attempt_speaks_for_attempt_1() -> None:
+    """Attempts are numbered from 1; the uploader's default is the reporter's, the first attempt."""
+    state = ProgressState(now_ms=lambda: 0)
+    transport = FakeTransport()
+    uploader = CoalescingUploader(run_id="r1", state=state, transport=transport)
+    touch(state)
+    await uploader.flush(force=True)
+    assert transport.payloads[0]["producer_attempt"] == 1
