@@ -76,3 +76,10 @@ def test_from_wire_reads_every_stored_field_and_copies_node_io() -> None:
     assert back == node
     assert back.node_io is not wire["node_io"]
     assert NodeProgress.from_wire({"node_io": "junk"}).node_io == "junk"
+
+
+def test_a_settled_map_never_counts_more_rows_started_than_its_total() -> None:
+    """A runner may report more settled rows than its total (a total of 1 with 2 settled): the rows
+    started are still at most the total."""
+    assert settled_map_patch(1, 1, 1)["started_rows"] == 1
+    assert settled_map_patch(3, 2, 4)["started_rows"] == 4
