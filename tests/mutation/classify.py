@@ -15,7 +15,8 @@ from pathlib import Path
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent.toml")
 
 # Names a message is assigned to before it is raised (`problem = "…"; raise InvalidInput(field, problem)`).
-_MESSAGE_NAMES = frozenset({"problem", "message", "msg", "reason", "detail"})
+# (Not `message`: a node's progress message is data the ledger shows, not an error's text.)
+_MESSAGE_NAMES = frozenset({"problem", "detail", "expected"})
 _LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
 
 
@@ -66,8 +67,9 @@ def find_equivalent(
 
 def is_message_only(original: str, mutant: str) -> bool:
     """True when the mutant changes nothing but the text of an error or a log line: a string literal
-    inside a `raise` or a `problem`/`message` variable, or any argument of an exception being built
-    (`…Error(…)`) or of a logging call (`log.warning(…)`)."""
+    inside a `raise`, the value of a variable that only holds message text (`problem`, `detail`,
+    `expected`, …), or any argument of an exception being built (`…Error(…)`) or of a logging call
+    (`log.warning(…)`)."""
     try:
         old = ast.parse(_dedent(original))
         new = ast.parse(_dedent(mutant))
@@ -123,7 +125,7 @@ def _in_message(a: object, b: object, ancestors: tuple[ast.AST, ...]) -> bool:
             return below is not node.func
         if strings and isinstance(node, ast.Raise):
             return True
-        if strings and isinstance(node, ast.Assign | ast.AnnAssign):
+        if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             return any(isinstance(t, ast.Name) and t.id in _MESSAGE_NAMES for t in targets)
         if isinstance(node, ast.stmt):
