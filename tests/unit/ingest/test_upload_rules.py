@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import InvalidInput
+from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
     UploadKey,
@@ -152,3 +152,108 @@ def test_upload_key_bounds_are_the_ones_validation_applies() -> None:
     """At the bounds the key is read: `upload_seq` 1, attempt 0 and INT32_MAX, the body's own run."""
     assert upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0}) == UploadKey(1, 0, False)
     assert upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX}) == UploadKey(1, INT32_MAX, False)
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def test_counts_and_attempts_start_at_zero() -> None:
+    """0 is a valid attempt, log count, checkpoint time and drop count (only `upload_seq` starts at 1)."""
+    upload = parse_upload(
+        "r",
+        {
+            "status": "running",
+            "producer_attempt": 0,
+            "live_log_total_count": 0,
+            "last_checkpoint_at": 0,
+            "dropped_one_shot_events": 0,
+        },
+    )
+    assert (upload.producer_attempt, upload.live_log_total_count, upload.last_checkpoint_at) == (0, 0, 0)
+
+
+def test_a_replay_without_a_mode_or_with_an_empty_one_is_positional() -> None:
+    """Absent, null or empty `dedupe_mode` means the default, positional."""
+    for replay in (
+        {"lines": ["x"]},
+        {"lines": ["x"], "dedupe_mode": None},
+        {"lines": ["x"], "dedupe_mode": ""},
+    ):
+        parsed = parse_upload("r", {"status": "completed", "terminal_log_replay": replay}).terminal_log_replay
+        assert parsed is not None and parsed.dedupe_mode == "positional"
+
+
+def test_a_one_shot_list_that_is_not_a_list_is_refused_naming_it() -> None:
+    """`dataset_lifecycle_events` must be a list; anything else is refused naming the field."""
+    with pytest.raises(InvalidInput) as refused:
+        parse_upload("r", {"status": "running", "dataset_lifecycle_events": {"a": 1}})
+    assert refused.value.field == "dataset_lifecycle_events"
+
+
+def test_step_started_event_carries_the_start_time() -> None:
+    """`step.started` names the node and when it started."""
+    events, _, _ = diff_steps({}, {"n": {"started_at": 7}}, "running")
+    assert events == [{"type": "step.started", "node_id": "n", "started_at": 7}]
+
+
+# -- the whole plan ------------------------------------------------------------------------------
+
+
+def test_a_stale_attempt_names_the_run() -> None:
+    """The refusal of a stale attempt names the run, the refused attempt and the current one."""
+    with pytest.raises(StaleAttempt) as refused:
+        plan_upload("run-9", IngestState(producer_attempt=3), _upload(producer_attempt=2))
+    assert (refused.value.run_id, refused.value.attempt, refused.value.current) == ("run-9", 2, 3)
+
+
+def test_a_step_completing_in_a_failed_upload_fails() -> None:
+    """The plan passes the upload's status to the step diff: a node that completes in a `failed`
+    upload is recorded failed."""
+    plan = plan_upload(
+        "r", IngestState(), _upload(status="failed", live_node_progress={"n": {"completed_at": 5}})
+    )
+    assert [e["outcome"] for e in plan.events if e["type"] == "step.completed"] == ["failed"]
+
+
+def test_the_plan_stores_the_new_snapshot_and_watermarks() -> None:
+    """The state to store holds the nodes after the upload and the activity watermarks it moved."""
+    plan = plan_upload(
+        "r",
+        IngestState(live_node_progress={"a": {"completed": 1}}),
+        _upload(
+            live_node_progress={"b": {"completed": 2}},
+            activity_observations=[{"activityId": "x", "observedAt": 4}],
+        ),
+    )
+    assert plan.state.live_node_progress == {"a": {"completed": 1}, "b": {"completed": 2}}
+    assert plan.state.activity_watermarks == {"x": 4}
+
+
+def test_an_upload_without_a_replay_keeps_the_stored_replay_digest() -> None:
+    """The digest of the last exact replay survives uploads without one, so that replay is still
+    absorbed when it is sent again later."""
+    replay = {"lines": ["a", "b"], "dedupe_mode": "exact"}
+    first = plan_upload("r", IngestState(), _upload(status="completed", terminal_log_replay=replay))
+    between = plan_upload("r", first.state, _upload(status="completed"))
+    assert between.state.replay_digest == first.state.replay_digest
+    again = plan_upload("r", between.state, _upload(status="completed", terminal_log_replay=replay))
+    assert again.events == ()
+
+
+def test_a_replay_gap_names_the_attempt() -> None:
+    """A gap before the replay's lines names the producer attempt, as a gap before the tail does."""
+    plan = plan_upload(
+        "r",
+        IngestState(producer_attempt=2),
+        _upload(
+            producer_attempt=2, status="completed", terminal_log_replay={"lines": ["z"], "total_count": 4}
+        ),
+    )
+    assert [(e["missing"], e["producer_attempt"]) for e in plan.events if e["type"] == "log.gap"] == [(3, 2)]
+
+
+def test_upload_key_heartbeat_has_no_upper_bound() -> None:
+    """`last_checkpoint_at` is not stored, so no column bound applies: past the bigint range it is
+    still a heartbeat."""
+    key = upload_key("r", {"upload_seq": 1, "last_checkpoint_at": 2**63})
+    assert key == UploadKey(upload_seq=1, producer_attempt=None, heartbeat=True)
