@@ -21,7 +21,7 @@ from ledger.ingest.rules import (
     plan_upload,
     upload_key,
 )
-from ledger.validate import INT32_MAX
+from ledger.validate import INT32_MAX, INT64_MAX
 
 
 def _upload(**kw: Any) -> Any:
@@ -183,11 +183,12 @@ def test_a_replay_without_a_mode_or_with_an_empty_one_is_positional() -> None:
         assert parsed is not None and parsed.dedupe_mode == "positional"
 
 
-def test_a_one_shot_list_that_is_not_a_list_is_refused_naming_it() -> None:
-    """`dataset_lifecycle_events` must be a list; anything else is refused naming the field."""
+@pytest.mark.parametrize("name", ["dataset_lifecycle_events", "activity_observations"])
+def test_a_one_shot_list_that_is_not_a_list_is_refused_naming_it(name: str) -> None:
+    """The one-shot event lists must be lists; anything else is refused naming the field."""
     with pytest.raises(InvalidInput) as refused:
-        parse_upload("r", {"status": "running", "dataset_lifecycle_events": {"a": 1}})
-    assert refused.value.field == "dataset_lifecycle_events"
+        parse_upload("r", {"status": "running", name: {"a": 1}})
+    assert refused.value.field == name
 
 
 def test_step_started_event_carries_the_start_time() -> None:
@@ -257,3 +258,26 @@ def test_upload_key_heartbeat_has_no_upper_bound() -> None:
     still a heartbeat."""
     key = upload_key("r", {"upload_seq": 1, "last_checkpoint_at": 2**63})
     assert key == UploadKey(upload_seq=1, producer_attempt=None, heartbeat=True)
+
+
+def test_unstored_counters_have_no_upper_bound() -> None:
+    """`last_checkpoint_at` and `dropped_one_shot_events` are not stored: past the bigint range they
+    are still accepted."""
+    upload = parse_upload(
+        "r", {"status": "running", "last_checkpoint_at": 2**63, "dropped_one_shot_events": 2**63}
+    )
+    assert (upload.last_checkpoint_at, upload.dropped_one_shot_events) == (2**63, 2**63)
+
+
+def test_a_replay_may_end_exactly_at_the_last_log_position() -> None:
+    """The log position is a bigint: a replay whose last line lands on INT64_MAX is accepted, one
+    that would land past it is refused naming the replay."""
+    body = {
+        "status": "completed",
+        "live_log_total_count": INT64_MAX - 1,
+        "terminal_log_replay": {"lines": ["x"]},
+    }
+    assert parse_upload("r", body).terminal_log_replay is not None
+    with pytest.raises(InvalidInput) as refused:
+        parse_upload("r", {**body, "live_log_total_count": INT64_MAX})
+    assert refused.value.field == "terminal_log_replay"
