@@ -70,3 +70,25 @@ def test_a_signed_token_with_malformed_claims_is_refused(claims: dict[str, objec
     a run or an attempt is `TokenError`, never a grant."""
     with pytest.raises(TokenError, match="malformed token"):
         tokens.verify(KEYRING, signed(**claims), now_s=NOW)
+
+
+def test_every_minted_token_verifies() -> None:
+    """Minting and verifying round-trip for any run id and attempt (the base64 parts lose their
+    padding and get it back, whatever their length)."""
+    for i in range(50):
+        token, grant = tokens.mint(KEYRING, Scope.RUN, now_s=NOW, ttl_s=60, run_id=f"run-{i}", max_attempt=i)
+        assert tokens.verify(KEYRING, token, now_s=NOW) == grant
+
+
+def test_a_secret_may_contain_colons() -> None:
+    """In `kid:secret` the key id ends at the first colon: the secret keeps any colon after it."""
+    [(kid, secret)] = tokens.parse_keyring("k1:abc:def-0123456789abcdef").keys
+    assert (kid, secret) == ("k1", b"abc:def-0123456789abcdef")
+
+
+def test_a_secret_of_exactly_the_minimum_length_is_accepted() -> None:
+    """A secret of `MIN_SECRET_LENGTH` characters is long enough; one less is refused."""
+    exact = "s" * tokens.MIN_SECRET_LENGTH
+    assert tokens.parse_keyring(f"k1:{exact}").keys == (("k1", exact.encode()),)
+    with pytest.raises(ValueError, match="shorter than"):
+        tokens.parse_keyring(f"k1:{exact[1:]}")
