@@ -160,6 +160,44 @@ async def test_a_flush_with_nothing_to_send_waits_for_the_upload_in_flight() -> 
     assert first.done() and nothing_new.done()
 
 
+async def test_a_flush_made_after_aclose_still_gets_a_trailing_timer() -> None:
+    """`aclose` stops the trailing timer (even one that has not run yet) without disabling the
+    uploader: a change throttled after it is still carried by a new timer."""
+    uploader, state, transport, clock = make()
+    touch(state, 1)
+    await uploader.flush()
+    touch(state, 2)
+    await uploader.flush()  # throttled: a timer is armed, not yet running
+    await uploader.aclose()
+    touch(state, 3)
+    await uploader.flush()
+    await settle()
+    await clock.advance(1.5)
+    assert [p["live_node_progress"]["n"]["completed"] for p in transport.payloads] == [1, 3]
+    await uploader.aclose()
+
+
+async def test_a_flush_with_nothing_new_waits_while_the_attempt_is_checked() -> None:
+    """A caller with nothing new to send returns once the upload in flight is done, even while that
+    upload is still asking whether its attempt is current."""
+    gate = asyncio.Event()
+
+    async def is_current() -> bool:
+        await gate.wait()
+        return True
+
+    uploader, _, transport, _ = make(is_current_attempt=is_current)
+    forced = asyncio.create_task(uploader.flush(force=True))
+    await settle()
+    nothing_new = asyncio.create_task(uploader.flush())
+    await settle()
+    assert not nothing_new.done()
+    gate.set()
+    await settle()
+    assert forced.done() and nothing_new.done()
+    assert len(transport.payloads) == 1
+
+
 async def test_aclose_waits_for_the_upload_in_flight_and_a_later_flush_still_lands() -> None:
     """`aclose` does not cancel the upload in flight; it stops the trailing timer, and a flush made
     after it is throttled and carried by a new timer as before."""
@@ -230,20 +268,22 @@ async def test_uploads_made_and_failed_uploads_count_each_outcome() -> None:
     """`uploads_made` counts acknowledged uploads (a resend included); `failed_uploads` counts uploads
     that failed or that the ledger refused."""
     uploader, state, transport, _ = make()
-    transport.failures.extend([boom(), UploadRejected(422, "no"), UploadRejected(422, "no again")])
     touch(state, 1)
+    await uploader.flush(force=True)  # lands
+    transport.failures.extend([boom(), UploadRejected(422, "no"), UploadRejected(422, "no again")])
+    touch(state, 2)
     await uploader.flush(force=True)  # failed: unknown outcome
     await uploader.flush(force=True)  # its resend is refused
-    touch(state, 2)
-    await uploader.flush(force=True)  # refused
-    assert (uploader.uploads_made, uploader.failed_uploads) == (0, 3)
     touch(state, 3)
+    await uploader.flush(force=True)  # refused
+    assert (uploader.uploads_made, uploader.failed_uploads) == (1, 3)
+    touch(state, 4)
     transport.failures.append(boom())
     await uploader.flush(force=True)  # failed
     await uploader.flush(force=True)  # the resend lands
-    touch(state, 4)
+    touch(state, 5)
     await uploader.flush(force=True)  # lands
-    assert (uploader.uploads_made, uploader.failed_uploads) == (2, 4)
+    assert (uploader.uploads_made, uploader.failed_uploads) == (3, 4)
 
 
 # -- stopping --------------------------------------------------------------------------------------
