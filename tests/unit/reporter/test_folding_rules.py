@@ -126,6 +126,7 @@ def test_a_map_completed_event_alone_completes_its_step_with_its_counts() -> Non
     assert (wire["completed"], wire["failed"], wire.get("total")) == (0, 3, None)
     assert wire["artifact_table_namespace"] == "leads_9"
     assert folder.lifecycle.state("enrich") is StepState.COMPLETED
+    assert "started_at" in wire  # a step that settles without a start event starts as it settles
 
 
 # -- the map-start log line --------------------------------------------------------------------------
@@ -194,14 +195,20 @@ def test_calls_in_flight_are_capped_by_the_rows_left_at_a_one_row_total() -> Non
 def test_calls_in_flight_on_a_settled_map_put_no_row_in_flight() -> None:
     """When every row settled (or more than the total did), a batch puts no row in flight, the rows
     started stay at most the total and nothing waits."""
-    for completed in (10, 12):
+    for total, completed in ((10, 10), (10, 12), (1, 2)):
         folder, _, _ = make()
         folder.on_runner_event(
-            ex(type="map.progress", mapNodeId="enrich", totalRows=10, completedRows=completed, failedRows=0)
+            ex(
+                type="map.progress",
+                mapNodeId="enrich",
+                totalRows=total,
+                completedRows=completed,
+                failedRows=0,
+            )
         )
         folder.on_runner_event(batch(3))
         wire = node(folder, "enrich")
-        assert (wire["active_rows"], wire["started_rows"], wire["waiting_rows"]) == (0, 10, 0)
+        assert (wire["active_rows"], wire["started_rows"], wire["waiting_rows"]) == (0, total, 0)
 
 
 def test_waiting_rows_after_a_batch_count_the_rows_not_started() -> None:
@@ -327,11 +334,32 @@ def test_events_that_are_mappings_but_not_dicts_are_folded() -> None:
 
 
 def test_a_log_event_without_a_string_line_appends_nothing() -> None:
-    """A log event's line must be a non-empty string."""
-    folder, _, _ = make()
+    """A log event's line must be a non-empty string; one that is not is ignored whole (no flush)."""
+    folder, scheduled, _ = make()
+    scheduled.clear()
     for line in (5, ""):
         folder.on_runner_event({"type": "log", "line": line})
     assert folder.state.log_total_count == 0
+    assert scheduled == []
+
+
+def test_a_map_event_namespace_is_kept_only_when_storable() -> None:
+    """A map event's table namespace is recorded only when it is a non-empty string the ledger can
+    store; the total it names sets the upload interval."""
+    for namespace in ("", "bad\x00name"):
+        folder, _, _ = make()
+        folder.on_runner_event(
+            ex(
+                type="map.progress",
+                mapNodeId="enrich",
+                artifactTableNamespace=namespace,
+                totalRows=50_000,
+                completedRows=1,
+                failedRows=0,
+            )
+        )
+        assert "artifact_table_namespace" not in node(folder, "enrich")
+        assert folder.state.total_rows == 50_000
 
 
 def test_junk_one_shot_events_are_dropped_and_counted_per_kind() -> None:
