@@ -72,3 +72,10 @@ def test_a_list_field_that_is_not_a_list_says_what_it_should_hold() -> None:
     """The refusal of a non-list says it must be a list of strings."""
     assert refusal(string_list, "tags", "a").problem.startswith("must be a list of strings")
     assert refusal(free_text_list, "live_logs", "a").problem.startswith("must be a list of strings")
+
+
+def test_a_node_io_object_is_taken_as_given() -> None:
+    """A node's I/O is a JSON object, kept as given; anything else is refused naming the field."""
+    node_io = {"attempt": 1, "inputs": {"q": [1, 2]}, "error": None}
+    assert node_field("n.node_io", "node_io", node_io) == node_io
+    assert refusal(node_field, "n.node_io", "node_io", [1]).field == "n.node_io"
