@@ -3,11 +3,13 @@
     python -m tests.mutation                        # every module in [tool.mutmut] only_mutate
     python -m tests.mutation reporter/reconcile.py  # one module (a path or a dotted name)
     python -m tests.mutation --report               # only report the results of the last runs
+    python -m tests.mutation --report --stubs       # equivalent.toml entries for the survivors
 
 For each module: the score (killed ÷ (killed + survived), message-only and listed-equivalent mutants
-left out), then each surviving mutant as a diff. A mutant that only rewords an error message is
-counted apart; one listed in tests/mutation/equivalent.toml is not shown again. Needs the `mutation`
-extra (`pip install -e '.[mutation]'`) and runs from the repository root; results stay in mutants/.
+left out), then each surviving mutant as a diff. A mutant that only rewords an error or a log line is
+counted apart; one listed in tests/mutation/equivalent.toml is not shown again. Exits 1 while a
+survivor is left. Needs the `mutation` extra (`pip install -e '.[mutation]'`) and runs from the
+repository root; results stay in mutants/ (see docs/testing.md).
 """
 
 from __future__ import annotations
@@ -161,10 +163,12 @@ def _line_of_change(source_lines: list[str], original: str, mutant: str) -> int:
 
 def report(results: list[ModuleResult], verbose_message_only: bool) -> None:
     print()
-    print(f"{'module':<26} {'killed':>6} {'survived':>8} {'message':>7} {'equiv.':>6} {'score':>6}")
+    columns = ("mutants", "killed", "survived", "message", "equiv.", "score")
+    print(f"{'module':<26} " + " ".join(f"{c:>{max(len(c), 6)}}" for c in columns))
     for r in results:
+        total = r.killed + len(r.survivors) + len(r.message_only) + len(r.equivalent)
         print(
-            f"{r.path:<26} {r.killed:>6} {len(r.survivors):>8} {len(r.message_only):>7}"
+            f"{r.path:<26} {total:>7} {r.killed:>6} {len(r.survivors):>8} {len(r.message_only):>7}"
             f" {len(r.equivalent):>6} {r.score:>5.1f}%"
         )
     print("score = killed / (killed + survived); message-only and equivalent survivors are left out,")
@@ -217,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         print_stubs(results)
     else:
         report(results, args.message_only)
+    sys.exit(1 if any(r.survivors for r in results) else 0)
 
 
 if __name__ == "__main__":
