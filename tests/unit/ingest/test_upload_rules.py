@@ -1,0 +1,283 @@
+"""Status-ingestion rules at their edges: a step completes once, a replay's count at its bound, the
+answer's counts when the tail and a replay arrive together, and the look at an upload's order key
+before the body is validated.
+
+Each test names the rule it checks; with test_rules.py they are what the mutation run
+(`python -m tests.mutation ledger/ingest/rules.py`) measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ledger.errors import InvalidInput, StaleAttempt
+from ledger.ingest.rules import (
+    IngestState,
+    UploadKey,
+    diff_steps,
+    parse_upload,
+    plan_upload,
+    upload_key,
+)
+from ledger.validate import INT32_MAX, INT64_MAX
+
+
+def _upload(**kw: Any) -> Any:
+    kw.setdefault("status", "running")
+    return parse_upload("r", kw)
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def test_a_completed_step_completes_once_across_later_uploads() -> None:
+    """`step.completed` is appended when `completed_at` first appears; later uploads that still carry
+    it (every upload carries the whole snapshot) append no second one."""
+    node = {"started_at": 1, "completed_at": 5, "completed": 3, "total": 3}
+    first, _, snapshot = diff_steps({}, {"n": node}, "running")
+    assert [e["type"] for e in first] == ["step.started", "step.progress", "step.completed"]
+    again, changed, _ = diff_steps(snapshot, {"n": dict(node)}, "completed")
+    assert again == [] and changed == []
+
+
+def test_a_step_that_completes_later_gets_its_completion_then() -> None:
+    """A node stored without `completed_at` completes in the upload that first carries it."""
+    events, changed, _ = diff_steps(
+        {"n": {"started_at": 1}}, {"n": {"started_at": 1, "completed_at": 4}}, "running"
+    )
+    assert events == [{"type": "step.completed", "node_id": "n", "completed_at": 4, "outcome": "completed"}]
+    assert changed == ["n"]
+
+
+def test_step_progress_carries_counts_and_texts_that_are_set() -> None:
+    """`step.progress` names the node's counts and its message/namespace, only the ones it has."""
+    events, _, _ = diff_steps(
+        {},
+        {"n": {"completed": 2, "total": 4, "message": "2 / 4", "artifact_table_namespace": "t_1"}},
+        "running",
+    )
+    assert events == [
+        {
+            "type": "step.progress",
+            "node_id": "n",
+            "completed": 2,
+            "total": 4,
+            "message": "2 / 4",
+            "artifact_table_namespace": "t_1",
+        }
+    ]
+
+
+# -- terminal log replay -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lines", [1, 2])
+def test_replay_total_count_equal_to_its_lines_is_accepted(lines: int) -> None:
+    """`total_count` counts the attempt's lines including the replay: equal to the replay's own lines
+    (the replay is the whole log) is valid; one less is refused naming the field."""
+    replay = {"lines": ["x"] * lines, "total_count": lines}
+    assert parse_upload("r", {"status": "completed", "terminal_log_replay": replay}).terminal_log_replay
+    with pytest.raises(InvalidInput) as refused:
+        parse_upload(
+            "r", {"status": "completed", "terminal_log_replay": {**replay, "total_count": lines - 1}}
+        )
+    assert refused.value.field == "terminal_log_replay.total_count"
+
+
+def test_answer_counts_lines_and_gaps_of_the_tail_and_the_replay_together() -> None:
+    """The answer's `logs_appended` and `log_gap` add up what the live tail and the terminal replay
+    placed in one upload: tail positions 4-5 after 1 held (gap 2), then replay positions 8-9 (gap 2)."""
+    state = IngestState(live_log_count=1)
+    upload = _upload(
+        status="completed",
+        live_logs=["l4", "l5"],
+        live_log_total_count=5,
+        terminal_log_replay={"lines": ["r8", "r9"], "total_count": 9},
+    )
+    plan = plan_upload("r", state, upload)
+    assert (plan.logs_appended, plan.log_gap, plan.state.live_log_count) == (4, 4, 9)
+    gaps = [e for e in plan.events if e["type"] == "log.gap"]
+    assert [(g["missing"], g["after_position"]) for g in gaps] == [(2, 1), (2, 5)]
+
+
+def test_a_replay_already_absorbed_adds_nothing_to_the_answer_counts() -> None:
+    """An exact replay absorbed whole (same attempt and lines as the last one) appends no line and
+    reports no gap; the tail's own lines still count."""
+    replay = {"lines": ["a", "b"], "dedupe_mode": "exact"}
+    first = plan_upload("r", IngestState(), _upload(status="completed", terminal_log_replay=replay))
+    again = plan_upload(
+        "r",
+        first.state,
+        _upload(status="completed", live_logs=["c"], live_log_total_count=3, terminal_log_replay=replay),
+    )
+    assert (again.logs_appended, again.log_gap) == (1, 0)
+
+
+# -- the upload's order key, read before validation ------------------------------------------------
+
+
+def test_upload_key_reads_seq_attempt_and_heartbeat() -> None:
+    """The key is `(producer_attempt, upload_seq)` and whether `last_checkpoint_at` is carried, read
+    whatever the rest of the body holds."""
+    body = {"run_id": "r", "upload_seq": 3, "producer_attempt": 2, "last_checkpoint_at": 0, "status": 7}
+    assert upload_key("r", body) == UploadKey(upload_seq=3, producer_attempt=2, heartbeat=True)
+    assert upload_key("r", {"upload_seq": 1.0}) == UploadKey(
+        upload_seq=1, producer_attempt=None, heartbeat=False
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"run_id": "other", "upload_seq": 1},
+        {},
+        {"upload_seq": None},
+        {"upload_seq": 0},
+        {"upload_seq": "1"},
+        {"upload_seq": 1, "producer_attempt": -1},
+        {"upload_seq": 1, "producer_attempt": INT32_MAX + 1},
+        {"upload_seq": 1, "last_checkpoint_at": -1},
+    ],
+)
+def test_upload_key_is_none_without_a_valid_seq_or_with_a_malformed_key_field(body: object) -> None:
+    """No key (so full validation decides) when the body is not an object, names another run, has no
+    `upload_seq` >= 1, or a key field is out of its bounds."""
+    assert upload_key("r", body) is None
+
+
+def test_upload_key_bounds_are_the_ones_validation_applies() -> None:
+    """At the bounds the key is read: `upload_seq` 1, attempt 0 and INT32_MAX, the body's own run."""
+    assert upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0}) == UploadKey(1, 0, False)
+    assert upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX}) == UploadKey(1, INT32_MAX, False)
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def test_counts_and_attempts_start_at_zero() -> None:
+    """0 is a valid attempt, log count, checkpoint time and drop count (only `upload_seq` starts at 1)."""
+    upload = parse_upload(
+        "r",
+        {
+            "status": "running",
+            "producer_attempt": 0,
+            "live_log_total_count": 0,
+            "last_checkpoint_at": 0,
+            "dropped_one_shot_events": 0,
+        },
+    )
+    assert (upload.producer_attempt, upload.live_log_total_count, upload.last_checkpoint_at) == (0, 0, 0)
+
+
+def test_a_replay_without_a_mode_or_with_an_empty_one_is_positional() -> None:
+    """Absent, null or empty `dedupe_mode` means the default, positional."""
+    for replay in (
+        {"lines": ["x"]},
+        {"lines": ["x"], "dedupe_mode": None},
+        {"lines": ["x"], "dedupe_mode": ""},
+    ):
+        parsed = parse_upload("r", {"status": "completed", "terminal_log_replay": replay}).terminal_log_replay
+        assert parsed is not None and parsed.dedupe_mode == "positional"
+
+
+@pytest.mark.parametrize("name", ["dataset_lifecycle_events", "activity_observations"])
+def test_a_one_shot_list_that_is_not_a_list_is_refused_naming_it(name: str) -> None:
+    """The one-shot event lists must be lists; anything else is refused naming the field."""
+    with pytest.raises(InvalidInput) as refused:
+        parse_upload("r", {"status": "running", name: {"a": 1}})
+    assert refused.value.field == name
+
+
+def test_step_started_event_carries_the_start_time() -> None:
+    """`step.started` names the node and when it started."""
+    events, _, _ = diff_steps({}, {"n": {"started_at": 7}}, "running")
+    assert events == [{"type": "step.started", "node_id": "n", "started_at": 7}]
+
+
+# -- the whole plan ------------------------------------------------------------------------------
+
+
+def test_a_stale_attempt_names_the_run() -> None:
+    """The refusal of a stale attempt names the run, the refused attempt and the current one."""
+    with pytest.raises(StaleAttempt) as refused:
+        plan_upload("run-9", IngestState(producer_attempt=3), _upload(producer_attempt=2))
+    assert (refused.value.run_id, refused.value.attempt, refused.value.current) == ("run-9", 2, 3)
+
+
+def test_a_step_completing_in_a_failed_upload_fails() -> None:
+    """The plan passes the upload's status to the step diff: a node that completes in a `failed`
+    upload is recorded failed."""
+    plan = plan_upload(
+        "r", IngestState(), _upload(status="failed", live_node_progress={"n": {"completed_at": 5}})
+    )
+    assert [e["outcome"] for e in plan.events if e["type"] == "step.completed"] == ["failed"]
+
+
+def test_the_plan_stores_the_new_snapshot_and_watermarks() -> None:
+    """The state to store holds the nodes after the upload and the activity watermarks it moved."""
+    plan = plan_upload(
+        "r",
+        IngestState(live_node_progress={"a": {"completed": 1}}),
+        _upload(
+            live_node_progress={"b": {"completed": 2}},
+            activity_observations=[{"activityId": "x", "observedAt": 4}],
+        ),
+    )
+    assert plan.state.live_node_progress == {"a": {"completed": 1}, "b": {"completed": 2}}
+    assert plan.state.activity_watermarks == {"x": 4}
+
+
+def test_an_upload_without_a_replay_keeps_the_stored_replay_digest() -> None:
+    """The digest of the last exact replay survives uploads without one, so that replay is still
+    absorbed when it is sent again later."""
+    replay = {"lines": ["a", "b"], "dedupe_mode": "exact"}
+    first = plan_upload("r", IngestState(), _upload(status="completed", terminal_log_replay=replay))
+    between = plan_upload("r", first.state, _upload(status="completed"))
+    assert between.state.replay_digest == first.state.replay_digest
+    again = plan_upload("r", between.state, _upload(status="completed", terminal_log_replay=replay))
+    assert again.events == ()
+
+
+def test_a_replay_gap_names_the_attempt() -> None:
+    """A gap before the replay's lines names the producer attempt, as a gap before the tail does."""
+    plan = plan_upload(
+        "r",
+        IngestState(producer_attempt=2),
+        _upload(
+            producer_attempt=2, status="completed", terminal_log_replay={"lines": ["z"], "total_count": 4}
+        ),
+    )
+    assert [(e["missing"], e["producer_attempt"]) for e in plan.events if e["type"] == "log.gap"] == [(3, 2)]
+
+
+def test_upload_key_heartbeat_has_no_upper_bound() -> None:
+    """`last_checkpoint_at` is not stored, so no column bound applies: past the bigint range it is
+    still a heartbeat."""
+    key = upload_key("r", {"upload_seq": 1, "last_checkpoint_at": 2**63})
+    assert key == UploadKey(upload_seq=1, producer_attempt=None, heartbeat=True)
+
+
+def test_unstored_counters_have_no_upper_bound() -> None:
+    """`last_checkpoint_at` and `dropped_one_shot_events` are not stored: past the bigint range they
+    are still accepted."""
+    upload = parse_upload(
+        "r", {"status": "running", "last_checkpoint_at": 2**63, "dropped_one_shot_events": 2**63}
+    )
+    assert (upload.last_checkpoint_at, upload.dropped_one_shot_events) == (2**63, 2**63)
+
+
+def test_a_replay_may_end_exactly_at_the_last_log_position() -> None:
+    """The log position is a bigint: a replay whose last line lands on INT64_MAX is accepted, one
+    that would land past it is refused naming the replay."""
+    body = {
+        "status": "completed",
+        "live_log_total_count": INT64_MAX - 1,
+        "terminal_log_replay": {"lines": ["x"]},
+    }
+    assert parse_upload("r", body).terminal_log_replay is not None
+    with pytest.raises(InvalidInput) as refused:
+        parse_upload("r", {**body, "live_log_total_count": INT64_MAX})
+    assert refused.value.field == "terminal_log_replay"
