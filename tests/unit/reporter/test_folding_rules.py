@@ -363,12 +363,13 @@ def test_a_map_event_namespace_is_kept_only_when_storable() -> None:
 
 
 def test_junk_one_shot_events_are_dropped_and_counted_per_kind() -> None:
-    """An activity observation or dataset lifecycle event the ledger would refuse is dropped and
-    counted under its kind."""
+    """A dataset lifecycle event the ledger would refuse is dropped and counted under its kind; an
+    activity observation the runner protocol itself refuses (a non-text `activityId`) is a runner
+    line the protocol refuses, skipped whole and counted as one."""
     folder, _, _ = make()
     folder.on_runner_event(ex(type="activity.observed", observation={"activityId": 7}))
     folder.on_runner_event(ex(type="dataset.lifecycle", payload=float("nan")))
-    assert folder.sanitizer.counts == {"activity observation": 1, "dataset lifecycle event": 1}
+    assert folder.sanitizer.counts == {"runner line": 1, "dataset lifecycle event": 1}
 
 
 # -- the end of a run --------------------------------------------------------------------------------

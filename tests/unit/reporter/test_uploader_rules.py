@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from ledger.errors import LedgerError, StaleAttempt
 from reporter.state import ProgressState
-from reporter.transports.protocol import StaleAttemptError, UploadRejected
 from reporter.uploader import CoalescingUploader, FlushRequest, epoch_ms_now
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 from tests.unit.reporter.test_uploader import make, touch
@@ -270,7 +270,7 @@ async def test_uploads_made_and_failed_uploads_count_each_outcome() -> None:
     uploader, state, transport, _ = make()
     touch(state, 1)
     await uploader.flush(force=True)  # lands
-    transport.failures.extend([boom(), UploadRejected(422, "no"), UploadRejected(422, "no again")])
+    transport.failures.extend([boom(), LedgerError("no"), LedgerError("no again")])
     touch(state, 2)
     await uploader.flush(force=True)  # failed: unknown outcome
     await uploader.flush(force=True)  # its resend is refused
@@ -294,7 +294,7 @@ async def test_a_request_pending_when_the_uploader_stops_gets_the_stop_reason() 
     reason; a best-effort caller returns normally; nothing more is sent."""
     uploader, state, transport, _ = make()
     transport.hold()
-    stale = StaleAttemptError("stale producer attempt 3")
+    stale = StaleAttempt("r", 1, 2, "stale producer attempt 3")
     transport.failures.append(stale)
     touch(state, 1)
     first = asyncio.create_task(uploader.flush(force=True))
