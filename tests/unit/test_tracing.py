@@ -95,6 +95,6 @@ def test_without_the_extra_the_variables_give_one_line_and_the_service_runs_untr
     said = [line for line in done.stderr.splitlines() if "tracing" in line]
     assert len(said) == 1
     assert said[0].startswith(
-        "tracing is off: OTEL_* asks for it but OpenTelemetry is not installed (opentelemetry."
+        "tracing is off: OTEL_* asks for it but OpenTelemetry is not installed (opentelemetry"
     )
     assert said[0].endswith("): pip install 'run-ledger[otel]'")
