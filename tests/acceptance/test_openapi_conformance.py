@@ -53,8 +53,8 @@ UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 BIGINT_LIMIT = 2**63
 VALID_RUN_ID = re.compile(SEGMENT_PATTERN)
 
-CONFIG = SchemathesisConfig.from_str(
-    f"""
+# What both runs check: answers only (no stateful phase), with a fixed budget and seed.
+_CHECKS = f"""
 [generation]
 max-examples = {MAX_EXAMPLES}
 deterministic = true
@@ -76,7 +76,11 @@ enabled = true
 
 [checks.response_schema_conformance]
 enabled = true
+"""
 
+CONFIG = SchemathesisConfig.from_str(
+    _CHECKS
+    + """
 [checks.positive_data_acceptance]
 enabled = true
 # A valid request may still name a run that does not exist (404), contradict stored state (409)
@@ -90,35 +94,15 @@ enabled = true
 
 
 STREAM_CONFIG = SchemathesisConfig.from_str(
-    f"""
+    """
 # The stream operations' headers are patterns (offsets, producer ids, TTLs) that generation meets by
 # filtering; on a slow machine Hypothesis may then stop with a health check, which says nothing of
 # the service's answers (the checks below do).
 suppress-health-check = ["filter_too_much", "too_slow"]
-
-[generation]
-max-examples = {MAX_EXAMPLES}
-deterministic = true
-
-[phases.stateful]
-enabled = false
-
-[checks]
-enabled = false
-
-[checks.not_a_server_error]
-enabled = true
-
-[checks.status_code_conformance]
-enabled = true
-
-[checks.content_type_conformance]
-enabled = true
-
+"""
+    + _CHECKS
+    + """
 [checks.response_headers_conformance]
-enabled = true
-
-[checks.response_schema_conformance]
 enabled = true
 """
 )
