@@ -141,6 +141,9 @@ runs = Table(
     # Time of the last event: what the watchdog and "age" read.
     _ts("updated_at", nullable=False, default_now=True),
     Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
+    # Retention has trimmed every non-terminal event at or below this seq: the trim and a read's
+    # first seq start above it instead of walking dead rows vacuum has not cleared yet.
+    Column("events_trimmed_through", BigInteger, nullable=False, server_default=text("0")),
     # Status ingestion (2.7): the fenced producer attempt and its positional channels.
     Column("producer_attempt", Integer, nullable=False, server_default=text("0")),
     Column("last_upload_seq", BigInteger, nullable=False, server_default=text("0")),

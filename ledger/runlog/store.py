@@ -92,12 +92,13 @@ SELECT * FROM ledger.append_events(
 # partition that holds them (run-time pruning).
 READ_PAGE_SQL: Final = """
 WITH run AS (
-    SELECT last_seq, created_at, terminal_status, terminal_result, terminal_error,
-           terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
+    SELECT last_seq, created_at, events_trimmed_through, terminal_status, terminal_result,
+           terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
     FROM ledger.runs WHERE run_id = %(run_id)s
 ), bounds AS (
     SELECT min(seq) AS first_seq FROM ledger.run_events
     WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
+      AND seq > (SELECT events_trimmed_through FROM run)
 ), page AS (
     SELECT seq, type, ts, payload FROM ledger.run_events
     WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
