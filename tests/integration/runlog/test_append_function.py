@@ -143,7 +143,9 @@ async def test_a_batch_past_retention_trims_itself_but_keeps_its_terminal_event(
 
 async def trimmed_through(db: Database, run_id: str) -> int:
     async with db.connection() as conn:
-        cur = await conn.execute("SELECT events_trimmed_through FROM ledger.runs WHERE run_id = %s", (run_id,))
+        cur = await conn.execute(
+            "SELECT events_trimmed_through FROM ledger.runs WHERE run_id = %s", (run_id,)
+        )
         row = await cur.fetchone()
         assert row is not None
         return int(row["events_trimmed_through"])
