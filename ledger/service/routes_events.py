@@ -161,12 +161,11 @@ async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage
                 cursor = events[-1]["seq"]
                 if events[-1]["type"] == "terminal":
                     return
-                # Maybe more pages behind this one: read on without waiting.
-                shared = await svc.runlog.wait_page(run_id, cursor, 0, PAGE)
-                page, frames = shared.page, shared.frames(sse_event)
-                continue
-            if page["terminal"] is not None:
+            elif page["terminal"] is not None:
                 return
+            # Pages behind this one come back at once: the wait reads before it waits, and that
+            # read is shared by every tail of the run at the same cursor, where a read of each
+            # tail's own would be one per tail after every wake-up.
             with tracing.span("events stream wait", run_id=run_id, after=cursor):
                 finished, waited = await svc.drain.race(
                     svc.runlog.wait_page(run_id, cursor, keepalive_ms, PAGE)
