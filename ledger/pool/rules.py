@@ -5,9 +5,11 @@ claim, the collect and the counts are the functions of `ledger/sql/` (`pool_clai
 `pool_collect_v2`, `pool_counts`), and `ledger.pool.store` calls them. This module says what they
 must do, in a form small enough to read and to test exhaustively: every decision is a function of
 the rows read and of `now` (whether an entry is garbage, available or warming, which entry a claim
-takes, what an add, promote, map or block writes). The model-based test
-(`tests/integration/pool/test_sql_rules.py`) holds the SQL to it on random entries on and next to
-every limit, to the microsecond; a change of rule is made here and in the SQL together.
+takes, what an add, promote, map or block writes). `tests/integration/pool/test_sql_rules.py`
+holds the SQL functions to it, property by property, on random entries on and next to every limit
+to the microsecond, and the model-based test (`test_model.py`, against the model in `model.py`)
+runs whole operation sequences through the store; a change of rule is made here and in the SQL
+together.
 
 The store still runs the rest of it itself: it reads and locks rows, calls these functions and
 writes what they return inside one transaction (add, promote, ready, map, block, resolve), and
