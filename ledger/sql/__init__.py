@@ -17,16 +17,17 @@ SHA-256 differs from `_SHIPPED`, and a change is a new file instead.
   `pool_claim_v2`) in a new file; its callers move to it, and the migration that loads it drops
   the old one (and its downgrade restores it). Callers never meet a function that changed under
   the name they know.
-- A view keeps its name (people and `ledger_reader` query it); its new definition goes into a new
-  file (`<view>_2.sql`) and the old file leaves the newest release.
+- A view keeps its name (people and `ledger_reader` query it), and so does `pool_windows()` (new
+  numbers are meant to reach every reader); the new definition goes into a new file
+  (`<name>_2.sql`) and the old file leaves the newest release.
 - The migration adds a release under its own revision listing the then-current files (unchanged
   ones again: `CREATE OR REPLACE` with the same definition changes nothing), calls
-  `load(op.execute, "<revision>")` and drops what the new files replace; a file no release needs
-  any more may go once no migration loads it.
+  `load(op.execute, "<revision>")` and drops what the new files replace. A file that has left the
+  newest release stays for the migrations that load it.
 - A shipped migration is never edited: `0012` loads `RELEASES["0012"]` whatever came after.
 
-`pool_windows` reads the pool's default time windows out of `pool_windows.sql`, so
-`ledger.pool.rules.PoolSettings` and the SQL have one home for those numbers.
+`pool_windows` reads the pool's default time windows out of the head release's `pool_windows`
+file, so `ledger.pool.rules.PoolSettings` and the SQL have one home for those numbers.
 """
 
 from __future__ import annotations
@@ -128,9 +129,9 @@ def load(execute: Callable[[str], object], revision: str, *, reader: Callable[[s
 
 def pool_windows() -> dict[str, int]:
     """The pool's default windows in milliseconds, by name, as `ledger.pool_windows()` returns them."""
-    text = read("pool_windows.sql")
+    text = read(next(name for name in RELEASES[HEAD] if name.startswith("pool_windows")))
     windows = {name: int(value) for value, name in _WINDOW.findall(text)}
     columns = _OUT.findall(text)
     if not columns or list(windows) != columns:
-        raise ValueError(f"pool_windows.sql: cannot read the windows {columns} from its SELECT")
+        raise ValueError(f"ledger.pool_windows(): cannot read the windows {columns} from its SELECT")
     return windows
