@@ -24,7 +24,7 @@ SHA-256 differs from `_SHIPPED`, and a change is a new file instead.
   ones again: `CREATE OR REPLACE` with the same definition changes nothing), calls
   `load(op.execute, "<revision>")` and drops what the new files replace. A file that has left the
   newest release stays for the migrations that load it.
-- A shipped migration is never edited: `0012` loads `RELEASES["0012"]` whatever came after.
+- A shipped migration is never edited: `0013` loads `RELEASES["0013"]` whatever came after.
 
 `pool_windows` reads the pool's default time windows out of the head release's `pool_windows`
 file, so `ledger.pool.rules.PoolSettings` and the SQL have one home for those numbers.
@@ -43,7 +43,7 @@ __all__ = ["HEAD", "RELEASES", "load", "pool_windows", "read", "statements"]
 # Each revision that loads files, with the files in the order they are run: what a file refers to
 # at creation (a view's relations and functions, a trigger's function) comes before it.
 RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
-    "0012": (
+    "0013": (
         "pool_windows.sql",
         "append_events.sql",
         "run_event_partitions.sql",
@@ -66,7 +66,7 @@ HEAD: Final = max(RELEASES)
 
 # The content of every file a release loads, as shipped.
 _SHIPPED: Final[Mapping[str, str]] = {
-    "append_events.sql": "5bac0aa411be65e52419685fbc3f9ca52601220d70f96523cdff59c674282de1",
+    "append_events.sql": "1e4711c99e6ecefe63e7923ae2f68321b8769625f40432317e95c96f234cba0d",
     "instance_runs.sql": "5dd548e86867ccfb252b4726755fde093edefad491006d97c4044d0f4b9f153a",
     "pool_availability.sql": "f957549ba7f08009c36cf20f8770afd7abf3133ee596d917bc4425668b531ee9",
     "pool_claim_v2.sql": "447f2485c80c302c23941a176f91c886a11726fd221971cfd94b7f0665289637",

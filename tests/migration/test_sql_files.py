@@ -159,7 +159,7 @@ def test_python_reads_the_windows_the_database_runs(head_url: str) -> None:
 
 @pytest.fixture
 def empty_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
-    name = f"ledger_sql12_{worker_id}"
+    name = f"ledger_sql13_{worker_id}"
     yield postgres.create_empty_database(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         postgres.drop_database(conn, name)
@@ -170,17 +170,17 @@ def _definitions_at(url: str) -> Definitions:
         return _definitions(conn)
 
 
-def test_0012_replaces_the_claim_and_the_collect_and_its_downgrade_restores_0011(empty_url: str) -> None:
-    migrate.upgrade(empty_url, "0011")
-    at_0011 = _definitions_at(empty_url)
+def test_0013_replaces_the_claim_and_the_collect_and_its_downgrade_restores_0012(empty_url: str) -> None:
     migrate.upgrade(empty_url, "0012")
     at_0012 = _definitions_at(empty_url)
-    assert sorted(at_0011.keys() - at_0012.keys()) == [
+    migrate.upgrade(empty_url, "0013")
+    at_0013 = _definitions_at(empty_url)
+    assert sorted(at_0012.keys() - at_0013.keys()) == [
         "function ledger.pool_claim(text,text,text,text,timestamp with time zone,bigint,bigint,bigint,"
         "boolean)",
         "function ledger.pool_collect(text,text,timestamp with time zone,bigint)",
     ]
-    assert sorted(at_0012.keys() - at_0011.keys()) == [
+    assert sorted(at_0013.keys() - at_0012.keys()) == [
         "function ledger.pool_claim_v2(text,text,text,text,boolean,timestamp with time zone,bigint,bigint,"
         "bigint)",
         "function ledger.pool_collect_v2(text,text,timestamp with time zone,bigint)",
@@ -188,12 +188,12 @@ def test_0012_replaces_the_claim_and_the_collect_and_its_downgrade_restores_0011
         "view ledger.pool_entry_conditions",
     ]
     # What both hold is unchanged but for the view that now counts by condition.
-    changed = sorted(k for k in at_0011.keys() & at_0012.keys() if at_0011[k] != at_0012[k])
+    changed = sorted(k for k in at_0012.keys() & at_0013.keys() if at_0012[k] != at_0013[k])
     assert changed == ["view ledger.pool_availability"]
     with psycopg.connect(empty_url) as conn:
         row = conn.execute(
             "SELECT has_table_privilege('ledger_reader', 'ledger.pool_entry_conditions', 'SELECT')"
         ).fetchone()
     assert row == (True,)
-    migrate.downgrade(empty_url, "0011")
-    assert _definitions_at(empty_url) == at_0011
+    migrate.downgrade(empty_url, "0012")
+    assert _definitions_at(empty_url) == at_0012

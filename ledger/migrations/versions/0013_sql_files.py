@@ -1,12 +1,12 @@
 """SQL in one place: the functions, triggers and views come from `ledger/sql/`, and the pool's time
 windows from one function.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-02 00:30:00.000000
 
-Loads release `0012` of `ledger.sql` (see its docstring for how later changes work). Most files
-restate what 0002-0011 made (`CREATE OR REPLACE` with the same definition changes nothing); new or
+Loads release `0013` of `ledger.sql` (see its docstring for how later changes work). Most files
+restate what 0002-0012 made (`CREATE OR REPLACE` with the same definition changes nothing); new or
 changed are:
 
 - `ledger.pool_windows()`: the pool's default windows (stale after 7 minutes, entry TTL 8 minutes by
@@ -18,7 +18,7 @@ changed are:
   stale), which the dashboard lists; `pool_availability` now counts it instead of restating the
   7 minutes.
 
-The downgrade restores 0011's objects from the migrations that shipped them (their module names are
+The downgrade restores 0012's objects from the migrations that shipped them (their module names are
 not identifiers, hence importlib).
 """
 
@@ -31,8 +31,8 @@ from alembic import op
 
 from ledger import sql
 
-revision: str = "0012"
-down_revision: str | None = "0011"
+revision: str = "0013"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -61,7 +61,7 @@ $$
 
 
 def upgrade() -> None:
-    sql.load(op.execute, "0012")
+    sql.load(op.execute, "0013")
     for signature in REPLACED:
         op.execute(f"DROP FUNCTION {signature}")
     op.execute(_grant_reader("ledger.pool_entry_conditions"))
