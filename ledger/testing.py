@@ -323,7 +323,8 @@ def _schema_fingerprint() -> str:
 
     versions = Path(ScriptDirectory.from_config(migrate.alembic_config("")).versions)
     digest = hashlib.sha256()
-    for path in sorted(versions.glob("*.py")):
+    # The migrations load the functions and views from `ledger/sql/`: those are the schema too.
+    for path in [*sorted(versions.glob("*.py")), *sorted((migrate.MIGRATIONS.parent / "sql").glob("*.sql"))]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 

@@ -1,12 +1,22 @@
-"""The warm pool's and run mappings' rules, as pure functions: no database here.
+"""The warm pool's and run mappings' rules, as pure functions: the executable specification of the pool.
 
-Design note. Every decision an operation makes is a function of the rows it read and of `now`:
-whether an entry is garbage, available or warming, which entry a claim takes, what an add, promote,
-map or block writes. `ledger.pool.store` reads and locks the rows, calls these functions and writes what
-they return, all inside one transaction. Where the database must pick rows itself (a claim's
-`FOR UPDATE SKIP LOCKED … LIMIT 1`, the GC's `DELETE`, the counts), its predicates are built from
-the bounds computed here (`gc_bounds`, `claim_window`) and its order mirrors `claim_order`; the
-model-based test checks that the two agree.
+Design note. Production runs SQL, not this module, wherever the database picks rows itself: the
+claim, the collect and the counts are the functions of `ledger/sql/` (`pool_claim_v2`,
+`pool_collect_v2`, `pool_counts`), and `ledger.pool.store` calls them. This module says what they
+must do, in a form small enough to read and to test exhaustively: every decision is a function of
+the rows read and of `now` (whether an entry is garbage, available or warming, which entry a claim
+takes, what an add, promote, map or block writes). `tests/integration/pool/test_sql_rules.py`
+holds the SQL functions to it, property by property, on random entries on and next to every limit
+to the microsecond, and the model-based test (`test_model.py`, against the model in `model.py`)
+runs whole operation sequences through the store; a change of rule is made here and in the SQL
+together.
+
+The store still runs the rest of it itself: it reads and locks rows, calls these functions and
+writes what they return inside one transaction (add, promote, ready, map, block, resolve), and
+builds the SQL's bounds from `claim_window` and `gc_bounds`.
+
+The default windows (`PoolSettings`) are read from `ledger/sql/pool_windows.sql`, the one home of
+those numbers, which the views and the SQL functions read as `ledger.pool_windows()`.
 
 Validation lives here too: the library is the boundary for both the HTTP service and the CLI, so a
 bad argument raises `InvalidInput` naming the field before anything is read or written.
@@ -20,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ledger import validate
+from ledger import sql, validate
 from ledger.clock import EPOCH, from_ms
 from ledger.errors import InvalidInput
 
@@ -32,22 +42,30 @@ DEFAULT_POOL = "default"
 _MICROSECOND = timedelta(microseconds=1)
 
 
+# The defaults, from the file that defines `ledger.pool_windows()`.
+_WINDOWS = sql.pool_windows()
+
+
 @dataclass(frozen=True)
 class PoolSettings:
-    """Time limits of the pool. By default entries live 8 minutes (also the most a TTL may ask), an
-    entry ready for more than 7 minutes is stale (its instance is presumed recycled), and run
-    mappings live an hour."""
+    """Time limits of the pool, in milliseconds; the defaults are `ledger.pool_windows()`'s: entries
+    live 8 minutes (also the most a TTL may ask), an entry ready for more than 7 minutes is stale
+    (its instance is presumed recycled), run mappings live an hour, and an entry counts as
+    available as soon as it is ready unless a caller asks a minimum ready age."""
 
-    default_ttl_ms: int = 8 * 60_000
-    max_ttl_ms: int = 8 * 60_000
-    ready_max_age_ms: int = 7 * 60_000
-    mapping_ttl_ms: int = 60 * 60_000
+    default_ttl_ms: int = _WINDOWS["default_ttl_ms"]
+    max_ttl_ms: int = _WINDOWS["max_ttl_ms"]
+    ready_max_age_ms: int = _WINDOWS["ready_max_age_ms"]
+    mapping_ttl_ms: int = _WINDOWS["mapping_ttl_ms"]
+    min_ready_age_ms: int = _WINDOWS["min_ready_age_ms"]
 
     def __post_init__(self) -> None:
         for name in ("default_ttl_ms", "max_ttl_ms", "ready_max_age_ms", "mapping_ttl_ms"):
             value = getattr(self, name)
             if not validate.is_int(value) or value <= 0:
                 raise InvalidInput(name, "must be a positive integer of milliseconds")
+        if not validate.is_int(self.min_ready_age_ms) or self.min_ready_age_ms < 0:
+            raise InvalidInput("min_ready_age_ms", "must be a non-negative integer of milliseconds")
         if self.default_ttl_ms > self.max_ttl_ms:
             raise InvalidInput("default_ttl_ms", "must not exceed max_ttl_ms")
 
@@ -138,10 +156,13 @@ def ttl(ttl_ms: object, settings: PoolSettings) -> timedelta:
 
 
 def min_ready_age(min_ready_age_ms: object, settings: PoolSettings) -> timedelta:
-    """How long an entry must have been ready to count as available, clamped to [0, max TTL]."""
-    if min_ready_age_ms is None:
-        return timedelta(0)
-    value = math.floor(_number("min_ready_age_ms", min_ready_age_ms))
+    """How long an entry must have been ready to count as available (the settings' default when
+    absent), clamped to [0, max TTL]."""
+    value = (
+        settings.min_ready_age_ms
+        if min_ready_age_ms is None
+        else math.floor(_number("min_ready_age_ms", min_ready_age_ms))
+    )
     return timedelta(milliseconds=min(value, settings.max_ttl_ms))
 
 

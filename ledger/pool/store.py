@@ -21,11 +21,12 @@ Design note. Each operation is one transaction that reads and locks what its dec
   and waits on nothing after its run's, so none of them can wait in a cycle.
 
 The claim is the hot path, so it is one statement in autocommit, one round trip: the function
-`ledger.pool_claim` (migrations 0007, 0009) locks the run, answers from its mapping or takes and
-maps an entry whose instance serves no other live run, and counts. It, `ledger.pool_counts` and
-`ledger.pool_collect` are `rules.existing_claim`, `rules.choose_claim`, `rules.claimed`,
-`rules.count` and the GC of `rules.is_garbage` written in SQL over the limits of `PoolSettings`
-(`rules.claim_window`, `rules.gc_bounds`); the model-based tests hold the two together. Claims
+`ledger.pool_claim_v2` (`ledger/sql/pool_claim_v2.sql`) locks the run, answers from its mapping or
+takes and maps an entry whose instance serves no other live run, and counts. It,
+`ledger.pool_counts` and `ledger.pool_collect_v2` are `rules.existing_claim`, `rules.choose_claim`,
+`rules.claimed`, `rules.count` and the GC of `rules.is_garbage` written in SQL over the limits of
+`PoolSettings` (`rules.claim_window`, `rules.gc_bounds`), which the store always passes: by default
+they are the numbers of `ledger.pool_windows()`; the model-based tests hold the two together. Claims
 collect garbage only when `GcCadence` says so (see `ledger.pool.cadence` for why); every other
 operation naming a version still collects first. Counting reads per-version tallies that triggers
 keep (`ledger.pool_tallies`), less the garbage and too-young entries it scans, so a claim costs the
@@ -69,7 +70,7 @@ SELECT pg_advisory_xact_lock(k) FROM (
 
 # Garbage of an operation naming a version (see rules.is_garbage); rows locked by others are theirs.
 COLLECT = (
-    "SELECT ledger.pool_collect(%(pool)s, %(version)s, %(now)s::timestamptz, %(ready_max_age_ms)s::bigint)"
+    "SELECT ledger.pool_collect_v2(%(pool)s, %(version)s, %(now)s::timestamptz, %(ready_max_age_ms)s::bigint)"
 )
 
 # rules.count over the live entries of a version: garbage (expired, stale) left out, and available
@@ -83,9 +84,9 @@ SELECT available, warming FROM ledger.pool_counts(
 # The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
 # reading the time costs no round trip of its own.
 CLAIM = """
-SELECT claimed, available, warming FROM ledger.pool_claim(
-    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(now)s::timestamptz, %(min_age_ms)s::bigint,
-    %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint, %(collect)s::boolean)
+SELECT claimed, available, warming FROM ledger.pool_claim_v2(
+    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(collect)s::boolean, %(now)s::timestamptz,
+    %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint)
 """
 
 SELECT_VERSION_ENTRIES = f"""

@@ -1,4 +1,4 @@
-"""Reading the inspection views (migration 0002) for the service and the CLI.
+"""Reading the inspection views (`ledger/sql/`) for the service and the CLI.
 
 `ledger runs` shows `run_overview`; the functions here return JSON-ready `ledger.shapes` (times in
 epoch milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.

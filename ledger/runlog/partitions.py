@@ -5,7 +5,7 @@ its events), so every statement about one run reads or writes one partition, and
 drop a partition with one catalog operation instead of deleting its rows one by one (each delete
 writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
 
-- Making: `ledger.ensure_run_events_partition(at)` (migration 0013) makes the partition holding
+- Making: `ledger.ensure_run_events_partition(at)` (`ledger/sql/`) makes the partition holding
   `at` when it is missing. A statement trigger on `runs` calls it for the runs each insert makes
   (opening a run, or any other insert); `ensure_ahead` (the watchdog's loop and `ledger db
   partitions`) makes the next ones before they are needed, so opening a run normally finds its

@@ -3,7 +3,7 @@
 Design note. The run row is the lock: every write to a run's log locks its `ledger.runs` row
 (`SELECT ... FOR UPDATE`), so appenders to one run serialize and take `seq` from `runs.last_seq`
 without gaps or collisions, while appenders to other runs lock other rows and never wait. The
-append itself is one database function, `ledger.append_events` (migration 0006): it locks the run,
+append itself is one database function, `ledger.append_events` (`ledger/sql/`): it locks the run,
 refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
 trims retention and issues the NOTIFY, so `RunLog.append` is one round trip in autocommit.
 Postgres delivers the NOTIFY at commit, so a rolled-back append wakes nobody. The NOTIFY payload
