@@ -18,7 +18,9 @@ and 10 M events (10,000 / 30,000 / 100,000 runs). `--quick` is a smoke-sized pro
   before and after): the oldest day by dropping its partition (then its runs' rows, events
   gone, by the per-run delete), the next day by the per-run delete alone (each run's events
   deleted row by row); both days are filled again afterwards, so the stage keeps its size;
-- sizes: table + index bytes of `runs` and of the event log (all partitions).
+- sizes: table + index bytes of `runs` and of the event log (all partitions), and the disk the
+  stage needs: the database (`pg_database_size`) and the WAL directory beside it;
+- the machine's load average (1 minute) as the stage's measuring began and ended, and its fill time.
 
 Disk: about 260 bytes per event with its index, so ~2.6 GB at 10 M events, plus WAL while
 filling (max_wal_size, 1 GB by default): plan for 5 GB free.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -86,7 +89,9 @@ SELECT
     (SELECT sum(pg_table_size(relid)) FROM pg_partition_tree('ledger.run_events')) AS events_table,
     (SELECT sum(pg_indexes_size(relid)) FROM pg_partition_tree('ledger.run_events')) AS events_indexes,
     pg_table_size('ledger.runs') AS runs_table,
-    pg_indexes_size('ledger.runs') AS runs_indexes
+    pg_indexes_size('ledger.runs') AS runs_indexes,
+    pg_database_size(current_database()) AS database,
+    (SELECT sum(size) FROM pg_ls_waldir()) AS wal
 """
 
 
@@ -99,6 +104,12 @@ class Stage:
     retention: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> seconds, WAL bytes, rows
     sizes: dict[str, int] = field(default_factory=dict)
     fill_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average as measuring began, ended
+
+
+def load_average() -> float:
+    """The machine's 1-minute load: the measures share 2 cores with other work, this says how much."""
+    return round(os.getloadavg()[0], 2)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -197,6 +208,7 @@ class Growth:
         return results
 
     async def measure(self, db: Database, stage: Stage) -> None:
+        loaded = load_average()
         runlog = RunLog(db)
         samples = self.profile.samples
         hot = [f"hot-{stage.events}-{i}" for i in range(20)]
@@ -226,9 +238,11 @@ class Growth:
         stage.measures["watchdog pass"] = await timed(dog.run_once, max(5, samples // 10))
         for run_id in hot:
             await runlog.set_terminal(run_id, "completed")
+        self.log(f"growth --large: {stage.target:,}: per-call measures done, retention next")
         stage.retention = await self.retention(db)
         rows = await self.sql(SIZES)
         stage.sizes = {k: int(v or 0) for k, v in rows[0].items()}
+        stage.load = (loaded, load_average())
 
     async def run(self) -> list[Stage]:
         rows = await self.sql("SELECT date_trunc('day', now() - interval '400 days', 'UTC') AS day")
@@ -277,6 +291,19 @@ def print_report(stages: Sequence[Stage]) -> None:
         ("runs_indexes", "runs, indexes MiB"),
     ):
         rows.append((label, *[mib(s.sizes[key]) for s in stages]))
+    rows.append(
+        (
+            "on disk: database + WAL MiB",
+            *[f"{mib(s.sizes['database'])} + {mib(s.sizes['wal'])}" for s in stages],
+        )
+    )
+    rows.append(("fill to the stage, s", *[f"{s.fill_s:,.0f}" for s in stages]))
+    rows.append(
+        (
+            "load average (1 min), measures began / ended",
+            *[f"{s.load[0]:.2f} / {s.load[1]:.2f}" for s in stages],
+        )
+    )
     common.print_table(header, rows, align="right")
 
 
@@ -284,6 +311,7 @@ def run(profile: Profile, as_json: bool) -> None:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    log(f"growth --large: load average {os.getloadavg()[0]:.2f} at the start")
     with common.bench_database("bench-growth-large-") as database:
         started = time.perf_counter()
         stages = asyncio.run(Growth(database.url, profile, log).run())
@@ -301,4 +329,4 @@ def run(profile: Profile, as_json: bool) -> None:
             )
             return
         print_report(stages)
-        common.print_footer(started, database.where)
+        common.print_footer(started, f"{database.where}; load average {os.getloadavg()[0]:.2f} at the end")
