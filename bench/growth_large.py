@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -311,6 +312,9 @@ def run(profile: Profile, as_json: bool) -> None:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    # A terminated run would otherwise leave its embedded server running and gigabytes in /tmp:
+    # exiting through SystemExit stops and removes it on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     log(f"growth --large: load average {os.getloadavg()[0]:.2f} at the start")
     with common.bench_database("bench-growth-large-") as database:
         started = time.perf_counter()
