@@ -18,6 +18,8 @@ and 10 M events (10,000 / 30,000 / 100,000 runs). `--quick` is a smoke-sized pro
   before and after): the oldest day by dropping its partition (then its runs' rows, events
   gone, by the per-run delete), the next day by the per-run delete alone (each run's events
   deleted row by row); both days are filled again afterwards, so the stage keeps its size;
+- pages: the buffer pages (hit or read) one event page and one run list page touch, from EXPLAIN
+  (ANALYZE, BUFFERS), which no load on the machine changes, and the event log's partitions;
 - sizes: table + index bytes of `runs` and of the event log (all partitions), and the disk the
   stage needs: the database (`pg_database_size`) and the WAL directory beside it;
 - the machine's load average (1 minute) as the stage's measuring began and ended, and its fill time.
@@ -49,7 +51,7 @@ import psycopg
 from ledger.db import Database
 from ledger.runlog import overview, partitions
 from ledger.runlog import retention as run_retention
-from ledger.runlog.store import RunLog
+from ledger.runlog.store import READ_KNOWN_PAGE_SQL, RunLog
 from ledger.runlog.watchdog import Watchdog
 
 EVENTS_PER_RUN = 100
@@ -96,6 +98,9 @@ SELECT
 """
 
 
+PARTITIONS = "SELECT count(*) AS n FROM pg_partition_tree('ledger.run_events') WHERE isleaf"
+
+
 @dataclass
 class Stage:
     target: int  # the stage: events filled
@@ -104,6 +109,7 @@ class Stage:
     measures: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (p50 ms, p99 ms)
     retention: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> seconds, WAL bytes, rows
     sizes: dict[str, int] = field(default_factory=dict)
+    pages: dict[str, int] = field(default_factory=dict)  # buffer pages per statement; partitions
     fill_s: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average as measuring began, ended
 
@@ -208,6 +214,15 @@ class Growth:
         await self.sql("VACUUM ANALYZE ledger.runs")
         return results
 
+    async def pages(self, db: Database, statement: str, params: dict[str, Any]) -> int:
+        """Buffer pages (hit or read) one execution of `statement` touches."""
+        async with db.connection() as conn:
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
+            row = await cur.fetchone()
+        assert row is not None
+        top = row["QUERY PLAN"][0]["Plan"]
+        return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
     async def measure(self, db: Database, stage: Stage) -> None:
         loaded = load_average()
         runlog = RunLog(db)
@@ -229,6 +244,12 @@ class Growth:
             lambda: runlog.list_events(some_run(), -1, 0, 100), samples
         )
         stage.measures["run list, first page (50)"] = await timed(lambda: overview.list_runs(db, 50), samples)
+        run_id = some_run()
+        created = await self.sql("SELECT created_at FROM ledger.runs WHERE run_id = %(r)s", {"r": run_id})
+        page = {"run_id": run_id, "after": -1, "limit": 100, "run_created_at": created[0]["created_at"]}
+        stage.pages["event page"] = await self.pages(db, READ_KNOWN_PAGE_SQL, page)
+        stage.pages["run list"] = await self.pages(db, *overview.listing_statement(50, None))
+        stage.pages["partitions"] = int((await self.sql(PARTITIONS))[0]["n"])
 
         async def stalled() -> None:
             async with db.connection() as conn:
@@ -284,7 +305,14 @@ def print_report(stages: Sequence[Stage]) -> None:
     for way in stages[0].retention:
         cells = [f"{s.retention[way]['seconds']:.2f} s, {kib(s.retention[way]['wal_bytes'])}" for s in stages]
         rows.append((f"retention of a day's runs, {way}: time, WAL", *cells))
+    rows.append(
+        (
+            "buffer pages: event page / run list page",
+            *[f"{s.pages['event page']} / {s.pages['run list']}" for s in stages],
+        )
+    )
     rows.append(("runs in the ledger", *[f"{s.runs:,}" for s in stages]))
+    rows.append(("event log partitions", *[f"{s.pages['partitions']}" for s in stages]))
     for key, label in (
         ("events_table", "event log, table MiB"),
         ("events_indexes", "event log, indexes MiB"),
