@@ -79,12 +79,15 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS g,
      ) AS t
 """
 
+# In time order, as appends write them: runs that overlap interleave their events on the pages
+# (without the order, the plan chosen decides whether a run's 100 events lie on 2 pages or 100).
 FILL_DAY_EVENTS = """
 INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
 SELECT r.run_id, s, r.created_at, 'log', r.created_at + s * interval '1 second',
        jsonb_build_object('line', 'growth bench: fetched batch ' || s || ' from https://api.example.com/items')
 FROM ledger.runs r CROSS JOIN generate_series(1, %(events)s) AS s
 WHERE r.created_at >= %(day)s AND r.created_at < %(day)s::timestamptz + interval '1 day'
+ORDER BY r.created_at + s * interval '1 second', r.run_id
 """
 
 SIZES = """
@@ -244,8 +247,7 @@ class Growth:
             lambda: runlog.list_events(some_run(), -1, 0, 100), samples
         )
         stage.measures["run list, first page (50)"] = await timed(lambda: overview.list_runs(db, 50), samples)
-        # The median of a few runs: how many pages one run's events span depends on how its day
-        # was written (runs appending side by side interleave their events), not on the size.
+        # The median of a few runs: the pages a run's events span depend on the runs beside it.
         event_pages = []
         for _ in range(5):
             run_id = some_run()
