@@ -16,7 +16,7 @@ install it and exits with code 2. `--growth` prints, instead of the table, how e
 latency grows with the size of what it works on (bench/growth.py: events retained, pool size,
 runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds). `--growth
 --large` fills the ledger to 10 M events instead and measures the costs that must stay flat at
-1 M / 3 M / 10 M (bench/growth_large.py; not for CI: about 5 GB of disk). `--load` prints,
+1 M / 3 M / 10 M (bench/growth_large.py; not for CI: about 4 GB of disk). `--load` prints,
 instead, the mixed-load table (bench/load.py): 100 bare clients appending, uploading, long-polling
 and tailing at once against `ledger serve`, once per `--workers` value.
 """
