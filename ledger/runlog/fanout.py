@@ -10,7 +10,9 @@ A shared answer must never reach a reader that needs a newer one. Reads and wake
 the listener's tick clock: a read started after tick `t` sees every commit whose notification was
 dispatched at or before `t`. A reader therefore only takes a read started after the last wake-up it
 has not yet read past (`visible_after`), and a tail's read starts after the wake-up that sealed it;
-a reader arriving after that joins the next tail. Keys hold the cursor and the limit, so readers
+a reader arriving after that joins the next tail. A reader arriving counts from the run's last
+wake-up (or from when this process began watching the run), so readers arriving together share the
+read in flight; one whose commit's notification is still to come is woken by it. Keys hold the cursor and the limit, so readers
 of different pages never share a read (nor, through `SharedPage.encoded`, an encoding).
 
 Each member waits on a future of its own, so a reader that goes away (timeout, client gone) cancels

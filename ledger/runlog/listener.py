@@ -120,8 +120,9 @@ class Waiter:
 class RunWatch:
     """Every reader of one run in this process (`readers`), woken together.
 
-    `woken_at` is the listener tick of the run's last wake-up: a reader whose last read started
-    before it must read again. `on_next_wake` queues a callback for the next wake-up only; it is
+    `woken_at` is the listener tick of the run's last wake-up (at first, of the watch's making): a
+    reader whose last read started before it must read again, and any read started after it sees
+    every commit whose notification came before. `on_next_wake` queues a callback for the next wake-up only; it is
     called with that wake-up's tick (`forget` drops it before then). `waiting` counts the readers
     waiting right now (metrics).
     """
@@ -220,6 +221,8 @@ class Listener:
         watch = self._watches.get(run_id)
         if watch is None:
             watch = self._watches[run_id] = RunWatch(run_id)
+            # Wake-ups of the run before now went unrecorded: count them all as of now.
+            watch.woken_at = self.tick()
         watch.readers += 1
         return watch
 

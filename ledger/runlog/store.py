@@ -605,7 +605,12 @@ class RunLog:
         # wakes us (its wake-up moves `woken_at` past `seen`).
         watch = listener.watch(run_id)
         try:
-            seen = listener.tick()
+            # A read started after the run's last wake-up sees every commit whose notification has
+            # come, so readers arriving together (a thousand long-polls, the tails of a run at one
+            # cursor after a wake-up) share it; a commit whose notification is still to come wakes
+            # this reader when it does. Without the listener no notification is sure to come: then
+            # only a read from now on will do.
+            seen = watch.woken_at if listener.connected else listener.tick()
             shared = await fanout.read((run_id, cursor, limit), seen)
             while True:
                 page = shared.page

@@ -112,6 +112,7 @@ def create_app(
                 listener_connected=lambda: float(listener.connected),
                 waiters=lambda: listener.waiter_count,
                 watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
+                event_reads=lambda: runlog.reads,
             )
             app.state.services = svc
             log.info("service ready", extra={"pool_size": settings.db_pool_size})

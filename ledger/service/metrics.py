@@ -26,6 +26,7 @@ class _LiveSources(Collector):
         self.waiters: Reading | None = None
         self.listener_connected: Reading | None = None
         self.watchdog_failures: Reading | None = None
+        self.event_reads: Reading | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.listener_reconnects is not None:
@@ -43,6 +44,14 @@ class _LiveSources(Collector):
         if self.waiters is not None:
             yield GaugeMetricFamily(
                 "ledger_waiters", "Long-poll and SSE readers waiting for a wake-up.", value=self.waiters()
+            )
+        if self.event_reads is not None:
+            # Beside `ledger_waiters`: readers woken together share one read, so this grows by
+            # wake-ups, not by readers.
+            yield CounterMetricFamily(
+                "ledger_event_reads",
+                "Reads of the event log made for long-polls, SSE tails and event lists.",
+                value=self.event_reads(),
             )
         if self.watchdog_failures is not None:
             yield CounterMetricFamily(
@@ -111,11 +120,13 @@ class ServiceMetrics:
         listener_connected: Reading | None = None,
         waiters: Reading | None = None,
         watchdog_failures: Reading | None = None,
+        event_reads: Reading | None = None,
     ) -> None:
         self.live.listener_reconnects = listener_reconnects
         self.live.listener_connected = listener_connected
         self.live.waiters = waiters
         self.live.watchdog_failures = watchdog_failures
+        self.live.event_reads = event_reads
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
