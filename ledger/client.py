@@ -306,7 +306,7 @@ class _Operations:
         duration_ms: int | None = None,
         play_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> _Call[shapes.TerminalState]:
+    ) -> _Call[shapes.TerminalStateBody]:
         """End the run (the first terminal state wins; another is `RunTerminal`)."""
         body = _without_none(
             status=status,
@@ -319,7 +319,7 @@ class _Operations:
         return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
 
     @_operation
-    def get_terminal(run_id: str) -> _Call[shapes.TerminalState | None]:
+    def get_terminal(run_id: str) -> _Call[shapes.TerminalStateBody | None]:
         """The terminal state, or None while the run is live."""
         return _Call("GET", _run_path(run_id, "/terminal"), _field("state"), run_id=run_id)
 
@@ -439,7 +439,7 @@ class _Operations:
         return _write("POST", _pool_path(pool, "/entries"), body, _field("added"), idempotency_key)
 
     @_operation
-    def list_entries(pool: str, version: str) -> _Call[list[shapes.PoolEntry]]:
+    def list_entries(pool: str, version: str) -> _Call[list[shapes.PoolEntryBody]]:
         """The live entries of a version."""
         return _Call("GET", _pool_path(pool, "/entries"), _field("entries"), params={"version": version})
 
@@ -462,7 +462,9 @@ class _Operations:
         return _write("POST", _pool_path(pool, "/claim"), body, _whole, idempotency_key, run_id)
 
     @_operation
-    def counts(pool: str, version: str, *, min_ready_age_ms: float | None = None) -> _Call[shapes.Counts]:
+    def counts(
+        pool: str, version: str, *, min_ready_age_ms: float | None = None
+    ) -> _Call[shapes.PoolCountsBody]:
         """Available and warming entries of a version."""
         params = _without_none(version=version, min_ready_age_ms=min_ready_age_ms)
         return _Call("GET", _pool_path(pool, "/counts"), _whole, params=params)

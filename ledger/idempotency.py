@@ -1,9 +1,9 @@
 """Idempotency-Key answers on Postgres: what the service stores so a retried write happens once.
 
-A request that carries `Idempotency-Key` is identified by its `Scope`: the fingerprint of the bearer
-token (SHA-256; the token itself is never stored) and a digest of its method, path and key. So a
-key is scoped per token and per path: the same key sent by another token, or to another path, is
-another request.
+A request that carries `Idempotency-Key` is identified by its `IdempotencyScope`: the fingerprint
+of the bearer token (SHA-256; the token itself is never stored) and a digest of its method, path
+and key. So a key is scoped per token and per path: the same key sent by another token, or to
+another path, is another request.
 
 Design note. The service runs such a request inside one shared transaction (see
 `ledger.db.Database.shared_transaction`):
@@ -103,7 +103,7 @@ def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as
 
 
 @dataclass(frozen=True)
-class Scope:
+class IdempotencyScope:
     """Which stored answer a request may get: its token, method, path and key."""
 
     token_fingerprint: str
@@ -132,13 +132,15 @@ class StoredAnswer:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-async def lock_scope(conn: Conn, scope: Scope) -> None:
+async def lock_scope(conn: Conn, scope: IdempotencyScope) -> None:
     """Wait until no other transaction works on this scope, then hold it until this one ends."""
     lock_key = f"ledger.idempotency:{scope.token_fingerprint}:{scope.digest}"
     await conn.execute(LOCK_SCOPE_SQL, {"lock_key": lock_key})
 
 
-async def find_answer(conn: Conn, scope: Scope, *, lifetime: timedelta = KEY_LIFETIME) -> StoredAnswer | None:
+async def find_answer(
+    conn: Conn, scope: IdempotencyScope, *, lifetime: timedelta = KEY_LIFETIME
+) -> StoredAnswer | None:
     """The answer stored for the scope within `lifetime`, or None."""
     cur = await conn.execute(FIND_ANSWER_SQL, {**scope.params(), "lifetime": lifetime})
     row = await cur.fetchone()
@@ -153,7 +155,7 @@ async def find_answer(conn: Conn, scope: Scope, *, lifetime: timedelta = KEY_LIF
     )
 
 
-async def store_answer(conn: Conn, scope: Scope, answer: StoredAnswer) -> None:
+async def store_answer(conn: Conn, scope: IdempotencyScope, answer: StoredAnswer) -> None:
     """Store the answer for the scope (replacing an expired one); commits with the transaction."""
     await conn.execute(
         STORE_ANSWER_SQL,

@@ -135,7 +135,7 @@ FOR UPDATE SKIP LOCKED
 # -- row shapes --------------------------------------------------------------------------------------
 
 
-def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalState | None:
+def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalStateBody | None:
     """The terminal state of a run row in API shape, or None while the run is live."""
     if row["terminal_status"] is None:
         return None
@@ -276,7 +276,9 @@ def _appended(row: Row, events: Sequence[NewEvent]) -> list[shapes.Event]:
     return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
 
 
-def _terminal_outcome(run_id: str, row: Row, requested: TerminalState) -> tuple[shapes.TerminalState, bool]:
+def _terminal_outcome(
+    run_id: str, row: Row, requested: TerminalState
+) -> tuple[shapes.TerminalStateBody, bool]:
     """(the run's terminal state, whether this request set it) after appending its terminal event.
 
     First terminal wins: on a run that had ended, repeating the stored state is a no-op and a
@@ -353,7 +355,7 @@ async def set_terminal_in_transaction(
     *,
     max_events_per_run: int,
     now: datetime | None = None,
-) -> tuple[shapes.TerminalState, bool]:
+) -> tuple[shapes.TerminalStateBody, bool]:
     """Set the run's terminal state; the first terminal state set is the one that stays.
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
@@ -536,7 +538,7 @@ class RunLog:
         total_rows: int | None = None,
         duration_ms: int | None = None,
         play_name: str | None = None,
-    ) -> shapes.TerminalState:
+    ) -> shapes.TerminalStateBody:
         """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`)."""
         terminal = parse_terminal_state(
             {
@@ -562,7 +564,7 @@ class RunLog:
         state, _ = _terminal_outcome(run_id, row, terminal)
         return state
 
-    async def get_terminal(self, run_id: str) -> shapes.TerminalState | None:
+    async def get_terminal(self, run_id: str) -> shapes.TerminalStateBody | None:
         """The terminal state, or None while the run is live; `NotFound` for an unknown run."""
         return (await self.get_run(run_id))["terminal"]
 

@@ -223,7 +223,7 @@ class IdempotencyMiddleware:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        key_scope = idempotency.Scope(
+        key_scope = idempotency.IdempotencyScope(
             token_fingerprint=idempotency.fingerprint_token(token),
             method=scope["method"],
             path=scope["path"],
@@ -237,7 +237,7 @@ class IdempotencyMiddleware:
         receive: Receive,
         send: Send,
         db: Database,
-        key_scope: idempotency.Scope,
+        key_scope: idempotency.IdempotencyScope,
         body: bytes,
     ) -> None:
         request_fingerprint = idempotency.fingerprint_body(

@@ -78,7 +78,9 @@ async def claim(pool: Pool, body: Claim, svc: Svc) -> shapes.ClaimResult:
 
 
 @router.get("/counts", summary="Available and warming entries of a version")
-async def counts(pool: Pool, version: Version, svc: Svc, min_ready_age_ms: MinReadyAge = 0) -> shapes.Counts:
+async def counts(
+    pool: Pool, version: Version, svc: Svc, min_ready_age_ms: MinReadyAge = 0
+) -> shapes.PoolCountsBody:
     return await svc.pool.count(pool, version, min_ready_age_ms)
 
 

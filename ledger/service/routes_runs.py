@@ -107,7 +107,7 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
     summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
     responses=error_responses(400, 404, 409, 413),
 )
-async def set_terminal(run_id: RunId, body: SetTerminal, svc: Svc) -> shapes.TerminalState:
+async def set_terminal(run_id: RunId, body: SetTerminal, svc: Svc) -> shapes.TerminalStateBody:
     return await svc.runlog.set_terminal(
         run_id,
         body.status,

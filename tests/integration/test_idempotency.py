@@ -197,7 +197,9 @@ async def test_an_expired_key_is_a_new_request(app: FastAPI, client: httpx.Async
 
 
 async def store(db: Database, key: str, age: timedelta) -> None:
-    scope = idempotency.Scope(idempotency.fingerprint_token(TOKEN), "POST", "/v1/runs", key.encode())
+    scope = idempotency.IdempotencyScope(
+        idempotency.fingerprint_token(TOKEN), "POST", "/v1/runs", key.encode()
+    )
     answer = idempotency.StoredAnswer(idempotency.fingerprint_body(b"{}"), 200, "application/json", b"{}")
     async with db.transaction() as conn:
         await idempotency.store_answer(conn, scope, answer)
