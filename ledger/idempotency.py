@@ -102,7 +102,7 @@ def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as
     return f"{'bytes' if canonical is None else 'json'}:{digest.hexdigest()}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IdempotencyScope:
     """Which stored answer a request may get: its token, method, path and key."""
 
@@ -120,7 +120,7 @@ class IdempotencyScope:
         return {"token_fingerprint": self.token_fingerprint, "scope_digest": self.digest}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredAnswer:
     """An answer given earlier, and the fingerprint of the request it answered."""
 

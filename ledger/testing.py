@@ -396,7 +396,7 @@ def free_port() -> int:
         return port
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Server:
     """A `ledger serve` subprocess: where it listens, the token it accepts, its log."""
 
@@ -455,7 +455,9 @@ def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Ser
             stderr=subprocess.STDOUT,
         )
     tokens = configured_tokens(env)
-    server = Server(process, f"http://127.0.0.1:{port}", tokens[0] if tokens else "", log_path)
+    server = Server(
+        process=process, url=f"http://127.0.0.1:{port}", token=tokens[0] if tokens else "", log_path=log_path
+    )
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     while True:
         if process.poll() is not None:

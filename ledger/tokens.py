@@ -60,7 +60,7 @@ class Scope(enum.StrEnum):
 MINTABLE: Final = (Scope.READ, Scope.RUN)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Grant:
     """What a verified credential may do. `run_id`/`max_attempt` are set for (and only for) `run`."""
 
@@ -77,7 +77,7 @@ class Grant:
         return f"{self.scope.value} token"
 
 
-ADMIN: Final = Grant(Scope.ADMIN)
+ADMIN: Final = Grant(scope=Scope.ADMIN)
 
 
 # -- keys -----------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def mint(
     payload = _b64(json.dumps(claims, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
     signed = f"{VERSION}.{payload}"
     token = f"{signed}.{_b64(_signature(secret, signed))}"
-    return token, Grant(scope, run_id, max_attempt, exp, kid)
+    return token, Grant(scope=scope, run_id=run_id, max_attempt=max_attempt, expires_at_s=exp, kid=kid)
 
 
 def looks_minted(token: str) -> bool:
@@ -274,10 +274,10 @@ def _grant(claims: dict[str, object], kid: str) -> Grant:
         if not _is_run_id(run) or not validate.is_int(attempt) or not 0 <= attempt <= validate.INT32_MAX:
             raise TokenError("malformed token")
         assert isinstance(run, str)
-        return Grant(kind, run, attempt, exp, kid)
+        return Grant(scope=kind, run_id=run, max_attempt=attempt, expires_at_s=exp, kid=kid)
     if run is not None or attempt is not None:
         raise TokenError("malformed token")
-    return Grant(kind, None, None, exp, kid)
+    return Grant(scope=kind, run_id=None, max_attempt=None, expires_at_s=exp, kid=kid)
 
 
 def _is_run_id(value: object) -> bool:

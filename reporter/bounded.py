@@ -30,7 +30,7 @@ _WIDEST = INT64_MAX
 _LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Body:
     logs: list[str] = field(default_factory=list)
     log_end: int = 0

@@ -20,7 +20,8 @@ Counting rules worth knowing:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 from ledger import validate
 from reporter import reconcile, wire
@@ -39,7 +40,8 @@ DOCFLOW_EVENT_KINDS = frozenset(
 )
 
 
-class MapFacts(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapFacts:
     """What a ``map.*`` execution event says, read once."""
 
     node_id: str

@@ -46,7 +46,7 @@ class StepState(StrEnum):
 _TERMINAL = (StepState.COMPLETED, StepState.FAILED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepTransition:
     node_id: str
     transition: Literal["started", "completed", "failed"]
@@ -100,7 +100,7 @@ class StepLifecycleTracker:
 
     def _start(self, node_id: str) -> None:
         if self.state(node_id) is StepState.UNEXECUTED:
-            self._emit(StepTransition(node_id, "started", self._now_ms()))
+            self._emit(StepTransition(node_id=node_id, transition="started", at=self._now_ms()))
 
     def _settle(self, node_id: str, state: Literal["completed", "failed"], reason: str | None = None) -> None:
         current = self.state(node_id)
@@ -108,7 +108,14 @@ class StepLifecycleTracker:
             return
         if current is StepState.UNEXECUTED:
             self._start(node_id)
-        self._emit(StepTransition(node_id, state, self._now_ms(), reason if state == "failed" else None))
+        self._emit(
+            StepTransition(
+                node_id=node_id,
+                transition=state,
+                at=self._now_ms(),
+                reason=reason if state == "failed" else None,
+            )
+        )
 
     def mark_pre_dataset_steps_started(self) -> None:
         for node_id in self._pre_dataset:

@@ -17,7 +17,7 @@ from typing import Any
 from ledger import validate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineNode:
     node_id: str
     type: str

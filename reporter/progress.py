@@ -29,7 +29,7 @@ PROGRESS_FIELDS: tuple[str, ...] = tuple(name for name in NODE_FIELDS if name !=
 _PATCHABLE = frozenset(PROGRESS_FIELDS)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class NodeProgress:
     """One step's live progress; ``None`` means "never reported"."""
 

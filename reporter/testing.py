@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimulatedRun:
     rows: int = 5_000
     fail_every: int = 97

@@ -91,7 +91,7 @@ def epoch_ms_now() -> int:
     return time.time_ns() // 1_000_000  # no float on the way: stamped on every folded event
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FlushRequest:
     status: Status = "running"
     required: bool = False

@@ -22,6 +22,7 @@ All patterns are case-insensitive and ASCII-digit only.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from ledger.validate import INT64_MAX, MAX_EPOCH_MS, invocation_seq, is_int
@@ -50,7 +51,8 @@ TIMESTAMP_PREFIX_PATTERN = re.compile(r"^\[\d{4}-\d{2}-\d{2}T[\d:.]+Z\]\s+", re.
 PERF_TRACE_MARKER = "[perf-trace] "
 
 
-class MapStart(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapStart:
     total: int
     table_namespace: str
     already_satisfied: int

@@ -128,7 +128,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
 # -- ledger run RUN_ID -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepView:
     """One step of a run as `ledger run` shows it."""
 

@@ -77,7 +77,7 @@ class LogReplay:
     total_count: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusUpload:
     """One reporter upload, validated; unknown extra fields were dropped."""
 
@@ -299,7 +299,7 @@ def upload_key(run_id: str, body: object) -> UploadKey | None:
 # -- the run's ingestion state and the plan ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IngestState:
     """The ingestion columns of a runs row."""
 
@@ -311,7 +311,7 @@ class IngestState:
     replay_digest: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IngestPlan:
     """What one upload changes: `events` to append in order, and the `state` to store."""
 

@@ -65,7 +65,7 @@ SELECT (SELECT count(*) FROM batch) AS read, (SELECT count(*) FROM copied) AS co
 """
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     batches: int = 0
     read: int = 0

@@ -78,7 +78,7 @@ class NewEvent(NamedTuple):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TerminalState:
     """A requested terminal state (completed, failed or cancelled); `completed_at` is set by the ledger."""
 

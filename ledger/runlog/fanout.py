@@ -76,7 +76,7 @@ class _Flight:
     task: asyncio.Future[SharedPage]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class _Tail:
     """Readers of one page key waiting for the run's next wake-up; `live` of them still wait."""
 
@@ -129,7 +129,7 @@ class Fanout:
         loop = asyncio.get_running_loop()
         tail = self._tails.get(key)
         if tail is None:
-            tail = self._tails[key] = _Tail(key)
+            tail = self._tails[key] = _Tail(key=key)
             tail.on_wake = partial(self._serve, tail)
             watch.on_next_wake(tail.on_wake)
         future: asyncio.Future[tuple[int, SharedPage] | None] = loop.create_future()

@@ -88,7 +88,7 @@ SELECT COALESCE(
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Partition:
     """One partition of `ledger.run_events`: runs created in [from_at, to_at)."""
 
@@ -171,7 +171,13 @@ async def due_partitions(conn: Conn, cutoff: datetime) -> list[DuePartition]:
     cur = await conn.execute(DUE_SQL, {"cutoff": cutoff})
     return [
         DuePartition(
-            Partition(row["name"], row["from_at"], row["to_at"], row["detach_pending"]), bool(row["held"])
+            Partition(
+                name=row["name"],
+                from_at=row["from_at"],
+                to_at=row["to_at"],
+                detach_pending=row["detach_pending"],
+            ),
+            bool(row["held"]),
         )
         for row in await cur.fetchall()
     ]

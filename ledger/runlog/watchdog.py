@@ -54,7 +54,7 @@ Sleep = Callable[[float], Awaitable[None]]
 Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Swept:
     """What one sweep removed."""
 

@@ -34,7 +34,7 @@ LIMITS_ATTRIBUTE = "ledger_http_limits"
 REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 400: b"Bad Request"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HttpLimits:
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100

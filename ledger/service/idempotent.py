@@ -105,7 +105,7 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Captured:
     """The endpoint's answer, held back until the transaction has committed."""
 

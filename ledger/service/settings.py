@@ -43,7 +43,7 @@ STREAM_SSE_MAX_VAR = "LEDGER_STREAM_SSE_MAX_S"
 RUN_RETENTION_VAR = retention.RETENTION_VAR
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServiceSettings:
     """What the service needs beyond the database URL and the tokens."""
 

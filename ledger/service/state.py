@@ -61,7 +61,7 @@ class Drain:
             self._racing.discard(task)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Services:
     """One per process, built by the lifespan; endpoints reach it through `services(request)`."""
 

@@ -59,6 +59,6 @@ class RunStreams:
         payloads = [json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() for e in events]
         if events:
             start = int(events[0]["seq"]) - 1
-            return Chunk(stream, start, payloads, int(events[-1]["seq"]))
+            return Chunk(stream=stream, start=start, payloads=payloads, next=int(events[-1]["seq"]))
         position = stream.tail if offset in (NOW, START) else min(int(offset), stream.tail)
-        return Chunk(stream, position, [], position)
+        return Chunk(stream=stream, start=position, payloads=[], next=position)

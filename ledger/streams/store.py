@@ -110,7 +110,7 @@ def waiter_key(name: str) -> str:
     return f"/stream/{name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stream:
     """A stream's metadata as stored."""
 
@@ -162,7 +162,7 @@ def _stream(row: Row) -> Stream:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CreateRequest:
     content_type: str | None
     ttl_s: int | None
@@ -174,7 +174,7 @@ class CreateRequest:
     fork_sub_offset: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AppendRequest:
     content_type: str | None
     body: bytes
@@ -183,7 +183,7 @@ class AppendRequest:
     stream_seq: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AppendResult:
     """What an append did: `duplicate` (an idempotent producer's retry, nothing written)."""
 
@@ -195,7 +195,7 @@ class AppendResult:
     producer_seq: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chunk:
     """A read: the stream, the payloads from the requested position, and where the next read starts."""
 
@@ -421,7 +421,12 @@ class StreamStore:
                         raise bad_request("Producer-Seq: a new producer epoch starts at 0")
                 elif producer.seq <= state["seq"]:
                     return AppendResult(
-                        stream, stream.tail, stream.closed, True, state["epoch"], state["seq"]
+                        stream=stream,
+                        tail=stream.tail,
+                        closed=stream.closed,
+                        duplicate=True,
+                        producer_epoch=state["epoch"],
+                        producer_seq=state["seq"],
                     )
                 elif producer.seq > state["seq"] + 1:
                     raise StreamConflict(
@@ -433,7 +438,7 @@ class StreamStore:
                     )
             if stream.closed:
                 if not request.body and producer is None:
-                    return AppendResult(stream, stream.tail, True, True)
+                    return AppendResult(stream=stream, tail=stream.tail, closed=True, duplicate=True)
                 raise StreamConflict(
                     f"stream {name!r} is closed",
                     {"Stream-Closed": "true", "Stream-Next-Offset": format_offset(stream.tail)},
@@ -469,12 +474,12 @@ class StreamStore:
             )
             await self._notify(conn, name, tail)
             return AppendResult(
-                stream,
-                tail,
-                request.close,
-                False,
-                producer.epoch if producer is not None else None,
-                producer.seq if producer is not None else None,
+                stream=stream,
+                tail=tail,
+                closed=request.close,
+                duplicate=False,
+                producer_epoch=producer.epoch if producer is not None else None,
+                producer_seq=producer.seq if producer is not None else None,
             )
 
     async def _insert(self, conn: Conn, name: str, rows: list[tuple[int, int, bytes]]) -> int:
@@ -542,16 +547,16 @@ class StreamStore:
             if touch and stream.ttl_s is not None:
                 await conn.execute(TOUCH_SQL, {"name": name})
             if offset == NOW:
-                return Chunk(stream, stream.tail, [], stream.tail)
+                return Chunk(stream=stream, start=stream.tail, payloads=[], next=stream.tail)
             position = 0 if offset == START else int(offset)
             if position > stream.tail:
                 raise bad_request("offset: beyond the stream's tail")
             if position == stream.tail:
-                return Chunk(stream, position, [], position)
+                return Chunk(stream=stream, start=position, payloads=[], next=position)
             rows = await self._rows(conn, stream, position, MAX_READ_BYTES)
         if not rows:
-            return Chunk(stream, position, [], stream.tail)
-        return Chunk(stream, position, [r[2] for r in rows], rows[-1][1])
+            return Chunk(stream=stream, start=position, payloads=[], next=stream.tail)
+        return Chunk(stream=stream, start=position, payloads=[r[2] for r in rows], next=rows[-1][1])
 
     async def wait_read(self, name: str, offset: int | str, timeout_s: float) -> Chunk:
         """Like `read`, but waits up to `timeout_s` for data past `offset` (or the stream's close)."""

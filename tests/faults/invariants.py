@@ -186,7 +186,10 @@ def _idempotency_problems(conn: psycopg.Connection[dict[str, Any]]) -> list[str]
     for row in rows:
         where = f"{row['method']} {row['path']} key {row['idempotency_key']!r}"
         scope = IdempotencyScope(
-            row["token_fingerprint"], row["method"], row["path"], row["idempotency_key"].encode()
+            token_fingerprint=row["token_fingerprint"],
+            method=row["method"],
+            path=row["path"],
+            key=row["idempotency_key"].encode(),
         )
         if not _HEX64.fullmatch(row["token_fingerprint"]):
             problems.append(f"{where}: token fingerprint {row['token_fingerprint']!r} is not a SHA-256")

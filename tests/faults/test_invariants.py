@@ -39,7 +39,7 @@ def _run(conn: psycopg.Connection[object], run_id: str, types: list[str], *, ter
 
 
 def key(conn: psycopg.Connection[object], path: str, body: object, *, digest: str | None = None) -> None:
-    scope = IdempotencyScope(TOKEN, "POST", path, b"k")
+    scope = IdempotencyScope(token_fingerprint=TOKEN, method="POST", path=path, key=b"k")
     conn.execute(
         "INSERT INTO ledger.idempotency_keys (token_fingerprint, scope_digest, method, path,"
         " idempotency_key, request_fingerprint, status_code, content_type, response_body)"

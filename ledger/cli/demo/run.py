@@ -170,7 +170,7 @@ async def run_demo(
     them, after handing them to `on_outcome`. With `keep_serving`, the service then stays up until
     Ctrl-C or SIGTERM. Raises `Interrupted` when either comes before the run has finished."""
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    view = DemoView(run_id, plan.step_order())
+    view = DemoView(run_id=run_id, step_order=plan.step_order())
     screen = Live(view.renderable(), console=console, refresh_per_second=8) if live else None
 
     def on_event(event: dict[str, Any]) -> None:

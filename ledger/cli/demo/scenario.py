@@ -33,7 +33,7 @@ PRE_DATASET_STEPS = ("load", "validate", "dedupe")
 SHEET_BATCH = 2_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DemoPlan:
     """What the simulated run does (rows, failures, pace) and what the ledger must end with."""
 
@@ -125,7 +125,7 @@ class DemoPlan:
 Sleep = Callable[[float], Awaitable[None]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DriveReport:
     """The runner's result and the map step's live counters just before reconciliation."""
 

@@ -26,7 +26,7 @@ RECENT_EVENTS = 8
 _COUNT_KEYS = ("completed", "failed", "total")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepLive:
     """One step as the ledger's events describe it."""
 
@@ -59,7 +59,7 @@ def _int(value: object) -> int | None:
     return value if validate.is_int(value) else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DemoView:
     """The live picture of one run, in the step order of its pipeline."""
 
@@ -74,10 +74,10 @@ class DemoView:
 
     def __post_init__(self) -> None:
         for node_id in self.step_order:
-            self.steps.setdefault(node_id, StepLive(node_id))
+            self.steps.setdefault(node_id, StepLive(node_id=node_id))
 
     def step(self, node_id: str) -> StepLive:
-        return self.steps.setdefault(node_id, StepLive(node_id))
+        return self.steps.setdefault(node_id, StepLive(node_id=node_id))
 
     def apply(self, event: Mapping[str, Any], t: float) -> str | None:
         """Fold one event that arrived at `t` (seconds); the plain progress line for it, if any."""
