@@ -195,6 +195,13 @@ def driver_errors() -> Iterator[None]:
         raise InvalidInput("invalid input", first_line) from exc
 
 
+def check_reachable(url: str) -> None:
+    """One plain connection to `url`, bounded by the connect timeout: `DatabaseUnavailable` when
+    the server refuses it or never answers (a pool would retry in the background instead)."""
+    with driver_errors(), psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True):
+        pass
+
+
 def _milliseconds(seconds: float | None) -> int:
     # 0 is Postgres's "no limit".
     return 0 if seconds is None else max(1, round(seconds * 1000))

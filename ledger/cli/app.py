@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 
 import click
-import psycopg
-import sqlalchemy.exc
 
 from ledger.cli.exits import EXIT_CONFIG, CliError
 from ledger.config import Settings, load_settings
@@ -33,7 +31,7 @@ class LedgerGroup(click.Group):
             return super().invoke(ctx)
         except ConfigError as exc:
             raise CliError(str(exc), EXIT_CONFIG) from None
-        except (DatabaseUnavailable, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
+        except DatabaseUnavailable as exc:
             raise unreachable(exc, _settings()) from None
 
 

@@ -40,5 +40,5 @@ class CliError(click.ClickException):
 
 def first_line(exc: BaseException) -> str:
     """The first line of the error's text (libpq's answers add a hint on a second line)."""
-    text = str(getattr(exc, "orig", None) or exc).strip()
+    text = str(exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0].strip()

@@ -23,6 +23,7 @@ from typing import Final
 import psycopg
 from psycopg.rows import dict_row
 
+from ledger.db import driver_errors
 from ledger.errors import ConfigError
 
 OLD_TABLE: Final = "ledger_partitions.run_events_unpartitioned"
@@ -78,7 +79,7 @@ class Progress:
 
 def pending(url: str) -> bool:
     """Whether the event log still has rows to convert (`ledger db convert` not done)."""
-    with psycopg.connect(url, row_factory=dict_row) as conn:
+    with driver_errors(), psycopg.connect(url, row_factory=dict_row) as conn:
         row = conn.execute(PENDING_SQL).fetchone()
     return bool(row and row["pending"])
 
@@ -88,7 +89,7 @@ def convert(
 ) -> Progress:
     """Copy the old event log into the partitions, batch by batch, then drop it."""
     progress = Progress()
-    with psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
+    with driver_errors(), psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
         if not conn.execute(PENDING_SQL).fetchone()["pending"]:  # type: ignore[index]
             return progress
         for row in conn.execute(PERIODS_SQL).fetchall():

@@ -29,7 +29,7 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-from ledger.db import Conn, Database
+from ledger.db import Conn, Database, driver_errors
 from ledger.errors import ConfigError
 
 PERIOD_VAR: Final = "LEDGER_PARTITION_INTERVAL"
@@ -120,7 +120,7 @@ def apply_period_setting(url: str, text: str | None) -> str | None:
     the period stored, or None when the variable is unset. `ConfigError` for a bad value."""
     value = parse_period(text)
     if value is not None:
-        with psycopg.connect(url) as conn:
+        with driver_errors(), psycopg.connect(url) as conn:
             conn.execute(SET_PERIOD_SQL, {"period": value})
     return value
 
@@ -205,15 +205,18 @@ async def drop_partition(db: Database, partition: Partition) -> None:
 
     `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
     EXCLUSIVE` on the parent, so appends and reads go on; the detached table is then nobody's and
-    its drop waits on no one.
+    its drop waits on no one. A partition the database will not drop now (the connection lost,
+    the statement timed out, another detach under way) raises `DatabaseUnavailable`; one already
+    gone, `SchemaMissing`.
     """
     table = sql.Identifier("ledger_partitions", partition.name)
     mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
-    async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
-        await conn.execute(f"SET statement_timeout = {DETACH_TIMEOUT_MS}")
-        await conn.execute(
-            sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
-        )
-        await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    with driver_errors():
+        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
+            await conn.execute(f"SET statement_timeout = {DETACH_TIMEOUT_MS}")
+            await conn.execute(
+                sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
+            )
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table))

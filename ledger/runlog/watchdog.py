@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-import psycopg
-
 from ledger import idempotency
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
+from ledger.errors import ConfigError, LedgerFailure
 from ledger.pool.store import sweep_expired_mappings
 from ledger.runlog import partitions
 from ledger.runlog import retention as run_retention
@@ -208,7 +207,7 @@ class Watchdog:
         for partition in (d.partition for d in due if not d.held):
             try:
                 await partitions.drop_partition(self.db, partition)
-            except psycopg.Error as exc:
+            except (LedgerFailure, ConfigError) as exc:
                 # Its runs then wait for the next pass; the per-run delete goes on meanwhile.
                 log.warning("watchdog could not drop event log partition %s: %s", partition.name, exc)
                 continue
