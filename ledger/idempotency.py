@@ -36,11 +36,23 @@ from psycopg.types.json import Jsonb
 from ledger.db import Conn
 from ledger.validate import repair_text
 
+__all__ = [
+    "KEY_LIFETIME",
+    "IdempotencyScope",
+    "StoredAnswer",
+    "find_answer",
+    "fingerprint_body",
+    "fingerprint_token",
+    "lock_scope",
+    "store_answer",
+    "sweep_expired",
+]
+
 KEY_LIFETIME: Final = timedelta(hours=24)
 
-LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
+_LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
 
-FIND_ANSWER_SQL: Final = """
+_FIND_ANSWER_SQL: Final = """
 SELECT request_fingerprint, status_code, content_type, response_body, response_headers
 FROM ledger.idempotency_keys
 WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_digest)s
@@ -48,7 +60,7 @@ WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_diges
 """
 
 # An expired row may still be there (the sweep has not reached it): it is replaced.
-STORE_ANSWER_SQL: Final = """
+_STORE_ANSWER_SQL: Final = """
 INSERT INTO ledger.idempotency_keys
     (token_fingerprint, scope_digest, method, path, idempotency_key, request_fingerprint,
      status_code, content_type, response_body, response_headers, created_at)
@@ -62,7 +74,7 @@ ON CONFLICT (token_fingerprint, scope_digest) DO UPDATE SET
     response_headers = EXCLUDED.response_headers, created_at = EXCLUDED.created_at
 """
 
-SWEEP_EXPIRED_SQL: Final = """
+_SWEEP_EXPIRED_SQL: Final = """
 DELETE FROM ledger.idempotency_keys
 WHERE (token_fingerprint, scope_digest) IN (
     SELECT token_fingerprint, scope_digest FROM ledger.idempotency_keys
@@ -135,14 +147,14 @@ class StoredAnswer:
 async def lock_scope(conn: Conn, scope: IdempotencyScope) -> None:
     """Wait until no other transaction works on this scope, then hold it until this one ends."""
     lock_key = f"ledger.idempotency:{scope.token_fingerprint}:{scope.digest}"
-    await conn.execute(LOCK_SCOPE_SQL, {"lock_key": lock_key})
+    await conn.execute(_LOCK_SCOPE_SQL, {"lock_key": lock_key})
 
 
 async def find_answer(
     conn: Conn, scope: IdempotencyScope, *, lifetime: timedelta = KEY_LIFETIME
 ) -> StoredAnswer | None:
     """The answer stored for the scope within `lifetime`, or None."""
-    cur = await conn.execute(FIND_ANSWER_SQL, {**scope.params(), "lifetime": lifetime})
+    cur = await conn.execute(_FIND_ANSWER_SQL, {**scope.params(), "lifetime": lifetime})
     row = await cur.fetchone()
     if row is None:
         return None
@@ -158,7 +170,7 @@ async def find_answer(
 async def store_answer(conn: Conn, scope: IdempotencyScope, answer: StoredAnswer) -> None:
     """Store the answer for the scope (replacing an expired one); commits with the transaction."""
     await conn.execute(
-        STORE_ANSWER_SQL,
+        _STORE_ANSWER_SQL,
         {
             **scope.params(),
             # Kept for people reading the table; a path or key may hold anything a client sent.
@@ -176,5 +188,5 @@ async def store_answer(conn: Conn, scope: IdempotencyScope, answer: StoredAnswer
 
 async def sweep_expired(conn: Conn, now: datetime, *, limit: int, lifetime: timedelta = KEY_LIFETIME) -> int:
     """Delete up to `limit` answers older than `lifetime`, skipping rows others hold; how many."""
-    cur = await conn.execute(SWEEP_EXPIRED_SQL, {"cutoff": now - lifetime, "limit": limit})
+    cur = await conn.execute(_SWEEP_EXPIRED_SQL, {"cutoff": now - lifetime, "limit": limit})
     return max(cur.rowcount, 0)

@@ -22,13 +22,22 @@ from sqlalchemy.exc import DBAPIError
 from ledger.config import sqlalchemy_url
 from ledger.db import driver_errors
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+__all__ = [
+    "VERSION_TABLE",
+    "alembic_config",
+    "current",
+    "downgrade",
+    "head",
+    "upgrade",
+]
+
+_MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 VERSION_TABLE = "ledger_alembic_version"
 
 
 def alembic_config(url: str) -> Config:
     cfg = Config(stdout=io.StringIO())
-    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
     # env.py reads the URL from here when it is given, else from the ledger's configuration.
     cfg.attributes["ledger_url"] = url
     return cfg

@@ -19,6 +19,45 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+__all__ = [
+    "Added",
+    "AppendedEvents",
+    "BlockResult",
+    "ClaimResult",
+    "Deleted",
+    "ErrorBody",
+    "ErrorCode",
+    "Event",
+    "EventPage",
+    "Health",
+    "Limits",
+    "LogTail",
+    "MapResult",
+    "NodeProgressBody",
+    "NotReady",
+    "Observation",
+    "ObservationList",
+    "PoolAvailability",
+    "PoolCountsBody",
+    "PoolEntries",
+    "PoolEntryBody",
+    "Promoted",
+    "Readied",
+    "Readiness",
+    "Recorded",
+    "ResolvedMapping",
+    "Run",
+    "RunList",
+    "RunSummary",
+    "SheetOutcome",
+    "SheetOutcomes",
+    "StalledRun",
+    "TerminalAnswer",
+    "TerminalStateBody",
+    "TerminalStatus",
+    "UploadResult",
+]
+
 TerminalStatus = Literal["completed", "failed", "cancelled"]
 
 # -- runs -------------------------------------------------------------------------------------------

@@ -25,6 +25,10 @@ from typing import Any
 
 from ledger.validate import INT64_MAX, encode_body, truncate_line
 
+__all__ = [
+    "split_upload",
+]
+
 # The widest value a number the caller fills in later can take, for measuring.
 _WIDEST = INT64_MAX
 _LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")

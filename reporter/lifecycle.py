@@ -17,7 +17,7 @@ Rules:
 * At the end, a failed run fails every step still open and a completed run completes them; steps
   that settled stay as they settled, and steps that never started (untaken branches) stay
   unexecuted.
-* A step's state is its node progress (`step_state`), so a reporter that continues an attempt
+* A step's state is its node progress (`_step_state`), so a reporter that continues an attempt
   (resume) decides from what the ledger holds, exactly as the first reporter did.
 
 A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
@@ -34,6 +34,12 @@ from typing import Literal
 
 from reporter.pipeline import PipelineNode
 from reporter.progress import NodeProgress
+
+__all__ = [
+    "StepLifecycleTracker",
+    "StepState",
+    "StepTransition",
+]
 
 
 class StepState(StrEnum):
@@ -54,7 +60,7 @@ class StepTransition:
     reason: str | None = None  # why a step failed, for the node's error
 
 
-def step_state(node: NodeProgress | None) -> StepState:
+def _step_state(node: NodeProgress | None) -> StepState:
     """A step's state as its node progress shows it: started once it has ``started_at``, settled
     once it has ``completed_at`` (failed when its I/O carries an error)."""
     if node is None or (node.started_at is None and node.completed_at is None):
@@ -68,7 +74,7 @@ def step_state(node: NodeProgress | None) -> StepState:
 class StepLifecycleTracker:
     """Decides the top-level steps' transitions and reports each one once.
 
-    It keeps no state of its own: a step's state is read from its node progress (`step_state`),
+    It keeps no state of its own: a step's state is read from its node progress (`_step_state`),
     which the `emit` callback updates. So a reporter that continues an attempt, whose node
     progress comes back from the ledger, takes every decision the first reporter would have.
     """
@@ -92,11 +98,11 @@ class StepLifecycleTracker:
     def state(self, node_id: str) -> StepState | None:
         if node_id not in self._ids:
             return None
-        return step_state(self._progress.get(node_id))
+        return _step_state(self._progress.get(node_id))
 
     def states(self) -> dict[str, StepState]:
         """Every known node's state, in pipeline order."""
-        return {node.node_id: step_state(self._progress.get(node.node_id)) for node in self._nodes}
+        return {node.node_id: _step_state(self._progress.get(node.node_id)) for node in self._nodes}
 
     def _start(self, node_id: str) -> None:
         if self.state(node_id) is StepState.UNEXECUTED:

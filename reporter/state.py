@@ -30,6 +30,12 @@ from ledger.validate import (
 )
 from reporter.progress import NodeProgress, merge_patch, merge_row_counts
 
+__all__ = [
+    "DEFAULT_MAX_PENDING_ONE_SHOT",
+    "ProgressState",
+    "Snapshot",
+]
+
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
 
 

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+__all__ = [
+    "SimulatedRun",
+]
+
 
 @dataclass(frozen=True, kw_only=True)
 class SimulatedRun:

@@ -14,6 +14,11 @@ from ledger.cli.exits import EXIT_CONFIG, CliError
 from ledger.config import Settings, load_settings
 from ledger.errors import ConfigError, DatabaseUnavailable
 
+__all__ = [
+    "cli",
+    "main",
+]
+
 
 def _settings() -> Settings | None:
     try:
@@ -22,7 +27,7 @@ def _settings() -> Settings | None:
         return None
 
 
-class LedgerGroup(click.Group):
+class _LedgerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         # Imported here: `ledger.cli.database` loads psycopg's connection machinery.
         from ledger.cli.database import unreachable
@@ -35,7 +40,7 @@ class LedgerGroup(click.Group):
             raise unreachable(exc, _settings()) from None
 
 
-@click.group(cls=LedgerGroup)
+@click.group(cls=_LedgerGroup)
 @click.version_option(package_name="run-ledger")
 def cli() -> None:
     """Run Ledger: a Postgres-backed run ledger and progress reporter."""

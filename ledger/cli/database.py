@@ -18,6 +18,12 @@ from ledger.config import DATA_DIR_VAR, DATABASE_URL_VAR, Settings, load_setting
 from ledger.db import check_reachable, resolve_url
 from ledger.errors import DatabaseUnavailable
 
+__all__ = [
+    "database",
+    "probe",
+    "unreachable",
+]
+
 
 def unreachable(exc: BaseException, settings: Settings | None = None) -> CliError:
     """The one-line error for a database that cannot be reached, naming where it was looked for."""

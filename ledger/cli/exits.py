@@ -10,11 +10,23 @@ from typing import Final
 
 import click
 
-EXIT_OK: Final = 0
+__all__ = [
+    "EXIT_ADDRESS",
+    "EXIT_CONFIG",
+    "EXIT_DATABASE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_LEDGER",
+    "EXIT_TOKEN",
+    "CliError",
+    "first_line",
+]
+
+_EXIT_OK: Final = 0
 # The ledger refused the request (an unknown run, a bad value) or the operation failed (no schema).
 EXIT_FAILED: Final = 1
 # Click's own: a bad option or argument.
-EXIT_USAGE: Final = 2
+_EXIT_USAGE: Final = 2
 # An environment variable is unusable (a malformed LEDGER_DATABASE_URL), or no API token is found.
 EXIT_CONFIG: Final = 6
 # `ledger serve` cannot listen on its address (in use, or not this machine's).

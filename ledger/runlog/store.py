@@ -45,8 +45,22 @@ from ledger.runlog.events import (
 from ledger.runlog.fanout import Fanout, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 
+__all__ = [
+    "DEFAULT_MAX_EVENTS_PER_RUN",
+    "LOCK_STALLED_RUNS_SQL",
+    "READ_PAGE_SQL",
+    "RunLog",
+    "append_in_transaction",
+    "lock_run",
+    "lock_stalled_runs",
+    "open_run_in_transaction",
+    "read_page",
+    "set_terminal_in_transaction",
+    "terminal_from_row",
+]
+
 DEFAULT_MAX_EVENTS_PER_RUN: Final = 10_000
-DEFAULT_POLL_INTERVAL_S: Final = 0.5
+_DEFAULT_POLL_INTERVAL_S: Final = 0.5
 
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
@@ -56,7 +70,7 @@ _CREATED_AT_KEPT: Final = 100_000
 
 # A new run's partition of the event log is made by a trigger on `runs` when missing (the watchdog
 # makes them ahead, so that is one catalog lookup): a run's events can always be written.
-OPEN_RUN_SQL: Final = """
+_OPEN_RUN_SQL: Final = """
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
 VALUES (%(run_id)s, %(play_name)s,
         COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
@@ -65,22 +79,22 @@ WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
 # Every statement on a run's events names its `run_created_at` too: it reads one partition.
-RECENT_LOG_LINES_SQL: Final = """
+_RECENT_LOG_LINES_SQL: Final = """
 SELECT payload->>'line' AS line FROM ledger.run_events
 WHERE run_id = %(run_id)s AND run_created_at = %(run_created_at)s AND type = 'log'
 ORDER BY seq DESC
 LIMIT %(limit)s
 """
 
-GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
+_GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
 
-LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
+_LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
 # The whole append (see the migration that creates `ledger.append_events`): no row for an unknown
 # run; `refused` with the stored terminal state for a terminal run; otherwise the run after the
 # append and the batch's first seq. The batch travels as one JSON array of [type, payload] pairs:
 # one parameter, one encode call.
-APPEND_SQL: Final = """
+_APPEND_SQL: Final = """
 SELECT * FROM ledger.append_events(
     %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s
 )
@@ -114,7 +128,7 @@ ORDER BY page.seq
 # a parameter, the planner keeps the one partition and the executor opens no other, a quarter of a
 # millisecond less per read than pruning at run time. The answer carries the run's `created_at`;
 # a different one means the run was deleted and opened again since, and the read is made anew.
-READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
+_READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
     "(SELECT created_at FROM run)", "%(run_created_at)s::timestamptz"
 )
 
@@ -150,7 +164,7 @@ def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalStateBody | None
     }
 
 
-def run_from_row(row: Mapping[str, Any]) -> shapes.Run:
+def _run_from_row(row: Mapping[str, Any]) -> shapes.Run:
     """A run row in API shape (`GET /v1/runs/{run_id}`).
 
     `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
@@ -184,7 +198,7 @@ async def open_run_in_transaction(
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
-    await conn.execute(OPEN_RUN_SQL, params)
+    await conn.execute(_OPEN_RUN_SQL, params)
 
 
 async def lock_run(
@@ -203,7 +217,7 @@ async def lock_run(
     validate_run_id(run_id)
     if create:
         await open_run_in_transaction(conn, run_id, play_name=play_name, now=now)
-    cur = await conn.execute(LOCK_RUN_SQL, {"run_id": run_id})
+    cur = await conn.execute(_LOCK_RUN_SQL, {"run_id": run_id})
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"unknown run {run_id!r}")
@@ -252,7 +266,7 @@ async def _append_events(
     row untouched. Raises `NotFound` for an unknown run."""
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
     cur = await conn.execute(
-        APPEND_SQL,
+        _APPEND_SQL,
         {
             "run_id": run_id,
             "events": jsonb.dumps([(e.type, e.payload) for e in events]),
@@ -389,7 +403,7 @@ async def read_page(
     params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
     rows: list[Row] = []
     if created_at is not None:
-        cur = await conn.execute(READ_KNOWN_PAGE_SQL, params)
+        cur = await conn.execute(_READ_KNOWN_PAGE_SQL, params)
         rows = await cur.fetchall()
         if not rows:
             raise NotFound(f"unknown run {run_id!r}")
@@ -439,7 +453,7 @@ class RunLog:
         listener: Listener | None = None,
         clock: Clock | None = None,
         max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
-        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        poll_interval_s: float = _DEFAULT_POLL_INTERVAL_S,
     ) -> None:
         if max_events_per_run < 0:
             raise ValueError("max_events_per_run must be >= 0 (0 = unlimited)")
@@ -479,10 +493,10 @@ class RunLog:
         validate.text("play_name", play_name, optional=True)
         async with self.db.transaction() as conn:
             await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         assert row is not None
-        return run_from_row(row)
+        return _run_from_row(row)
 
     async def recent_log_lines(self, run_id: str, limit: int = validate.LIVE_LOG_TAIL_LIMIT) -> list[str]:
         """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
@@ -490,12 +504,12 @@ class RunLog:
         validate_run_id(run_id)
         limit = check_limit(limit)
         async with self.db.connection() as conn:
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             run = await cur.fetchone()
             if run is None:
                 raise NotFound(f"unknown run {run_id!r}")
             cur = await conn.execute(
-                RECENT_LOG_LINES_SQL,
+                _RECENT_LOG_LINES_SQL,
                 {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},
             )
             rows = await cur.fetchall()
@@ -505,11 +519,11 @@ class RunLog:
         """The run in API shape; `NotFound` if it was never opened."""
         validate_run_id(run_id)
         async with self.db.connection() as conn:
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         if row is None:
             raise NotFound(f"unknown run {run_id!r}")
-        return run_from_row(row)
+        return _run_from_row(row)
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
         """Append events in one transaction (one round trip); returns them with their seq and ts."""

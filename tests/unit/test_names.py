@@ -1,9 +1,15 @@
-"""Names in `ledger` and `reporter`: one name per type, so a reader (and a traceback) never has to
-ask which `TerminalState` is meant."""
+"""Names in `ledger` and `reporter`: private by default, one name per type, records built with
+keywords.
+
+Every module says what it offers (`__all__`); everything else it defines starts with `_`, so a
+name without the underscore is one another module, a test or the documentation relies on, and a
+helper can change without a search of the whole tree. One name is one type, so a reader (and a
+traceback) never has to ask which `TerminalState` is meant."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +35,135 @@ def modules() -> Iterator[tuple[str, ast.Module]]:
             relative = path.relative_to(REPO).as_posix()
             if not relative.startswith(FROZEN):
                 yield relative, ast.parse(path.read_text(encoding="utf-8"), filename=relative)
+
+
+def top_level_names(tree: ast.Module) -> dict[str, ast.stmt]:
+    """What a module defines at its top level (also under `if`/`try`): functions, classes and
+    assigned names, each with the statement defining it."""
+    found: dict[str, ast.stmt] = {}
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                found[node.name] = node
+            elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            found.setdefault(name.id, node)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                    visit(block)
+
+    visit(tree.body)
+    return found
+
+
+def declared_all(relative: str, tree: ast.Module) -> list[str] | None:
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+            try:
+                return list(ast.literal_eval(node.value))
+            except ValueError:  # computed (the package's lazy names): ask the module
+                name = relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+                return list(importlib.import_module(name).__all__)
+    return None
+
+
+def named_by_a_framework(node: ast.stmt) -> bool:
+    """pytest finds its hooks and the plugin's fixtures by their names: those names are their
+    interface, though nothing imports them."""
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    return node.name.startswith("pytest_") or any(
+        "fixture" in ast.unparse(decorator) for decorator in node.decorator_list
+    )
+
+
+def public_by_accident(relative: str, tree: ast.Module) -> list[str]:
+    """What is wrong with a module's names: no `__all__`, or a name it defines without `_` that its
+    `__all__` does not list (or lists without defining or importing it)."""
+    exported = declared_all(relative, tree)
+    if exported is None:
+        return [f"{relative}: no __all__"]
+    defined = top_level_names(tree)
+    problems = [
+        f"{relative}: {name} is neither in __all__ nor private"
+        for name, node in defined.items()
+        if not name.startswith("_") and name not in exported and not named_by_a_framework(node)
+    ]
+    imported = {
+        alias.asname or alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    lazy = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+    problems += [
+        f"{relative}: __all__ lists {name}, which it does not define"
+        for name in exported
+        if name not in defined and name not in imported and not lazy
+    ]
+    return problems
+
+
+def test_every_module_is_private_by_default() -> None:
+    problems = [
+        problem
+        for relative, tree in modules()
+        if not relative.startswith(NOT_YET)
+        for problem in public_by_accident(relative, tree)
+    ]
+    assert problems == []
+
+
+def test_a_public_helper_outside_all_is_caught() -> None:
+    source = """
+__all__ = ["api", "Thing", "LIMIT", "missing"]
+
+LIMIT = 3
+_CACHE: dict[str, int] = {}
+helper_limit = 4
+
+
+class Thing:
+    pass
+
+
+def api() -> None:
+    pass
+
+
+def helper() -> None:
+    pass
+
+
+@pytest.fixture
+def some_fixture() -> None:
+    pass
+
+
+def pytest_configure(config: object) -> None:
+    pass
+"""
+    assert public_by_accident("m.py", ast.parse(source)) == [
+        "m.py: helper_limit is neither in __all__ nor private",
+        "m.py: helper is neither in __all__ nor private",
+        "m.py: __all__ lists missing, which it does not define",
+    ]
+    assert public_by_accident("m.py", ast.parse("def f() -> None:\n    pass\n")) == ["m.py: no __all__"]
 
 
 def duplicate_class_names(trees: list[tuple[str, ast.Module]]) -> dict[str, list[str]]:
