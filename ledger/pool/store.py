@@ -206,7 +206,7 @@ def _mapping(row: Row) -> RunMapping:
     return RunMapping(**row)
 
 
-def _entry_out(entry: PoolEntry) -> shapes.PoolEntry:
+def _entry_out(entry: PoolEntry) -> shapes.PoolEntryBody:
     return {
         "id": entry.id,
         "version": entry.version,
@@ -217,7 +217,7 @@ def _entry_out(entry: PoolEntry) -> shapes.PoolEntry:
     }
 
 
-def _counts_out(counts: rules.Counts) -> shapes.Counts:
+def _counts_out(counts: rules.Counts) -> shapes.PoolCountsBody:
     return {"available": counts.available, "warming": counts.warming}
 
 
@@ -301,7 +301,9 @@ class WarmPool:
         assert row is not None
         return {"id": row["claimed"], "available": row["available"], "warming": row["warming"]}
 
-    async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> shapes.Counts:
+    async def count(
+        self, pool: str, version: str, min_ready_age_ms: float | None = None
+    ) -> shapes.PoolCountsBody:
         """`{available, warming}` of `version` in `pool` (after GC)."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
@@ -311,7 +313,7 @@ class WarmPool:
             counts = await self._count(conn, pool, version, now, min_age)
         return _counts_out(counts)
 
-    async def list(self, pool: str, version: str) -> list[shapes.PoolEntry]:
+    async def list(self, pool: str, version: str) -> list[shapes.PoolEntryBody]:
         """The live entries of `version` in `pool` (after GC), by id."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         async with self.db.transaction() as conn:

@@ -13,20 +13,25 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+__all__ = [
+    "CONTENT_TYPE",
+    "ServiceMetrics",
+]
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-Reading = Callable[[], float]
+_Reading = Callable[[], float]
 
 
 class _LiveSources(Collector):
     """Values owned by the listener and the watchdog, read when scraped."""
 
     def __init__(self) -> None:
-        self.listener_reconnects: Reading | None = None
-        self.waiters: Reading | None = None
-        self.listener_connected: Reading | None = None
-        self.watchdog_failures: Reading | None = None
-        self.event_reads: Reading | None = None
+        self.listener_reconnects: _Reading | None = None
+        self.waiters: _Reading | None = None
+        self.listener_connected: _Reading | None = None
+        self.watchdog_failures: _Reading | None = None
+        self.event_reads: _Reading | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.listener_reconnects is not None:
@@ -116,11 +121,11 @@ class ServiceMetrics:
     def bind_sources(
         self,
         *,
-        listener_reconnects: Reading | None = None,
-        listener_connected: Reading | None = None,
-        waiters: Reading | None = None,
-        watchdog_failures: Reading | None = None,
-        event_reads: Reading | None = None,
+        listener_reconnects: _Reading | None = None,
+        listener_connected: _Reading | None = None,
+        waiters: _Reading | None = None,
+        watchdog_failures: _Reading | None = None,
+        event_reads: _Reading | None = None,
     ) -> None:
         self.live.listener_reconnects = listener_reconnects
         self.live.listener_connected = listener_connected

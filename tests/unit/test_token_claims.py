@@ -43,9 +43,9 @@ def test_a_signed_token_with_well_formed_claims_verifies() -> None:
     exp = NOW + 60
     assert tokens.verify(
         KEYRING, signed(scope="read", exp=exp, run=None, max_attempt=None), now_s=NOW
-    ) == Grant(Scope.READ, None, None, exp, KID)
+    ) == Grant(scope=Scope.READ, run_id=None, max_attempt=None, expires_at_s=exp, kid=KID)
     assert tokens.verify(KEYRING, signed(scope="run", exp=exp, run="r", max_attempt=0), now_s=NOW) == Grant(
-        Scope.RUN, "r", 0, exp, KID
+        scope=Scope.RUN, run_id="r", max_attempt=0, expires_at_s=exp, kid=KID
     )
 
 

@@ -3,6 +3,7 @@ partitions (manual clock), every run-scoped statement on one partition, keys rea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from ledger.cli.app import cli
 from ledger.clock import ManualClock
 from ledger.db import Database
+from ledger.errors import DatabaseUnavailable, SchemaMissing
 from ledger.ingest.store import apply_status_upload
 from ledger.runlog import partitions
 from ledger.runlog.store import RunLog, read_page
@@ -152,6 +154,28 @@ async def test_retention_drops_whole_partitions_and_deletes_straddlers_one_by_on
     assert [p.name for p, n in (await dog.plan_retention()).partitions if n] == [day_b]
     assert await dog.sweep_runs() == 1
     assert day_b not in await names(db) and await runs(db) == []
+
+
+async def test_a_partition_the_database_will_not_drop_is_the_library_s_error(db: Database) -> None:
+    # The watchdog leaves such a partition for its next pass: it catches the library's errors, so
+    # the drop must raise those, with the driver's error kept as the cause.
+    clock = ManualClock(at("2097-06-10T13:00:00"))
+    await RunLog(db, clock=clock).open_run("kept")
+    async with db.connection() as conn:
+        (partition,) = [
+            p for p in await partitions.list_partitions(conn) if p.name == "run_events_20970610_20970611"
+        ]
+    # Finishing a detach that never started is refused (the partition is not pending).
+    with pytest.raises(DatabaseUnavailable) as refused:
+        await partitions.drop_partition(db, dataclasses.replace(partition, detach_pending=True))
+    assert isinstance(refused.value.__cause__, psycopg.errors.ObjectNotInPrerequisiteState)
+    # A partition already gone (another watchdog dropped it).
+    with pytest.raises(SchemaMissing) as gone:
+        await partitions.drop_partition(db, dataclasses.replace(partition, name="run_events_gone"))
+    assert isinstance(gone.value.__cause__, psycopg.errors.UndefinedTable)
+    assert partition.name in await names(db)
+    await partitions.drop_partition(db, partition)
+    assert partition.name not in await names(db)
 
 
 # -- one partition per run-scoped statement ----------------------------------------------------------
