@@ -34,10 +34,48 @@ from ledger import sql, validate
 from ledger.clock import EPOCH, from_ms
 from ledger.errors import InvalidInput
 
-EntryState = Literal["warming", "ready"]
-MappingState = Literal["claimed", "started", "blocked"]
+__all__ = [
+    "Counts",
+    "EntryChange",
+    "ExistingClaim",
+    "PoolEntry",
+    "PoolSettings",
+    "Resolution",
+    "RunMapping",
+    "added",
+    "blocked",
+    "check_flag",
+    "check_id",
+    "check_ids",
+    "check_pool",
+    "check_version",
+    "choose_claim",
+    "claim_order",
+    "claim_window",
+    "claimed",
+    "count",
+    "existing_claim",
+    "gc_bounds",
+    "holds_instance",
+    "is_available",
+    "is_expired",
+    "is_garbage",
+    "is_stale",
+    "live",
+    "mapped",
+    "marked_ready",
+    "min_ready_age",
+    "promoted",
+    "ready_request",
+    "resolution",
+    "serves_live_run",
+    "ttl",
+]
 
-DEFAULT_POOL = "default"
+_EntryState = Literal["warming", "ready"]
+_MappingState = Literal["claimed", "started", "blocked"]
+
+_DEFAULT_POOL = "default"
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -46,7 +84,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _WINDOWS = sql.pool_windows()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PoolSettings:
     """Time limits of the pool, in milliseconds; the defaults are `ledger.pool_windows()`'s: entries
     live 8 minutes (also the most a TTL may ask), an entry ready for more than 7 minutes is stale
@@ -70,22 +108,22 @@ class PoolSettings:
             raise InvalidInput("default_ttl_ms", "must not exceed max_ttl_ms")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PoolEntry:
     id: str
     version: str
-    state: EntryState
+    state: _EntryState
     created_at: datetime
     ready_at: datetime | None
     expires_at: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunMapping:
     run_id: str
     pool: str
     instance_id: str  # '' while blocked: a blocked run has no instance
-    state: MappingState
+    state: _MappingState
     blocked_instance_id: str | None
     version: str
     claimed_at: datetime | None
@@ -167,7 +205,7 @@ def min_ready_age(min_ready_age_ms: object, settings: PoolSettings) -> timedelta
 
 
 @dataclass(frozen=True)
-class ReadyRequest:
+class _ReadyRequest:
     """What an add asks about readiness: nothing (keep an entry's own), ready now, or ready at."""
 
     ready: bool
@@ -180,7 +218,7 @@ class ReadyRequest:
         return self.at or now
 
 
-def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
+def ready_request(ready: object, ready_at_ms: object) -> _ReadyRequest:
     """Validate add's `ready`/`ready_at`.
 
     `ready=True` means ready at `ready_at_ms`, else now; a `ready_at_ms` alone implies `ready`;
@@ -188,29 +226,29 @@ def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
     """
     flag = check_flag("ready", ready)
     if ready_at_ms is None:
-        return ReadyRequest(ready=bool(flag), at=None)
+        return _ReadyRequest(ready=bool(flag), at=None)
     if flag is False:
         raise InvalidInput("ready_at", "cannot be given with ready=false")
     value = _number("ready_at", ready_at_ms)
     # epoch_ms truncates; ready_at is non-negative here, so a fractional millisecond rounds down.
     ms = validate.epoch_ms("ready_at", value)
     assert ms is not None
-    return ReadyRequest(ready=True, at=from_ms(ms))
+    return _ReadyRequest(ready=True, at=from_ms(ms))
 
 
 # -- pool entries ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class GcBounds:
+class _GcBounds:
     """An entry is garbage when of another version, `expires_at <= now` or `ready_at < stale_before`."""
 
     now: datetime
     stale_before: datetime
 
 
-def gc_bounds(now: datetime, settings: PoolSettings) -> GcBounds:
-    return GcBounds(now=now, stale_before=now - timedelta(milliseconds=settings.ready_max_age_ms))
+def gc_bounds(now: datetime, settings: PoolSettings) -> _GcBounds:
+    return _GcBounds(now=now, stale_before=now - timedelta(milliseconds=settings.ready_max_age_ms))
 
 
 def is_expired(entry: PoolEntry, now: datetime) -> bool:
@@ -421,7 +459,7 @@ def mapped(
     started_at = mapping.started_at if already_started and mapping is not None else now if started else None
     return RunMapping(
         run_id=run_id,
-        pool=pool or (mapping.pool if mapping is not None else DEFAULT_POOL),
+        pool=pool or (mapping.pool if mapping is not None else _DEFAULT_POOL),
         instance_id=instance_id,
         state="started" if started_at is not None else "claimed",
         blocked_instance_id=None,
@@ -458,7 +496,7 @@ def blocked(
     same = mapping is not None and mapping.version == version
     return RunMapping(
         run_id=run_id,
-        pool=mapping.pool if mapping is not None else DEFAULT_POOL,
+        pool=mapping.pool if mapping is not None else _DEFAULT_POOL,
         instance_id="",
         state="blocked",
         blocked_instance_id=instance_id,
