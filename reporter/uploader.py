@@ -5,7 +5,8 @@ caller that is cancelled never cancels the upload the other callers are waiting 
 request that arrives while an upload is in flight merges into the one pending request:
 
 * a terminal status (``completed``/``failed``/``cancelled``) beats ``running``;
-* ``required`` is OR-ed;
+* each caller keeps its own ``required``: a failed upload rejects the required callers it carried,
+  whatever they merged with, and resolves the best-effort ones;
 * a terminal log replay, once asked for, is kept;
 * every caller's future is resolved (or, for required callers, rejected) by the merged upload.
 
@@ -94,8 +95,9 @@ def epoch_ms_now() -> int:
 @dataclass
 class FlushRequest:
     status: Status = "running"
-    required: bool = False
     terminal_log_replay: dict[str, Any] | None = None
+    # Each caller's future with its own `required`: that, not the merged request, decides whether a
+    # failure rejects it.
     waiters: list[tuple[asyncio.Future[None], bool]] = field(default_factory=list)
     error: str | None = None  # the run's terminal error, with a terminal status
 
@@ -104,7 +106,6 @@ class FlushRequest:
         terminal = other if other.status != "running" else self
         return FlushRequest(
             status=terminal.status,
-            required=self.required or other.required,
             terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
             waiters=self.waiters + other.waiters,
             error=terminal.error,
@@ -263,7 +264,7 @@ class CoalescingUploader:
             self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
             return self._idle_future(loop) if waiter else None
         self._last_flush_at = now
-        request = FlushRequest(status=status, required=required, terminal_log_replay=replay, error=error)
+        request = FlushRequest(status=status, terminal_log_replay=replay, error=error)
         future: asyncio.Future[None] | None = None
         if waiter:
             future = loop.create_future()

@@ -28,22 +28,20 @@ def test_epoch_ms_now_is_whole_milliseconds_of_the_wall_clock() -> None:
 
 
 def test_merging_pending_requests_follows_the_documented_rules() -> None:
-    """A terminal status beats running, `required` is OR-ed, a replay once asked for is kept, and
-    every caller's future is carried."""
+    """A terminal status beats running, a replay once asked for is kept, and every caller's future
+    is carried with its own `required` flag, in the order the callers came."""
     loop = asyncio.new_event_loop()
     try:
         a, b = loop.create_future(), loop.create_future()
         replay = {"lines": ["x"]}
-        required_first = FlushRequest(
-            status="completed", required=True, terminal_log_replay=replay, waiters=[(a, True)]
-        )
+        required_first = FlushRequest(status="completed", terminal_log_replay=replay, waiters=[(a, True)])
         best_effort = FlushRequest(waiters=[(b, False)])
         merged = required_first.merge(best_effort)
-        assert (merged.status, merged.required, merged.terminal_log_replay) == ("completed", True, replay)
+        assert (merged.status, merged.terminal_log_replay) == ("completed", replay)
         assert merged.waiters == [(a, True), (b, False)]
         merged = best_effort.merge(required_first)
-        assert (merged.status, merged.required, merged.terminal_log_replay) == ("completed", True, replay)
-        assert not FlushRequest().merge(FlushRequest()).required
+        assert (merged.status, merged.terminal_log_replay) == ("completed", replay)
+        assert merged.waiters == [(b, False), (a, True)]
     finally:
         loop.close()
 
