@@ -374,7 +374,8 @@ class CoalescingUploader:
                 return
             if await self._current_attempt():
                 snapshot = self.state.snapshot()
-                self._unacked = self._numbered(self.payload(request, snapshot, self.upload_seq + 1), request)
+                body = self.payload(request, snapshot, self.upload_seq + 1)
+                self._unacked = self._numbered(body, request.terminal_log_replay)
                 await self._send_unacked()
         except LedgerError as exc:
             self._refused(exc)
@@ -392,12 +393,13 @@ class CoalescingUploader:
             return
         _settle(request, None)
 
-    def _numbered(self, body: dict[str, Any], request: FlushRequest) -> list[Unacked]:
-        """`body` split to fit the body limit, each part numbered with the next ``upload_seq``."""
+    def _numbered(self, body: dict[str, Any], replay: dict[str, Any] | None) -> list[Unacked]:
+        """`body` split to fit the body limit, each part numbered with the next ``upload_seq`` and
+        kept with the `replay` its request carried."""
         parts: list[Unacked] = []
         for part in split_upload(body, self.bounds.max_body_bytes, shrunk=self._shrunk):
             self.upload_seq += 1
-            parts.append(Unacked({**part, "upload_seq": self.upload_seq}, request.terminal_log_replay))
+            parts.append(Unacked({**part, "upload_seq": self.upload_seq}, replay))
         return parts
 
     def _shrunk(self, kind: str) -> None:
@@ -429,13 +431,9 @@ class CoalescingUploader:
         pending, self._unacked = self._unacked, []
         self.upload_seq = pending[0].body["upload_seq"] - 1  # none of them was applied
         for unacked in pending:
-            request = FlushRequest(
-                status=unacked.body["status"],
-                terminal_log_replay=unacked.replay,
-                error=unacked.body.get("error"),
-            )
+            # The body carries its status and error; the parts split from it carry them on.
             body = sanitize_upload(unacked.body, self.sanitizer)
-            self._unacked.extend(self._numbered(body, request))
+            self._unacked.extend(self._numbered(body, unacked.replay))
 
     async def _resend_covers(self, request: FlushRequest) -> bool:
         """Send the unacked uploads again; True when they already carry all `request` asks for."""
