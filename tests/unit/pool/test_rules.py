@@ -288,3 +288,28 @@ def test_resolution() -> None:
     assert rules.resolution(started, "v1", NOW) == rules.Resolution("i1", NOW - MIN, delete=False)
     blocked = mapping(state="blocked", instance_id="", blocked_instance_id="i1")
     assert rules.resolution(blocked, "v1", NOW) == rules.Resolution(None, None, delete=False)
+
+
+# -- one instance, one place -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ready_ago", [None, 2 * MIN, 10 * 24 * 60 * MIN])
+def test_an_entry_holds_its_instance_until_it_expires_ready_warming_or_stale(
+    ready_ago: timedelta | None,
+) -> None:
+    assert rules.holds_instance(entry(ready_ago=ready_ago, expires_in=US), NOW)
+    assert not rules.holds_instance(entry(ready_ago=ready_ago, expires_in=timedelta(0)), NOW)
+    assert not rules.holds_instance(entry(ready_ago=ready_ago, expires_in=-US), NOW)
+    # Of another version it is still there (for a claim of its version, or an add to refresh).
+    assert rules.holds_instance(entry(version="v0", ready_ago=ready_ago), NOW)
+
+
+def test_a_mapping_serves_its_run_while_live_with_an_instance_and_the_run_not_ended() -> None:
+    assert rules.serves_live_run(mapping(), False, NOW)
+    assert rules.serves_live_run(mapping(expires_at=NOW + US), False, NOW)
+    assert not rules.serves_live_run(mapping(), True, NOW)  # the run ended
+    assert not rules.serves_live_run(mapping(expires_at=NOW), False, NOW)  # the mapping expired
+    assert not rules.serves_live_run(mapping(expires_at=NOW), True, NOW)
+    blocked = mapping(state="blocked", instance_id="", blocked_instance_id="i1")
+    assert not rules.serves_live_run(blocked, False, NOW)  # a blocked run has no instance
+    assert not rules.serves_live_run(mapping(instance_id="", expires_at=NOW), False, NOW)
