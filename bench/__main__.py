@@ -16,7 +16,7 @@ install it and exits with code 2. `--growth` prints, instead of the table, how e
 latency grows with the size of what it works on (bench/growth.py: events retained, pool size,
 runs in the ledger, nodes per upload); it takes a few minutes (`--quick`: seconds). `--growth
 --large` fills the ledger to 10 M events instead and measures the costs that must stay flat at
-1 M / 3 M / 10 M (bench/growth_large.py; not for CI: about 5 GB of disk). `--load` prints,
+1 M / 3 M / 10 M (bench/growth_large.py; not for CI: about 4 GB of disk). `--load` prints,
 instead, the mixed-load table (bench/load.py): 100 bare clients appending, uploading, long-polling
 and tailing at once against `ledger serve`, once per `--workers` value.
 """
@@ -55,6 +55,12 @@ def main() -> None:
         "--large",
         action="store_true",
         help="--growth: fill to 10 M events and measure at 1 M / 3 M / 10 M (bench/growth_large.py)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the table (and --peers) this many times, interleaved; each row shows its median round",
     )
     parser.add_argument("--load", action="store_true", help="instead: the mixed load (bench/load.py)")
     parser.add_argument("--seconds", type=float, default=60.0, help="--load: seconds per --workers value")
@@ -102,33 +108,49 @@ def main() -> None:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
     with common.bench_database("bench-all-") as database:
         started = time.perf_counter()
-        rows = asyncio.run(suite.Suite(database.url, client_bin_dir(), profile, log).run())
-        peer_rows = asyncio.run(peers.Peers(database.url, profile, log).run()) if args.peers else []
+        rounds: list[list[suite.Measure]] = []
+        peer_rounds: list[list[suite.Measure]] = []
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                log(f"-- round {number} of {args.rounds}")
+            rounds.append(asyncio.run(suite.Suite(database.url, client_bin_dir(), profile, log).run()))
+            if args.peers:
+                peer_rounds.append(asyncio.run(peers.Peers(database.url, profile, log).run()))
+        rows, spread = suite.median_rows(rounds)
+        peer_rows, peer_spread = suite.median_rows(peer_rounds)
         if args.json:
             document: dict[str, object] = {
                 "profile": profile.name,
                 "where": database.where,
                 "cores": os.cpu_count(),
+                "rounds": args.rounds,
                 "seconds": round(time.perf_counter() - started, 1),
-                "measures": [row.as_json() for row in rows],
+                "measures": [{**row.as_json(), "ratios": spread[row.measure]} for row in rows],
             }
             if args.peers:
                 document["peers"] = {
                     "versions": peers.versions(),
-                    "measures": [row.as_json() for row in peer_rows],
+                    "measures": [{**row.as_json(), "ratios": peer_spread[row.measure]} for row in peer_rows],
                 }
             print(json.dumps(document, indent=2))
             return
-        common.print_table(("measure", "ours", "baseline", "ratio"), suite.table_rows(rows), align="right")
+        several = args.rounds > 1
+        headers = ("measure", "ours", "baseline", "ratio") + (("per round",) if several else ())
+        common.print_table(headers, suite.table_rows(rows, spread if several else None), align="right")
         print()
         for what in dict.fromkeys(row.baseline_is for row in rows):
             print(f"  baseline: {what}")
         print("  ratio: ours / baseline for rates, baseline / ours for latencies (1.00 = as fast as raw)")
+        if several:
+            print(f"  {args.rounds} rounds, interleaved; each row is its median round (by ratio)")
         if args.peers:
             print()
-            peers.print_table(peer_rows)
+            peers.print_table(peer_rows, peer_spread if several else None)
         common.print_footer(started, database.where)
 
 

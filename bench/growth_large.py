@@ -18,17 +18,24 @@ and 10 M events (10,000 / 30,000 / 100,000 runs). `--quick` is a smoke-sized pro
   before and after): the oldest day by dropping its partition (then its runs' rows, events
   gone, by the per-run delete), the next day by the per-run delete alone (each run's events
   deleted row by row); both days are filled again afterwards, so the stage keeps its size;
-- sizes: table + index bytes of `runs` and of the event log (all partitions).
+- pages: the buffer pages (hit or read) one event page and one run list page touch, from EXPLAIN
+  (ANALYZE, BUFFERS), which no load on the machine changes, and the event log's partitions;
+- sizes: table + index bytes of `runs` and of the event log (all partitions), and the disk the
+  stage needs: the database (`pg_database_size`) and the WAL directory beside it;
+- the machine's load average (1 minute) as the stage's measuring began and ended, and its fill time.
 
-Disk: about 260 bytes per event with its index, so ~2.6 GB at 10 M events, plus WAL while
-filling (max_wal_size, 1 GB by default): plan for 5 GB free.
+Disk: about 220 bytes per event with its index, so ~2.1 GB at 10 M events, plus the WAL
+directory (max_wal_size, 1 GB by default): plan for 4 GB free in the temporary directory. The
+fill takes about 15 s per million events; the whole run, 4 to 5 minutes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,7 +52,7 @@ import psycopg
 from ledger.db import Database
 from ledger.runlog import overview, partitions
 from ledger.runlog import retention as run_retention
-from ledger.runlog.store import RunLog
+from ledger.runlog.store import READ_KNOWN_PAGE_SQL, RunLog
 from ledger.runlog.watchdog import Watchdog
 
 EVENTS_PER_RUN = 100
@@ -73,12 +80,15 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS g,
      ) AS t
 """
 
+# In time order, as appends write them: runs that overlap interleave their events on the pages
+# (without the order, the plan chosen decides whether a run's 100 events lie on 2 pages or 100).
 FILL_DAY_EVENTS = """
 INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
 SELECT r.run_id, s, r.created_at, 'log', r.created_at + s * interval '1 second',
        jsonb_build_object('line', 'growth bench: fetched batch ' || s || ' from https://api.example.com/items')
 FROM ledger.runs r CROSS JOIN generate_series(1, %(events)s) AS s
 WHERE r.created_at >= %(day)s AND r.created_at < %(day)s::timestamptz + interval '1 day'
+ORDER BY r.created_at + s * interval '1 second', r.run_id
 """
 
 SIZES = """
@@ -86,8 +96,13 @@ SELECT
     (SELECT sum(pg_table_size(relid)) FROM pg_partition_tree('ledger.run_events')) AS events_table,
     (SELECT sum(pg_indexes_size(relid)) FROM pg_partition_tree('ledger.run_events')) AS events_indexes,
     pg_table_size('ledger.runs') AS runs_table,
-    pg_indexes_size('ledger.runs') AS runs_indexes
+    pg_indexes_size('ledger.runs') AS runs_indexes,
+    pg_database_size(current_database()) AS database,
+    (SELECT sum(size) FROM pg_ls_waldir()) AS wal
 """
+
+
+PARTITIONS = "SELECT count(*) AS n FROM pg_partition_tree('ledger.run_events') WHERE isleaf"
 
 
 @dataclass
@@ -98,7 +113,14 @@ class Stage:
     measures: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (p50 ms, p99 ms)
     retention: dict[str, dict[str, float]] = field(default_factory=dict)  # way -> seconds, WAL bytes, rows
     sizes: dict[str, int] = field(default_factory=dict)
+    pages: dict[str, int] = field(default_factory=dict)  # buffer pages per statement; partitions
     fill_s: float = 0.0
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average as measuring began, ended
+
+
+def load_average() -> float:
+    """The machine's 1-minute load: the measures share 2 cores with other work, this says how much."""
+    return round(os.getloadavg()[0], 2)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -196,7 +218,17 @@ class Growth:
         await self.sql("VACUUM ANALYZE ledger.runs")
         return results
 
+    async def pages(self, db: Database, statement: str, params: dict[str, Any]) -> int:
+        """Buffer pages (hit or read) one execution of `statement` touches."""
+        async with db.connection() as conn:
+            cur = await conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params)
+            row = await cur.fetchone()
+        assert row is not None
+        top = row["QUERY PLAN"][0]["Plan"]
+        return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
     async def measure(self, db: Database, stage: Stage) -> None:
+        loaded = load_average()
         runlog = RunLog(db)
         samples = self.profile.samples
         hot = [f"hot-{stage.events}-{i}" for i in range(20)]
@@ -216,6 +248,16 @@ class Growth:
             lambda: runlog.list_events(some_run(), -1, 0, 100), samples
         )
         stage.measures["run list, first page (50)"] = await timed(lambda: overview.list_runs(db, 50), samples)
+        # The median of a few runs: the pages a run's events span depend on the runs beside it.
+        event_pages = []
+        for _ in range(5):
+            run_id = some_run()
+            created = await self.sql("SELECT created_at FROM ledger.runs WHERE run_id = %(r)s", {"r": run_id})
+            page = {"run_id": run_id, "after": -1, "limit": 100, "run_created_at": created[0]["created_at"]}
+            event_pages.append(await self.pages(db, READ_KNOWN_PAGE_SQL, page))
+        stage.pages["event page"] = sorted(event_pages)[2]
+        stage.pages["run list"] = await self.pages(db, *overview.listing_statement(50, None))
+        stage.pages["partitions"] = int((await self.sql(PARTITIONS))[0]["n"])
 
         async def stalled() -> None:
             async with db.connection() as conn:
@@ -226,9 +268,11 @@ class Growth:
         stage.measures["watchdog pass"] = await timed(dog.run_once, max(5, samples // 10))
         for run_id in hot:
             await runlog.set_terminal(run_id, "completed")
+        self.log(f"growth --large: {stage.target:,}: per-call measures done, retention next")
         stage.retention = await self.retention(db)
         rows = await self.sql(SIZES)
         stage.sizes = {k: int(v or 0) for k, v in rows[0].items()}
+        stage.load = (loaded, load_average())
 
     async def run(self) -> list[Stage]:
         rows = await self.sql("SELECT date_trunc('day', now() - interval '400 days', 'UTC') AS day")
@@ -269,7 +313,14 @@ def print_report(stages: Sequence[Stage]) -> None:
     for way in stages[0].retention:
         cells = [f"{s.retention[way]['seconds']:.2f} s, {kib(s.retention[way]['wal_bytes'])}" for s in stages]
         rows.append((f"retention of a day's runs, {way}: time, WAL", *cells))
+    rows.append(
+        (
+            "buffer pages: event page / run list page",
+            *[f"{s.pages['event page']} / {s.pages['run list']}" for s in stages],
+        )
+    )
     rows.append(("runs in the ledger", *[f"{s.runs:,}" for s in stages]))
+    rows.append(("event log partitions", *[f"{s.pages['partitions']}" for s in stages]))
     for key, label in (
         ("events_table", "event log, table MiB"),
         ("events_indexes", "event log, indexes MiB"),
@@ -277,6 +328,19 @@ def print_report(stages: Sequence[Stage]) -> None:
         ("runs_indexes", "runs, indexes MiB"),
     ):
         rows.append((label, *[mib(s.sizes[key]) for s in stages]))
+    rows.append(
+        (
+            "on disk: database + WAL MiB",
+            *[f"{mib(s.sizes['database'])} + {mib(s.sizes['wal'])}" for s in stages],
+        )
+    )
+    rows.append(("fill to the stage, s", *[f"{s.fill_s:,.0f}" for s in stages]))
+    rows.append(
+        (
+            "load average (1 min), measures began / ended",
+            *[f"{s.load[0]:.2f} / {s.load[1]:.2f}" for s in stages],
+        )
+    )
     common.print_table(header, rows, align="right")
 
 
@@ -284,6 +348,10 @@ def run(profile: Profile, as_json: bool) -> None:
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    # A terminated run would otherwise leave its embedded server running and gigabytes in /tmp:
+    # exiting through SystemExit stops and removes it on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    log(f"growth --large: load average {os.getloadavg()[0]:.2f} at the start")
     with common.bench_database("bench-growth-large-") as database:
         started = time.perf_counter()
         stages = asyncio.run(Growth(database.url, profile, log).run())
@@ -301,4 +369,4 @@ def run(profile: Profile, as_json: bool) -> None:
             )
             return
         print_report(stages)
-        common.print_footer(started, database.where)
+        common.print_footer(started, f"{database.where}; load average {os.getloadavg()[0]:.2f} at the end")

@@ -72,7 +72,7 @@ import queue
 import random
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -631,9 +631,10 @@ def require() -> None:
         raise SystemExit(2)
 
 
-def print_table(rows: list[suite.Measure]) -> None:
+def print_table(rows: list[suite.Measure], spread: Mapping[str, list[float]] | None = None) -> None:
     """The peer rows as `measure | ours | peer | ours/peer`, with what each peer figure is under it."""
-    common.print_table(("measure", "ours", "peer", "ours/peer"), suite.table_rows(rows), align="right")
+    headers = ("measure", "ours", "peer", "ours/peer") + (("per round",) if spread is not None else ())
+    common.print_table(headers, suite.table_rows(rows, spread), align="right")
     print()
     for what in dict.fromkeys(row.baseline_is for row in rows):
         print(f"  peer: {what}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -258,8 +258,26 @@ def _figure(value: float, unit: str) -> str:
     return f"{value:,.0f} {unit}"
 
 
-def table_rows(rows: list[Measure]) -> list[tuple[str, str, str, str]]:
-    return [
-        (row.measure, _figure(row.ours, row.unit), _figure(row.baseline, row.unit), f"{row.ratio:.2f}")
-        for row in rows
-    ]
+def median_rows(rounds: Sequence[Sequence[Measure]]) -> tuple[list[Measure], dict[str, list[float]]]:
+    """Per measure, the round whose ratio is the median of every round's (an odd count picks the
+    middle one; an even one the lower middle), with its own figures so a row stays one measurement;
+    and each measure's ratios in round order, for the spread. A shared machine's noise moves one
+    round; the median of interleaved rounds keeps it out of the verdict."""
+    by_name: dict[str, list[Measure]] = {}
+    for measures in rounds:
+        for row in measures:
+            by_name.setdefault(row.measure, []).append(row)
+    chosen = [sorted(rows, key=lambda row: row.ratio)[(len(rows) - 1) // 2] for rows in by_name.values()]
+    return chosen, {name: [row.ratio for row in rows] for name, rows in by_name.items()}
+
+
+def table_rows(rows: list[Measure], spread: Mapping[str, list[float]] | None = None) -> list[tuple[str, ...]]:
+    """`measure | ours | baseline | ratio`, and `ratio per round` when several rounds ran."""
+    table: list[tuple[str, ...]] = []
+    for row in rows:
+        ours, baseline = _figure(row.ours, row.unit), _figure(row.baseline, row.unit)
+        cells = (row.measure, ours, baseline, f"{row.ratio:.2f}")
+        if spread is not None:
+            cells += (" / ".join(f"{ratio:.2f}" for ratio in spread[row.measure]),)
+        table.append(cells)
+    return table

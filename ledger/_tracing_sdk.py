@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 
     from ledger.tracing import Attribute
 
+__all__ = [
+    "annotate",
+    "configure",
+    "flush",
+    "instrument_app",
+    "joined",
+    "span",
+]
+
 _tracer: trace.Tracer | None = None
 _provider: TracerProvider | None = None
 # Liveness and scraping would be a span each, every few seconds, for nothing a trace needs.

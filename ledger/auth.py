@@ -24,17 +24,30 @@ from pathlib import Path
 from ledger import tokens
 from ledger.config import ConfigError, Settings, load_settings
 
+__all__ = [
+    "API_TOKENS_VAR",
+    "CLIENT_TOKEN_VAR",
+    "TOKEN_SECRET_VAR",
+    "client_token",
+    "configured_tokens",
+    "ensure_token_file",
+    "read_token_file",
+    "token_file",
+    "token_keys",
+    "token_matches",
+]
+
 API_TOKENS_VAR = "LEDGER_API_TOKENS"
 CLIENT_TOKEN_VAR = "LEDGER_TOKEN"
-TOKEN_FILE_NAME = "api-token"
+_TOKEN_FILE_NAME = "api-token"
 TOKEN_SECRET_VAR = "LEDGER_TOKEN_SECRET"
-SECRET_FILE_NAME = "token-secret"
+_SECRET_FILE_NAME = "token-secret"
 _TOKEN_BYTES = 32
 
 
 def token_file(data_dir: Path) -> Path:
     """Where the generated token lives for this data directory."""
-    return data_dir / TOKEN_FILE_NAME
+    return data_dir / _TOKEN_FILE_NAME
 
 
 def configured_tokens(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -44,7 +57,7 @@ def configured_tokens(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class TokenFile:
+class _TokenFile:
     token: str
     path: Path
     created: bool
@@ -59,12 +72,12 @@ def read_token_file(path: Path) -> str | None:
     return token or None
 
 
-def ensure_token_file(data_dir: Path) -> TokenFile:
+def ensure_token_file(data_dir: Path) -> _TokenFile:
     """The stored token, generating and storing one (mode 0600) when there is none yet."""
     return _ensure_secret_file(token_file(data_dir), lambda: secrets.token_urlsafe(_TOKEN_BYTES), "API token")
 
 
-def _ensure_secret_file(path: Path, generate: Callable[[], str], what: str) -> TokenFile:
+def _ensure_secret_file(path: Path, generate: Callable[[], str], what: str) -> _TokenFile:
     """The value stored at `path`, generating and storing one (mode 0600) when there is none yet.
 
     Creation is exclusive (`O_EXCL`), so two services starting at once on one data dir agree on the
@@ -74,7 +87,7 @@ def _ensure_secret_file(path: Path, generate: Callable[[], str], what: str) -> T
     if existing is not None:
         if stat.S_IMODE(path.stat().st_mode) & 0o077:
             path.chmod(0o600)
-        return TokenFile(existing, path, created=False)
+        return _TokenFile(existing, path, created=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     value = generate()
     try:
@@ -83,38 +96,38 @@ def _ensure_secret_file(path: Path, generate: Callable[[], str], what: str) -> T
         raced = read_token_file(path)
         if raced is None:
             raise ConfigError(f"the {what} file {path} exists but is empty") from None
-        return TokenFile(raced, path, created=False)
+        return _TokenFile(raced, path, created=False)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(value + "\n")
-    return TokenFile(value, path, created=True)
+    return _TokenFile(value, path, created=True)
 
 
-def secret_file(data_dir: Path) -> Path:
+def _secret_file(data_dir: Path) -> Path:
     """Where the generated token-signing key lives for this data directory."""
-    return data_dir / SECRET_FILE_NAME
+    return data_dir / _SECRET_FILE_NAME
 
 
 @dataclass(frozen=True)
-class TokenKeys:
+class _TokenKeys:
     keyring: tokens.Keyring
     source: str  # the variable or the file it came from, for messages
     created: bool = False
 
 
-def token_keys(data_dir: Path, environ: Mapping[str, str] | None = None) -> TokenKeys:
+def token_keys(data_dir: Path, environ: Mapping[str, str] | None = None) -> _TokenKeys:
     """The keyring that signs and verifies scoped tokens: `LEDGER_TOKEN_SECRET`, else the secret
     file in `data_dir` (generated as `kid:secret` when missing). `ConfigError` naming the source
     when it is unusable."""
     env = os.environ if environ is None else environ
     configured = env.get(TOKEN_SECRET_VAR, "").strip()
     if configured:
-        return TokenKeys(_keyring(configured, TOKEN_SECRET_VAR), TOKEN_SECRET_VAR)
+        return _TokenKeys(_keyring(configured, TOKEN_SECRET_VAR), TOKEN_SECRET_VAR)
     stored = _ensure_secret_file(
-        secret_file(data_dir),
+        _secret_file(data_dir),
         tokens.generate_key,
         "token secret",
     )
-    return TokenKeys(_keyring(stored.token, str(stored.path)), str(stored.path), stored.created)
+    return _TokenKeys(_keyring(stored.token, str(stored.path)), str(stored.path), stored.created)
 
 
 def _keyring(text: str, source: str) -> tokens.Keyring:

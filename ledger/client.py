@@ -138,7 +138,7 @@ def _new_key() -> str:
 # -- one operation, described once ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Call(Generic[_T]):
     """One request and how to read its answer, independent of how it is sent."""
 
@@ -217,7 +217,9 @@ def _write(
     key: str | None,
     run_id: str = "",
 ) -> _Call[_T]:
-    return _Call(method, path, parse, body=body, idempotency_key=key or _new_key(), run_id=run_id)
+    return _Call(
+        method=method, path=path, parse=parse, body=body, idempotency_key=key or _new_key(), run_id=run_id
+    )
 
 
 class _operation(Generic[_P, _T]):
@@ -267,24 +269,35 @@ class _Operations:
     def list_runs(limit: int = 50, before: str | None = None) -> _Call[list[shapes.RunSummary]]:
         """The newest runs with their step and row totals, newest first (1 to 1,000); after the
         cursor `before` (a page's `next_before`, see `runs_page`) when given."""
-        return _Call("GET", "/v1/runs", _field("runs"), params=_without_none(limit=limit, before=before))
+        return _Call(
+            method="GET",
+            path="/v1/runs",
+            parse=_field("runs"),
+            params=_without_none(limit=limit, before=before),
+        )
 
     @_operation
     def runs_page(limit: int = 50, before: str | None = None) -> _Call[shapes.RunList]:
         """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` for the
         page after it (None once a page comes back short)."""
-        return _Call("GET", "/v1/runs", _whole, params=_without_none(limit=limit, before=before))
+        return _Call(
+            method="GET", path="/v1/runs", parse=_whole, params=_without_none(limit=limit, before=before)
+        )
 
     @_operation
     def get_run(run_id: str) -> _Call[shapes.Run]:
         """The run: status, last seq, terminal state, live node progress, resume position."""
-        return _Call("GET", _run_path(run_id), _whole, run_id=run_id)
+        return _Call(method="GET", path=_run_path(run_id), parse=_whole, run_id=run_id)
 
     @_operation
     def recent_log_lines(run_id: str, limit: int = 1000) -> _Call[list[str]]:
         """The text of the run's last `limit` log lines, oldest first."""
         return _Call(
-            "GET", _run_path(run_id, "/logs"), _field("lines"), params={"tail": limit}, run_id=run_id
+            method="GET",
+            path=_run_path(run_id, "/logs"),
+            parse=_field("lines"),
+            params={"tail": limit},
+            run_id=run_id,
         )
 
     @_operation
@@ -306,7 +319,7 @@ class _Operations:
         duration_ms: int | None = None,
         play_name: str | None = None,
         idempotency_key: str | None = None,
-    ) -> _Call[shapes.TerminalState]:
+    ) -> _Call[shapes.TerminalStateBody]:
         """End the run (the first terminal state wins; another is `RunTerminal`)."""
         body = _without_none(
             status=status,
@@ -319,9 +332,9 @@ class _Operations:
         return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
 
     @_operation
-    def get_terminal(run_id: str) -> _Call[shapes.TerminalState | None]:
+    def get_terminal(run_id: str) -> _Call[shapes.TerminalStateBody | None]:
         """The terminal state, or None while the run is live."""
-        return _Call("GET", _run_path(run_id, "/terminal"), _field("state"), run_id=run_id)
+        return _Call(method="GET", path=_run_path(run_id, "/terminal"), parse=_field("state"), run_id=run_id)
 
     @_operation
     def list_events(
@@ -331,7 +344,14 @@ class _Operations:
         when there are none yet: a long-poll."""
         params = _without_none(after=str(after), timeout_ms=timeout_ms, limit=limit)
         wait_s = max(0, timeout_ms) / 1000
-        return _Call("GET", _run_path(run_id, "/events"), _whole, params=params, wait_s=wait_s, run_id=run_id)
+        return _Call(
+            method="GET",
+            path=_run_path(run_id, "/events"),
+            parse=_whole,
+            params=params,
+            wait_s=wait_s,
+            run_id=run_id,
+        )
 
     # -- run mappings ------------------------------------------------------------------------------
 
@@ -360,7 +380,7 @@ class _Operations:
     def resolve_run(run_id: str, version: str) -> _Call[shapes.ResolvedMapping]:
         """The instance serving the run for that version (nulls when none)."""
         path = _run_path(run_id, "/mapping")
-        return _Call("GET", path, _whole, params={"version": version}, run_id=run_id)
+        return _Call(method="GET", path=path, parse=_whole, params={"version": version}, run_id=run_id)
 
     # -- ingestion ---------------------------------------------------------------------------------
 
@@ -385,9 +405,9 @@ class _Operations:
         key = idempotency_key or _new_key()
         path = _run_path(run_id, "/status")
         return _Call(
-            "POST",
-            path,
-            _whole,
+            method="POST",
+            path=path,
+            parse=_whole,
             body=dict(upload),
             idempotency_key=key,
             run_id=run_id,
@@ -405,7 +425,7 @@ class _Operations:
     @_operation
     def sheet_outcomes(run_id: str) -> _Call[list[shapes.SheetOutcome]]:
         """Per table namespace: completed, failed and total rows."""
-        return _Call("GET", _run_path(run_id, "/sheets"), _field("outcomes"), run_id=run_id)
+        return _Call(method="GET", path=_run_path(run_id, "/sheets"), parse=_field("outcomes"), run_id=run_id)
 
     @_operation
     def record_observations(
@@ -419,7 +439,9 @@ class _Operations:
     @_operation
     def list_observations(run_id: str) -> _Call[list[shapes.Observation]]:
         """The run's node observations."""
-        return _Call("GET", _run_path(run_id, "/observations"), _field("observations"), run_id=run_id)
+        return _Call(
+            method="GET", path=_run_path(run_id, "/observations"), parse=_field("observations"), run_id=run_id
+        )
 
     # -- warm pool ---------------------------------------------------------------------------------
 
@@ -439,14 +461,19 @@ class _Operations:
         return _write("POST", _pool_path(pool, "/entries"), body, _field("added"), idempotency_key)
 
     @_operation
-    def list_entries(pool: str, version: str) -> _Call[list[shapes.PoolEntry]]:
+    def list_entries(pool: str, version: str) -> _Call[list[shapes.PoolEntryBody]]:
         """The live entries of a version."""
-        return _Call("GET", _pool_path(pool, "/entries"), _field("entries"), params={"version": version})
+        return _Call(
+            method="GET",
+            path=_pool_path(pool, "/entries"),
+            parse=_field("entries"),
+            params={"version": version},
+        )
 
     @_operation
     def clear_pool(pool: str) -> _Call[int]:
         """Delete every entry of the pool (all versions); how many."""
-        return _Call("DELETE", _pool_path(pool, "/entries"), _field("deleted"))
+        return _Call(method="DELETE", path=_pool_path(pool, "/entries"), parse=_field("deleted"))
 
     @_operation
     def claim(
@@ -462,10 +489,12 @@ class _Operations:
         return _write("POST", _pool_path(pool, "/claim"), body, _whole, idempotency_key, run_id)
 
     @_operation
-    def counts(pool: str, version: str, *, min_ready_age_ms: float | None = None) -> _Call[shapes.Counts]:
+    def counts(
+        pool: str, version: str, *, min_ready_age_ms: float | None = None
+    ) -> _Call[shapes.PoolCountsBody]:
         """Available and warming entries of a version."""
         params = _without_none(version=version, min_ready_age_ms=min_ready_age_ms)
-        return _Call("GET", _pool_path(pool, "/counts"), _whole, params=params)
+        return _Call(method="GET", path=_pool_path(pool, "/counts"), parse=_whole, params=params)
 
     @_operation
     def promote(
@@ -494,22 +523,22 @@ class _Operations:
     @_operation
     def healthz() -> _Call[shapes.Health]:
         """Liveness: the process is up."""
-        return _Call("GET", "/healthz", _whole)
+        return _Call(method="GET", path="/healthz", parse=_whole)
 
     @_operation
     def readyz() -> _Call[shapes.Readiness | shapes.NotReady]:
         """Readiness: the database answers and the listener is connected (the 503 answer too)."""
-        return _Call("GET", "/readyz", _whole, answers=frozenset({503}), retry=False)
+        return _Call(method="GET", path="/readyz", parse=_whole, answers=frozenset({503}), retry=False)
 
     @_operation
     def limits() -> _Call[shapes.Limits]:
         """The service's request limits (`max_body_bytes`, ...)."""
-        return _Call("GET", "/v1/limits", _whole)
+        return _Call(method="GET", path="/v1/limits", parse=_whole)
 
     @_operation
     def metrics() -> _Call[str]:
         """The Prometheus metrics, as text."""
-        return _Call("GET", "/metrics", _text)
+        return _Call(method="GET", path="/metrics", parse=_text)
 
     # -- tokens ------------------------------------------------------------------------------------
 
@@ -522,7 +551,7 @@ class _Operations:
         token), so it is sent again only when the service surely did not handle it: the
         connection was never made, or the answer was 408 or 429."""
         body = _without_none(scope=scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl_s)
-        return _Call("POST", "/v1/tokens", _whole, body=body)
+        return _Call(method="POST", path="/v1/tokens", parse=_whole, body=body)
 
 
 # -- answers and errors ---------------------------------------------------------------------------
@@ -634,7 +663,7 @@ def _build_request(
 # -- retries --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """Which failures are retried and for how long: `LedgerUnavailable` (a 408/429/502/503/504 or
     a connection that fails), with exponential backoff and full jitter, never sooner than the
@@ -792,7 +821,7 @@ class _TailState:
             self.done = True
             return False
         if response.is_error:
-            raise _error_for(response, _Call("GET", self.path, _text, run_id=self.run_id))
+            raise _error_for(response, _Call(method="GET", path=self.path, parse=_text, run_id=self.run_id))
         return True
 
     def accept(self, sse: ServerSentEvent) -> shapes.Event | None:

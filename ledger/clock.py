@@ -13,6 +13,15 @@ from typing import Any, Final, Protocol, overload
 
 import psycopg
 
+__all__ = [
+    "EPOCH",
+    "Clock",
+    "DatabaseClock",
+    "ManualClock",
+    "from_ms",
+    "to_ms",
+]
+
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -18,9 +18,18 @@ import platformdirs
 
 from ledger.errors import ConfigError as ConfigError  # where callers have always found it
 
+__all__ = [
+    "DATABASE_URL_VAR",
+    "DATA_DIR_VAR",
+    "Settings",
+    "load_settings",
+    "sqlalchemy_url",
+    "validate_database_url",
+]
+
 DATABASE_URL_VAR = "LEDGER_DATABASE_URL"
 DATA_DIR_VAR = "LEDGER_DATA_DIR"
-LISTEN_URL_VAR = "LEDGER_LISTEN_URL"
+_LISTEN_URL_VAR = "LEDGER_LISTEN_URL"
 
 _ACCEPTED_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
@@ -57,7 +66,7 @@ def validate_database_url(url: str, *, source: str = DATABASE_URL_VAR) -> str:
     return "postgresql://" + url.split("://", 1)[1]
 
 
-def default_data_dir() -> Path:
+def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("run-ledger", appauthor=False))
 
 
@@ -66,9 +75,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     raw_url = env.get(DATABASE_URL_VAR, "").strip()
     url = validate_database_url(raw_url) if raw_url else None
     raw_dir = env.get(DATA_DIR_VAR, "").strip()
-    data_dir = Path(raw_dir).expanduser() if raw_dir else default_data_dir()
-    raw_listen = env.get(LISTEN_URL_VAR, "").strip()
-    listen_url = validate_database_url(raw_listen, source=LISTEN_URL_VAR) if raw_listen else None
+    data_dir = Path(raw_dir).expanduser() if raw_dir else _default_data_dir()
+    raw_listen = env.get(_LISTEN_URL_VAR, "").strip()
+    listen_url = validate_database_url(raw_listen, source=_LISTEN_URL_VAR) if raw_listen else None
     return Settings(database_url=url, data_dir=data_dir, listen_url=listen_url)
 
 

@@ -11,7 +11,7 @@ Design notes:
   its dead connections instead of giving them to a request; a failed check takes the next one at
   once (psycopg_pool's own check loop would back off a second and more per dead connection). The
   round trip is skipped in the common case, a connection given back moments ago
-  (`RECENT_USE_S`) whose socket has nothing to read: a server that ends a session (restart,
+  (`_RECENT_USE_S`) whose socket has nothing to read: a server that ends a session (restart,
   `pg_terminate_backend`) sends a FATAL message and closes the socket, which makes it readable,
   and an idle session has nothing else to say. A connection idle for longer, one never handed
   out, or any while the database is marked down is checked as before (a frozen backend or a
@@ -22,9 +22,9 @@ Design notes:
   so a request stuck behind a held row lock or a runaway statement gives its connection back and
   fails (`LockNotAvailable`, `QueryCanceled`: both `DB_FAULTS`) instead of starving the pool.
 - **Fast recovery.** Once a connection is found dead or a connection attempt fails, the database
-  counts as *down* and a checkout waits at most `DOWN_CHECKOUT_S`, so requests fail fast while it
+  counts as *down* and a checkout waits at most `_DOWN_CHECKOUT_S`, so requests fail fast while it
   is away. psycopg_pool doubles its reconnect delay without bound, so each reconnect attempt is
-  given up after `RECONNECT_WINDOW_S` and the next checkout starts a fresh one: while requests
+  given up after `_RECONNECT_WINDOW_S` and the next checkout starts a fresh one: while requests
   come, a connection is tried about every second, and the first that succeeds marks the
   database up again. TCP keepalives and a connect timeout bound a silent network.
 - **Transaction pooling.** Behind a transaction-mode pooler (PgBouncer), consecutive transactions
@@ -69,6 +69,17 @@ from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
 from ledger.errors import Conflict, DatabaseUnavailable, InvalidInput, SchemaMissing
 
+__all__ = [
+    "DB_FAULTS",
+    "Conn",
+    "Database",
+    "Row",
+    "bounded",
+    "check_reachable",
+    "driver_errors",
+    "resolve_url",
+]
+
 Row = dict[str, Any]
 Conn = psycopg.AsyncConnection[Row]
 
@@ -78,29 +89,29 @@ Conn = psycopg.AsyncConnection[Row]
 # timeout. Retrying later may succeed.
 DB_FAULTS: Final = (psycopg.OperationalError, DatabaseUnavailable)
 
-DEFAULT_POOL_TIMEOUT_S: Final = 5.0
+_DEFAULT_POOL_TIMEOUT_S: Final = 5.0
 # While the database is down, a checkout waits this long: enough for a reconnect already under way
 # to land, short enough that a request fails well within a second.
-DOWN_CHECKOUT_S: Final = 0.5
+_DOWN_CHECKOUT_S: Final = 0.5
 # A connection whose empty round trip takes longer than this is as good as dead.
-CHECK_TIMEOUT_S: Final = 1.0
+_CHECK_TIMEOUT_S: Final = 1.0
 # A connection given back to the pool less than this long ago, in working order and with nothing
 # to read on its socket, is handed out again without the checking round trip. Past it the round
 # trip is taken: it bounds how long a frozen backend or a silent network can go unnoticed.
-RECENT_USE_S: Final = 1.0
+_RECENT_USE_S: Final = 1.0
 # How long psycopg_pool keeps retrying one connection attempt (its delays double: 1 s, 2 s...).
-RECONNECT_WINDOW_S: Final = 2.0
+_RECONNECT_WINDOW_S: Final = 2.0
 # libpq's connect timeout (it rounds to whole seconds, minimum 2) and TCP keepalives: a peer that
 # vanished without closing the connection is noticed in about idle + interval * count seconds.
-CONNECT_TIMEOUT_S: Final = 2
-KEEPALIVE_OPTIONS: Final[dict[str, int]] = {
+_CONNECT_TIMEOUT_S: Final = 2
+_KEEPALIVE_OPTIONS: Final[dict[str, int]] = {
     "keepalives": 1,
     "keepalives_idle": 5,
     "keepalives_interval": 2,
     "keepalives_count": 2,
 }
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 # The transaction `Database.shared_transaction` opened in this task, and its database.
 _shared: ContextVar[tuple[Database, Conn] | None] = ContextVar("ledger_shared_transaction", default=None)
@@ -118,10 +129,10 @@ def resolve_url(settings: Settings | None = None) -> tuple[str, EmbeddedPostgres
     return server.url(), server
 
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
-def sever(conn: psycopg.AsyncConnection[Any]) -> None:
+def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
     """Shut the connection's socket down under it: whatever waits on it fails at once."""
     with contextlib.suppress(OSError, psycopg.Error):
         sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
@@ -136,7 +147,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], timeout_s: float) -> T:
+async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[_T], timeout_s: float) -> _T:
     """`operation` on `conn`, given at most `timeout_s`; past that the connection is severed and
     `psycopg.OperationalError` raised. Cancelling the operation instead would have psycopg ask the
     server to cancel the query and wait up to 5 s more for an answer that a frozen backend or a
@@ -150,7 +161,7 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[T], t
         timed_out = not done
     finally:
         if not task.done():
-            sever(conn)
+            _sever(conn)
             await asyncio.wait({task})
     if timed_out:
         raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")
@@ -187,12 +198,19 @@ def driver_errors() -> Iterator[None]:
         raise SchemaMissing() from exc
     except (psycopg.IntegrityError, psycopg.DataError) as exc:
         first_line = _first_line(exc)
-        log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
+        _log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
         if isinstance(exc, psycopg.IntegrityError) and not isinstance(
             exc, psycopg.errors.CheckViolation | psycopg.errors.NotNullViolation
         ):
             raise Conflict(f"conflicts with stored data: {first_line}") from exc
         raise InvalidInput("invalid input", first_line) from exc
+
+
+def check_reachable(url: str) -> None:
+    """One plain connection to `url`, bounded by the connect timeout: `DatabaseUnavailable` when
+    the server refuses it or never answers (a pool would retry in the background instead)."""
+    with driver_errors(), psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT_S, autocommit=True):
+        pass
 
 
 def _milliseconds(seconds: float | None) -> int:
@@ -227,7 +245,7 @@ class Database:
         *,
         min_size: int = 1,
         max_size: int = 10,
-        timeout_s: float = DEFAULT_POOL_TIMEOUT_S,
+        timeout_s: float = _DEFAULT_POOL_TIMEOUT_S,
         lock_timeout_s: float | None = None,
         statement_timeout_s: float | None = None,
         transaction_pooling: bool = False,
@@ -242,8 +260,8 @@ class Database:
         self._given_back: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
         connect_kwargs: dict[str, Any] = {
             "row_factory": dict_row,
-            "connect_timeout": CONNECT_TIMEOUT_S,
-            **KEEPALIVE_OPTIONS,
+            "connect_timeout": _CONNECT_TIMEOUT_S,
+            **_KEEPALIVE_OPTIONS,
         }
         if transaction_pooling:
             connect_kwargs["prepare_threshold"] = None
@@ -256,7 +274,7 @@ class Database:
             # Checked in `_checkout`, which moves on to the next connection without backing off.
             check=None,
             timeout=timeout_s,
-            reconnect_timeout=RECONNECT_WINDOW_S,
+            reconnect_timeout=_RECONNECT_WINDOW_S,
             reconnect_failed=self._reconnect_failed,
             open=False,
             name="run-ledger",
@@ -295,15 +313,15 @@ class Database:
         if available != self.available:
             self.available = available
             if available:
-                log.info("database reachable again")
+                _log.info("database reachable again")
             else:
-                log.warning("database unreachable: requests fail fast until it answers again")
+                _log.warning("database unreachable: requests fail fast until it answers again")
 
     async def _checkout(self) -> Conn:
         """A live connection from the pool, or `PoolTimeout` (sooner while the database is down)."""
         started = time.monotonic()
         while True:
-            limit = self.timeout_s if self.available else min(self.timeout_s, DOWN_CHECKOUT_S)
+            limit = self.timeout_s if self.available else min(self.timeout_s, _DOWN_CHECKOUT_S)
             remaining = started + limit - time.monotonic()
             if remaining <= 0:
                 raise PoolTimeout(f"no database connection within {limit:g} s")
@@ -311,7 +329,7 @@ class Database:
             if self.available and self._recently_fine(conn):
                 return conn
             try:
-                await bounded(conn, AsyncConnectionPool.check_connection(conn), CHECK_TIMEOUT_S)
+                await bounded(conn, AsyncConnectionPool.check_connection(conn), _CHECK_TIMEOUT_S)
             except Exception:
                 # Dead (the server restarted or went away): the pool closes and replaces it.
                 self._mark(available=False)
@@ -327,7 +345,7 @@ class Database:
         """Whether `conn` can be handed out without a checking round trip: given back in working
         order moments ago, and nothing (a FATAL message, the end of the stream) arrived since."""
         given_back = self._given_back.get(conn)
-        if given_back is None or time.monotonic() - given_back > RECENT_USE_S:
+        if given_back is None or time.monotonic() - given_back > _RECENT_USE_S:
             return False
         if conn.closed or conn.pgconn.status != ConnStatus.OK:
             return False

@@ -15,7 +15,12 @@ from typing import Any
 
 import platformdirs
 
-PGDATA_SUBDIR = "pgdata"
+__all__ = [
+    "EmbeddedPostgres",
+    "client_bin_dir",
+]
+
+_PGDATA_SUBDIR = "pgdata"
 
 
 def _pgserver() -> Any:
@@ -35,7 +40,7 @@ class EmbeddedPostgres:
     """A handle on the embedded server for one data directory."""
 
     def __init__(self, data_dir: Path, *, stop_on_exit: bool = True) -> None:
-        self.pgdata = (data_dir / PGDATA_SUBDIR).resolve()
+        self.pgdata = (data_dir / _PGDATA_SUBDIR).resolve()
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -1,9 +1,9 @@
 """Idempotency-Key answers on Postgres: what the service stores so a retried write happens once.
 
-A request that carries `Idempotency-Key` is identified by its `Scope`: the fingerprint of the bearer
-token (SHA-256; the token itself is never stored) and a digest of its method, path and key. So a
-key is scoped per token and per path: the same key sent by another token, or to another path, is
-another request.
+A request that carries `Idempotency-Key` is identified by its `IdempotencyScope`: the fingerprint
+of the bearer token (SHA-256; the token itself is never stored) and a digest of its method, path
+and key. So a key is scoped per token and per path: the same key sent by another token, or to
+another path, is another request.
 
 Design note. The service runs such a request inside one shared transaction (see
 `ledger.db.Database.shared_transaction`):
@@ -36,11 +36,23 @@ from psycopg.types.json import Jsonb
 from ledger.db import Conn
 from ledger.validate import repair_text
 
+__all__ = [
+    "KEY_LIFETIME",
+    "IdempotencyScope",
+    "StoredAnswer",
+    "find_answer",
+    "fingerprint_body",
+    "fingerprint_token",
+    "lock_scope",
+    "store_answer",
+    "sweep_expired",
+]
+
 KEY_LIFETIME: Final = timedelta(hours=24)
 
-LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
+_LOCK_SCOPE_SQL: Final = "SELECT pg_advisory_xact_lock(hashtextextended(%(lock_key)s, 0))"
 
-FIND_ANSWER_SQL: Final = """
+_FIND_ANSWER_SQL: Final = """
 SELECT request_fingerprint, status_code, content_type, response_body, response_headers
 FROM ledger.idempotency_keys
 WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_digest)s
@@ -48,7 +60,7 @@ WHERE token_fingerprint = %(token_fingerprint)s AND scope_digest = %(scope_diges
 """
 
 # An expired row may still be there (the sweep has not reached it): it is replaced.
-STORE_ANSWER_SQL: Final = """
+_STORE_ANSWER_SQL: Final = """
 INSERT INTO ledger.idempotency_keys
     (token_fingerprint, scope_digest, method, path, idempotency_key, request_fingerprint,
      status_code, content_type, response_body, response_headers, created_at)
@@ -62,7 +74,7 @@ ON CONFLICT (token_fingerprint, scope_digest) DO UPDATE SET
     response_headers = EXCLUDED.response_headers, created_at = EXCLUDED.created_at
 """
 
-SWEEP_EXPIRED_SQL: Final = """
+_SWEEP_EXPIRED_SQL: Final = """
 DELETE FROM ledger.idempotency_keys
 WHERE (token_fingerprint, scope_digest) IN (
     SELECT token_fingerprint, scope_digest FROM ledger.idempotency_keys
@@ -102,8 +114,8 @@ def fingerprint_body(body: bytes, headers: Sequence[tuple[str, str]] = (), *, as
     return f"{'bytes' if canonical is None else 'json'}:{digest.hexdigest()}"
 
 
-@dataclass(frozen=True)
-class Scope:
+@dataclass(frozen=True, kw_only=True)
+class IdempotencyScope:
     """Which stored answer a request may get: its token, method, path and key."""
 
     token_fingerprint: str
@@ -120,7 +132,7 @@ class Scope:
         return {"token_fingerprint": self.token_fingerprint, "scope_digest": self.digest}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredAnswer:
     """An answer given earlier, and the fingerprint of the request it answered."""
 
@@ -132,15 +144,17 @@ class StoredAnswer:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-async def lock_scope(conn: Conn, scope: Scope) -> None:
+async def lock_scope(conn: Conn, scope: IdempotencyScope) -> None:
     """Wait until no other transaction works on this scope, then hold it until this one ends."""
     lock_key = f"ledger.idempotency:{scope.token_fingerprint}:{scope.digest}"
-    await conn.execute(LOCK_SCOPE_SQL, {"lock_key": lock_key})
+    await conn.execute(_LOCK_SCOPE_SQL, {"lock_key": lock_key})
 
 
-async def find_answer(conn: Conn, scope: Scope, *, lifetime: timedelta = KEY_LIFETIME) -> StoredAnswer | None:
+async def find_answer(
+    conn: Conn, scope: IdempotencyScope, *, lifetime: timedelta = KEY_LIFETIME
+) -> StoredAnswer | None:
     """The answer stored for the scope within `lifetime`, or None."""
-    cur = await conn.execute(FIND_ANSWER_SQL, {**scope.params(), "lifetime": lifetime})
+    cur = await conn.execute(_FIND_ANSWER_SQL, {**scope.params(), "lifetime": lifetime})
     row = await cur.fetchone()
     if row is None:
         return None
@@ -153,10 +167,10 @@ async def find_answer(conn: Conn, scope: Scope, *, lifetime: timedelta = KEY_LIF
     )
 
 
-async def store_answer(conn: Conn, scope: Scope, answer: StoredAnswer) -> None:
+async def store_answer(conn: Conn, scope: IdempotencyScope, answer: StoredAnswer) -> None:
     """Store the answer for the scope (replacing an expired one); commits with the transaction."""
     await conn.execute(
-        STORE_ANSWER_SQL,
+        _STORE_ANSWER_SQL,
         {
             **scope.params(),
             # Kept for people reading the table; a path or key may hold anything a client sent.
@@ -174,5 +188,5 @@ async def store_answer(conn: Conn, scope: Scope, answer: StoredAnswer) -> None:
 
 async def sweep_expired(conn: Conn, now: datetime, *, limit: int, lifetime: timedelta = KEY_LIFETIME) -> int:
     """Delete up to `limit` answers older than `lifetime`, skipping rows others hold; how many."""
-    cur = await conn.execute(SWEEP_EXPIRED_SQL, {"cutoff": now - lifetime, "limit": limit})
+    cur = await conn.execute(_SWEEP_EXPIRED_SQL, {"cutoff": now - lifetime, "limit": limit})
     return max(cur.rowcount, 0)

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import orjson
 
+__all__ = ["dumps", "loads"]
+
 _STANDARD: Final = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 # orjson reads an integer beyond 64 bits as a float without an error (10**23 becomes 1e+23); a body
 # with a run of 19 digits anywhere (a string holding one too: it only costs the slower decoder) is

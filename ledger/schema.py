@@ -25,9 +25,15 @@ from sqlalchemy.dialects.postgresql import BYTEA, JSONB, TIMESTAMP
 # The rules own the vocabularies; the checks below only restate them for the database.
 from ledger.runlog.events import EVENT_TYPES, TERMINAL_STATUSES
 
+__all__ = [
+    "ALL_TABLES",
+    "SCHEMA",
+    "metadata",
+]
+
 SCHEMA = "ledger"
 
-NAMING_CONVENTION = {
+_NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
     "ck": "ck_%(table_name)s_%(constraint_name)s",
@@ -35,7 +41,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-metadata = MetaData(schema=SCHEMA, naming_convention=NAMING_CONVENTION)
+metadata = MetaData(schema=SCHEMA, naming_convention=_NAMING_CONVENTION)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -53,7 +59,7 @@ def _ts(name: str, *, nullable: bool = True, default_now: bool = False) -> Colum
 
 # -- warm pool: pre-started instances per code version -------------------------------------------
 
-pool_entries = Table(
+_pool_entries = Table(
     "pool_entries",
     metadata,
     Column("pool", Text, nullable=False),
@@ -93,7 +99,7 @@ pool_entries = Table(
 # triggers on pool_entries (migration 0007), one row per writing backend (`slot`, its pid) so
 # concurrent writers never wait on each other; claims fold the rows now and then. The counts read
 # these instead of every entry and scan only what is garbage or too young.
-pool_tallies = Table(
+_pool_tallies = Table(
     "pool_tallies",
     metadata,
     Column("pool", Text, nullable=False),
@@ -106,7 +112,7 @@ pool_tallies = Table(
 
 # -- run mappings: which instance serves a run ---------------------------------------------------
 
-run_mappings = Table(
+_run_mappings = Table(
     "run_mappings",
     metadata,
     Column("run_id", Text, nullable=False),
@@ -131,7 +137,7 @@ run_mappings = Table(
 
 # -- runs, their gapless events, terminal state and live progress -------------------------------
 
-runs = Table(
+_runs = Table(
     "runs",
     metadata,
     Column("run_id", Text, nullable=False),
@@ -141,6 +147,9 @@ runs = Table(
     # Time of the last event: what the watchdog and "age" read.
     _ts("updated_at", nullable=False, default_now=True),
     Column("last_seq", BigInteger, nullable=False, server_default=text("0")),
+    # Retention has trimmed every non-terminal event at or below this seq: the trim and a read's
+    # first seq start above it instead of walking dead rows vacuum has not cleared yet.
+    Column("events_trimmed_through", BigInteger, nullable=False, server_default=text("0")),
     # Status ingestion (2.7): the fenced producer attempt and its positional channels.
     Column("producer_attempt", Integer, nullable=False, server_default=text("0")),
     Column("last_upload_seq", BigInteger, nullable=False, server_default=text("0")),
@@ -184,7 +193,7 @@ runs = Table(
 # by retention (`ledger.runlog.partitions`).
 # No foreign key to `runs`: detaching a partition would lock `runs`; triggers on `runs` delete (or
 # move) a run's events instead.
-run_events = Table(
+_run_events = Table(
     "run_events",
     metadata,
     Column("run_id", Text, nullable=False),
@@ -200,7 +209,7 @@ run_events = Table(
 )
 
 # The period new partitions of `run_events` cover (`day` or `month`): one row.
-run_event_partitioning = Table(
+_run_event_partitioning = Table(
     "run_event_partitioning",
     metadata,
     Column("id", Boolean, nullable=False, server_default=text("true")),
@@ -212,7 +221,7 @@ run_event_partitioning = Table(
 
 # -- data plane outcomes: sheet rows and durable node observations -------------------------------
 
-sheet_rows = Table(
+_sheet_rows = Table(
     "sheet_rows",
     metadata,
     Column("run_id", Text, nullable=False),
@@ -226,7 +235,7 @@ sheet_rows = Table(
     CheckConstraint("table_namespace <> ''", name="table_namespace_not_empty"),
 )
 
-node_observations = Table(
+_node_observations = Table(
     "node_observations",
     metadata,
     Column("run_id", Text, nullable=False),
@@ -253,7 +262,7 @@ node_observations = Table(
 # 24 hours. The token is stored only as a SHA-256 fingerprint; method, path and key are hashed into
 # `scope_digest` (a path or key may be longer than an index entry can hold) and kept as text beside
 # it for people reading the table.
-idempotency_keys = Table(
+_idempotency_keys = Table(
     "idempotency_keys",
     metadata,
     Column("token_fingerprint", Text, nullable=False),
@@ -279,7 +288,7 @@ idempotency_keys = Table(
 # One row per stream. Positions count bytes (JSON streams: messages); `tail` is the next position
 # to write. A fork reads `forked_from` below `fork_offset` and its own rows from there on; a source
 # deleted while forks still read through it keeps its row with `deleted_at` set.
-streams = Table(
+_streams = Table(
     "streams",
     metadata,
     Column("name", Text, nullable=False),
@@ -309,7 +318,7 @@ streams = Table(
 )
 
 # One row per append (JSON streams: per message), covering positions [offset, end_offset).
-stream_data = Table(
+_stream_data = Table(
     "stream_data",
     metadata,
     Column("name", Text, nullable=False),
@@ -323,15 +332,15 @@ stream_data = Table(
 
 # Children before parents: the order a committed test deletes rows in.
 ALL_TABLES = (
-    run_events,
-    sheet_rows,
-    node_observations,
-    runs,
-    run_mappings,
-    pool_entries,
+    _run_events,
+    _sheet_rows,
+    _node_observations,
+    _runs,
+    _run_mappings,
+    _pool_entries,
     # After pool_entries: deleting entries writes (negative) tallies.
-    pool_tallies,
-    idempotency_keys,
-    stream_data,
-    streams,
+    _pool_tallies,
+    _idempotency_keys,
+    _stream_data,
+    _streams,
 )

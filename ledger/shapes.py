@@ -3,6 +3,9 @@
 One `TypedDict` per shape, so a caller of `RunLog`, `WarmPool` or the ingestion functions, a client
 of the HTTP API and the service's OpenAPI document (these are its response models) all read the
 same definition. Times are epoch milliseconds, durations milliseconds; snake_case throughout.
+A shape whose name would collide with an in-process record (the run log's `TerminalState`, the
+pool's `PoolEntry` and `Counts`, the reporter's `NodeProgress`) ends in `Body`: it is the JSON
+body, the other the record the rules work on, and one name always means one type.
 
 Only typing here: a client may import this module without the database or web stack.
 `typing_extensions.TypedDict` rather than `typing`'s because pydantic reads only that one on
@@ -16,12 +19,51 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+__all__ = [
+    "Added",
+    "AppendedEvents",
+    "BlockResult",
+    "ClaimResult",
+    "Deleted",
+    "ErrorBody",
+    "ErrorCode",
+    "Event",
+    "EventPage",
+    "Health",
+    "Limits",
+    "LogTail",
+    "MapResult",
+    "NodeProgressBody",
+    "NotReady",
+    "Observation",
+    "ObservationList",
+    "PoolAvailability",
+    "PoolCountsBody",
+    "PoolEntries",
+    "PoolEntryBody",
+    "Promoted",
+    "Readied",
+    "Readiness",
+    "Recorded",
+    "ResolvedMapping",
+    "Run",
+    "RunList",
+    "RunSummary",
+    "SheetOutcome",
+    "SheetOutcomes",
+    "StalledRun",
+    "TerminalAnswer",
+    "TerminalStateBody",
+    "TerminalStatus",
+    "UploadResult",
+]
+
 TerminalStatus = Literal["completed", "failed", "cancelled"]
 
 # -- runs -------------------------------------------------------------------------------------------
 
 
-class TerminalState(TypedDict):
+class TerminalStateBody(TypedDict):
     """How a run ended: set once (the first terminal wins), `completed_at` by the ledger."""
 
     status: TerminalStatus
@@ -33,7 +75,7 @@ class TerminalState(TypedDict):
     completed_at: int | None
 
 
-class NodeProgress(TypedDict):
+class NodeProgressBody(TypedDict):
     """One step's live progress as the reporter last uploaded it (only the fields it sent); a step
     of the upload's `pipeline_steps` that has not reported yet has only its `position`."""
 
@@ -72,8 +114,8 @@ class Run(TypedDict):
     last_upload_seq: int
     live_log_count: int
     last_heartbeat_at: int | None
-    terminal: TerminalState | None
-    live_node_progress: dict[str, NodeProgress]
+    terminal: TerminalStateBody | None
+    live_node_progress: dict[str, NodeProgressBody]
 
 
 class RunSummary(TypedDict):
@@ -123,7 +165,7 @@ class LogTail(TypedDict):
 class TerminalAnswer(TypedDict):
     """`GET /v1/runs/{run_id}/terminal`: the state, or null while the run is live."""
 
-    state: TerminalState | None
+    state: TerminalStateBody | None
 
 
 # -- events -----------------------------------------------------------------------------------------
@@ -151,7 +193,7 @@ class EventPage(TypedDict):
     events: list[Event]
     latest_seq: int
     first_seq: int
-    terminal: TerminalState | None
+    terminal: TerminalStateBody | None
 
 
 class AppendedEvents(TypedDict):
@@ -178,7 +220,7 @@ class UploadResult(TypedDict):
     last_upload_seq: int
     live_log_count: int
     # The run's terminal state when it has ended (a late duplicate to an ended run says so).
-    terminal: NotRequired[TerminalState | None]
+    terminal: NotRequired[TerminalStateBody | None]
 
 
 class Recorded(TypedDict):
@@ -222,7 +264,7 @@ class ObservationList(TypedDict):
 # -- warm pool and run mappings ---------------------------------------------------------------------
 
 
-class PoolEntry(TypedDict):
+class PoolEntryBody(TypedDict):
     """A warm instance of a code version; `ready_at` is null while it warms."""
 
     id: str
@@ -234,17 +276,17 @@ class PoolEntry(TypedDict):
 
 
 class PoolEntries(TypedDict):
-    entries: list[PoolEntry]
+    entries: list[PoolEntryBody]
 
 
-class Counts(TypedDict):
+class PoolCountsBody(TypedDict):
     """Entries of a version: claimable now, and warming (not ready, or ready only later)."""
 
     available: int
     warming: int
 
 
-class ClaimResult(Counts):
+class ClaimResult(PoolCountsBody):
     """The claimed instance (null when none was available) and the counts after the claim."""
 
     id: str | None
@@ -378,6 +420,6 @@ class ErrorBody(TypedDict):
     error: str
     code: ErrorCode
     producer_attempt: NotRequired[int]
-    terminal: NotRequired[TerminalState]
+    terminal: NotRequired[TerminalStateBody]
     first_seq: NotRequired[int]
     max_body_bytes: NotRequired[int]

@@ -87,7 +87,7 @@ URL_VAR = "LEDGER_TEST_DATABASE_URL"
 BACKEND_VAR = "LEDGER_TEST_BACKEND"
 IMAGE_VAR = "LEDGER_TEST_IMAGE"
 DOCKER_IMAGE = "postgres:16-alpine"
-LOOPBACK = "127.0.0.1"
+_LOOPBACK = "127.0.0.1"
 OWN_POSTGRES_MARKER = "own_postgres"
 _OWN_POSTGRES_DOC = (
     f"{OWN_POSTGRES_MARKER}: needs a Postgres server of its own (it restarts or kills it); "
@@ -275,11 +275,11 @@ def postgres_container(image: str) -> Iterator[Container]:
     container.with_command("postgres -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
     # docker-py binds a port on one interface when given (address, port); testcontainers' type for
     # the binding names only the port.
-    cast("dict[str, Any]", container.ports)[str(container.port)] = (LOOPBACK, None)
+    cast("dict[str, Any]", container.ports)[str(container.port)] = (_LOOPBACK, None)
     with container:
         port = container.get_docker_client().port(container.get_container_id(), container.port)
         user, password = quote(container.username, safe=""), quote(container.password, safe="")
-        yield _Published(f"postgresql://{user}:{password}@{LOOPBACK}:{port}/{container.dbname}")
+        yield _Published(f"postgresql://{user}:{password}@{_LOOPBACK}:{port}/{container.dbname}")
 
 
 def psycopg_url(url: str) -> str:
@@ -323,7 +323,11 @@ def _schema_fingerprint() -> str:
 
     versions = Path(ScriptDirectory.from_config(migrate.alembic_config("")).versions)
     digest = hashlib.sha256()
-    for path in sorted(versions.glob("*.py")):
+    # The migrations load the functions and views from `ledger/sql/`: those are the schema too.
+    for path in [
+        *sorted(versions.glob("*.py")),
+        *sorted((Path(__file__).resolve().parent / "sql").glob("*.sql")),
+    ]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -386,7 +390,7 @@ def delete_all_rows(url: str) -> None:
 
 # --- a running service ------------------------------------------------------------------------
 
-SERVER_START_TIMEOUT_S = 60.0
+_SERVER_START_TIMEOUT_S = 60.0
 
 
 def free_port() -> int:
@@ -396,7 +400,7 @@ def free_port() -> int:
         return port
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Server:
     """A `ledger serve` subprocess: where it listens, the token it accepts, its log."""
 
@@ -455,8 +459,10 @@ def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Ser
             stderr=subprocess.STDOUT,
         )
     tokens = configured_tokens(env)
-    server = Server(process, f"http://127.0.0.1:{port}", tokens[0] if tokens else "", log_path)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    server = Server(
+        process=process, url=f"http://127.0.0.1:{port}", token=tokens[0] if tokens else "", log_path=log_path
+    )
+    deadline = time.monotonic() + _SERVER_START_TIMEOUT_S
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"ledger serve exited with {process.returncode}:\n{server.log()}")
@@ -467,7 +473,7 @@ def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Ser
             pass
         if time.monotonic() > deadline:
             stop_server(server)
-            raise RuntimeError(f"ledger serve not ready after {SERVER_START_TIMEOUT_S}s:\n{server.log()}")
+            raise RuntimeError(f"ledger serve not ready after {_SERVER_START_TIMEOUT_S}s:\n{server.log()}")
         time.sleep(0.1)
     if not server.token:
         server.token = read_token_file(token_file(work_dir / "data")) or ""

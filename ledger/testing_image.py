@@ -29,14 +29,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["DEFAULT_TAG", "BuildError", "build_image", "debian_mirror", "main"]
+__all__ = [
+    "DEFAULT_TAG",
+    "ENTRYPOINT",
+    "BuildError",
+    "build_image",
+    "debian_mirror",
+    "main",
+]
 
 DEFAULT_TAG = "ledger-test-postgres:15"
-SUITE = "bookworm"
-PG_MAJOR = "15"
-PACKAGES = (f"postgresql-{PG_MAJOR}",)
-PG_BIN = f"/usr/lib/postgresql/{PG_MAJOR}/bin"
-RECIPE_VAR = "LEDGER_TEST_IMAGE_RECIPE"
+_SUITE = "bookworm"
+_PG_MAJOR = "15"
+_PACKAGES = (f"postgresql-{_PG_MAJOR}",)
+_PG_BIN = f"/usr/lib/postgresql/{_PG_MAJOR}/bin"
+_RECIPE_VAR = "LEDGER_TEST_IMAGE_RECIPE"
 
 # Runs as the `postgres` user (the image's USER), so no privilege switching is needed. It follows
 # the official image: a command starting with `-` or `postgres` is the server's; anything else runs
@@ -68,8 +75,8 @@ exec postgres -D "$PGDATA" "$@"
 """
 
 # `docker import` takes these Dockerfile instructions; the recipe's digest is added to them.
-CHANGES = (
-    f"ENV PATH={PG_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+_CHANGES = (
+    f"ENV PATH={_PG_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV PGDATA=/var/lib/postgresql/data",
     "ENV LANG=C.UTF-8",
     "USER postgres",
@@ -82,35 +89,35 @@ CHANGES = (
 # Nothing a test server reads: documentation, translations, apt's lists, the cluster the package
 # creates for itself (the entrypoint makes its own), and the JIT's LLVM (the server runs without it
 # when its provider is missing).
-TRIM = (
+_TRIM = (
     "usr/share/doc",
     "usr/share/man",
     "usr/share/info",
     "usr/share/locale",
     "var/cache/apt",
     "var/lib/apt/lists",
-    f"var/lib/postgresql/{PG_MAJOR}",
-    f"etc/postgresql/{PG_MAJOR}",
-    f"usr/lib/postgresql/{PG_MAJOR}/lib/bitcode",
-    f"usr/lib/postgresql/{PG_MAJOR}/lib/llvmjit.so",
-    f"usr/lib/postgresql/{PG_MAJOR}/lib/llvmjit_types.bc",
+    f"var/lib/postgresql/{_PG_MAJOR}",
+    f"etc/postgresql/{_PG_MAJOR}",
+    f"usr/lib/postgresql/{_PG_MAJOR}/lib/bitcode",
+    f"usr/lib/postgresql/{_PG_MAJOR}/lib/llvmjit.so",
+    f"usr/lib/postgresql/{_PG_MAJOR}/lib/llvmjit_types.bc",
 )
-TRIM_GLOBS = ("usr/lib/*/libLLVM*",)
+_TRIM_GLOBS = ("usr/lib/*/libLLVM*",)
 
 
 class BuildError(Exception):
     """The image cannot be built here; the message is one line for a person."""
 
 
-def recipe_digest() -> str:
+def _recipe_digest() -> str:
     """What the image is built from; a change to it makes the next run build again."""
     digest = hashlib.sha256()
-    for part in (SUITE, *PACKAGES, ENTRYPOINT, *CHANGES, *TRIM, *TRIM_GLOBS):
+    for part in (_SUITE, *_PACKAGES, ENTRYPOINT, *_CHANGES, *_TRIM, *_TRIM_GLOBS):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
-def debian_mirror(indextargets: str, suite: str = SUITE) -> str | None:
+def debian_mirror(indextargets: str, suite: str = _SUITE) -> str | None:
     """The Debian archive's URL in `apt-get indextargets` output (REPO_URI, LABEL, CODENAME per line),
     preferring one that serves `suite`; None when apt knows no Debian archive."""
     found: list[tuple[str, str]] = []
@@ -144,19 +151,19 @@ def _docker(*args: str, stdin: IO[bytes] | None = None) -> subprocess.CompletedP
     return subprocess.run(["docker", *args], stdin=stdin, text=True, capture_output=True)
 
 
-def image_is_current(tag: str, digest: str) -> bool:
+def _image_is_current(tag: str, digest: str) -> bool:
     found = _docker("image", "inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", tag)
-    return found.returncode == 0 and f"{RECIPE_VAR}={digest}" in found.stdout.splitlines()
+    return found.returncode == 0 and f"{_RECIPE_VAR}={digest}" in found.stdout.splitlines()
 
 
 def _trim(root: Path) -> None:
-    for relative in TRIM:
+    for relative in _TRIM:
         path = root / relative
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
-    for pattern in TRIM_GLOBS:
+    for pattern in _TRIM_GLOBS:
         for path in root.glob(pattern):
             path.unlink()
 
@@ -182,12 +189,12 @@ def _ids(root: Path, user: str) -> tuple[int, int]:
 
 def build_image(tag: str = DEFAULT_TAG, *, mirror: str | None = None, work_dir: Path | None = None) -> bool:
     """Build `tag` unless the engine has it from this recipe; True when it was built."""
-    digest = recipe_digest()
+    digest = _recipe_digest()
     if shutil.which("docker") is None:
         raise BuildError("no docker command (apt-get install docker.io)")
     if _docker("version", "--format", "{{.Server.Version}}").returncode != 0:
         raise BuildError("no Docker engine answers (start dockerd, or set DOCKER_HOST)")
-    if image_is_current(tag, digest):
+    if _image_is_current(tag, digest):
         return False
     if shutil.which("debootstrap") is None:
         raise BuildError("no debootstrap (apt-get install debootstrap)")
@@ -197,16 +204,25 @@ def build_image(tag: str = DEFAULT_TAG, *, mirror: str | None = None, work_dir: 
     with tempfile.TemporaryDirectory(prefix="ledger-test-image-", dir=work_dir) as tmp:
         root = Path(tmp) / "rootfs"
         bootstrap = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), mirror],
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(_PACKAGES)}",
+                _SUITE,
+                str(root),
+                mirror,
+            ],
             capture_output=True,
             text=True,
         )
         if bootstrap.returncode != 0:
             tail = " | ".join(bootstrap.stdout.strip().splitlines()[-3:])
-            raise BuildError(f"debootstrap {SUITE} from {mirror} failed: {tail}")
+            raise BuildError(f"debootstrap {_SUITE} from {mirror} failed: {tail}")
         _trim(root)
         _install_entrypoint(root)
-        changes = [arg for change in (*CHANGES, f"ENV {RECIPE_VAR}={digest}") for arg in ("--change", change)]
+        changes = [
+            arg for change in (*_CHANGES, f"ENV {_RECIPE_VAR}={digest}") for arg in ("--change", change)
+        ]
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
             imported = _docker("import", *changes, "-", tag, stdin=tar.stdout)

@@ -57,10 +57,10 @@ class Scope(enum.StrEnum):
     RUN = "run"
 
 
-MINTABLE: Final = (Scope.READ, Scope.RUN)
+_MINTABLE: Final = (Scope.READ, Scope.RUN)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Grant:
     """What a verified credential may do. `run_id`/`max_attempt` are set for (and only for) `run`."""
 
@@ -77,7 +77,7 @@ class Grant:
         return f"{self.scope.value} token"
 
 
-ADMIN: Final = Grant(Scope.ADMIN)
+ADMIN: Final = Grant(scope=Scope.ADMIN)
 
 
 # -- keys -----------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ def check_request(
     scope: str, run_id: object, max_attempt: object, ttl_s: object
 ) -> tuple[Scope, str | None, int | None, int]:
     """The mint request, validated: `InvalidInput` naming the field, else the normalised values."""
-    if scope not in [s.value for s in MINTABLE]:
+    if scope not in [s.value for s in _MINTABLE]:
         raise validate.InvalidInput("scope", "must be read or run (admin tokens are configured, not minted)")
     kind = Scope(scope)
     ttl = validate.required_integer("ttl_s", ttl_s, minimum=1, maximum=MAX_TTL_S)
@@ -199,7 +199,7 @@ def mint(
 
     Arguments are assumed checked (`check_request`); a run token without its run is a bug here.
     """
-    if scope not in MINTABLE:
+    if scope not in _MINTABLE:
         raise ValueError(f"{scope.value} tokens are configured, not minted")
     if (scope is Scope.RUN) != (run_id is not None and max_attempt is not None):
         raise ValueError("a run token needs run_id and max_attempt, and only a run token has them")
@@ -209,7 +209,7 @@ def mint(
     payload = _b64(json.dumps(claims, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode())
     signed = f"{VERSION}.{payload}"
     token = f"{signed}.{_b64(_signature(secret, signed))}"
-    return token, Grant(scope, run_id, max_attempt, exp, kid)
+    return token, Grant(scope=scope, run_id=run_id, max_attempt=max_attempt, expires_at_s=exp, kid=kid)
 
 
 def looks_minted(token: str) -> bool:
@@ -267,17 +267,17 @@ def _grant(claims: dict[str, object], kid: str) -> Grant:
     # refused all the same, claim by claim, as a token that is not ours.
     scope, run, exp = claims.get("scope"), claims.get("run"), claims.get("exp")
     attempt = claims.get("max_attempt")
-    if not validate.is_int(exp) or not 0 <= exp <= MAX_EXP_S or scope not in [s.value for s in MINTABLE]:
+    if not validate.is_int(exp) or not 0 <= exp <= MAX_EXP_S or scope not in [s.value for s in _MINTABLE]:
         raise TokenError("malformed token")
     kind = Scope(str(scope))
     if kind is Scope.RUN:
         if not _is_run_id(run) or not validate.is_int(attempt) or not 0 <= attempt <= validate.INT32_MAX:
             raise TokenError("malformed token")
         assert isinstance(run, str)
-        return Grant(kind, run, attempt, exp, kid)
+        return Grant(scope=kind, run_id=run, max_attempt=attempt, expires_at_s=exp, kid=kid)
     if run is not None or attempt is not None:
         raise TokenError("malformed token")
-    return Grant(kind, None, None, exp, kid)
+    return Grant(scope=kind, run_id=None, max_attempt=None, expires_at_s=exp, kid=kid)
 
 
 def _is_run_id(value: object) -> bool:
@@ -290,7 +290,7 @@ def _is_run_id(value: object) -> bool:
 
 # -- what a grant may do --------------------------------------------------------------------------
 
-RunSource = Literal["path", "body"]
+_RunSource = Literal["path", "body"]
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,7 @@ class Need:
     """
 
     read: bool
-    run: RunSource | None = None
+    run: _RunSource | None = None
     attempt: bool = False
 
     def wanted(self, run_id: object = None) -> str:
@@ -364,11 +364,15 @@ __all__ = [
     "ADMIN",
     "ADMIN_ONLY",
     "DEFAULT_TTL_S",
+    "MAX_EXP_S",
+    "MAX_PAYLOAD_CHARS",
     "MAX_TTL_S",
+    "MIN_SECRET_LENGTH",
     "OPEN_RUN",
     "READ_ANY",
     "READ_RUN",
     "UPLOAD_RUN",
+    "VERSION",
     "WRITE_RUN",
     "Grant",
     "Keyring",
@@ -377,6 +381,9 @@ __all__ = [
     "TokenError",
     "TokenExpired",
     "check_request",
+    "derived_kid",
+    "generate_key",
+    "looks_minted",
     "mint",
     "parse_keyring",
     "refusal",

@@ -308,7 +308,7 @@ MAX_UPLOAD_VALUE_BYTES: Final = 256 * 1024
 TRUNCATION_MARKER: Final = "[…{cut} bytes cut…]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UploadBounds:
     """The bounds an upload is kept under for a service whose body limit is `max_body_bytes`."""
 

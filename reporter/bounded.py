@@ -25,12 +25,16 @@ from typing import Any
 
 from ledger.validate import INT64_MAX, encode_body, truncate_line
 
+__all__ = [
+    "split_upload",
+]
+
 # The widest value a number the caller fills in later can take, for measuring.
 _WIDEST = INT64_MAX
 _LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Body:
     logs: list[str] = field(default_factory=list)
     log_end: int = 0

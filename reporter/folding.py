@@ -20,7 +20,8 @@ Counting rules worth knowing:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 from ledger import validate
 from reporter import reconcile, wire
@@ -32,14 +33,19 @@ from reporter.sanitize import Sanitizer, bounded
 from reporter.state import ProgressState
 from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_sequence, is_durable_log
 
+__all__ = [
+    "EventFolder",
+]
+
 _MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
-MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
-DOCFLOW_EVENT_KINDS = frozenset(
+_MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
+_DOCFLOW_EVENT_KINDS = frozenset(
     ("docflow.node.hit", "docflow.node.started", "docflow.node.completed", "docflow.node.failed")
 )
 
 
-class MapFacts(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _MapFacts:
     """What a ``map.*`` execution event says, read once."""
 
     node_id: str
@@ -269,9 +275,9 @@ class EventFolder:
     def _execution_handler_table(self) -> dict[str, Callable[[str, Mapping[str, Any]], None]]:
         """Which method folds which execution event type; any other type is ignored."""
         table: dict[str, Callable[[str, Mapping[str, Any]], None]] = dict.fromkeys(
-            MAP_EVENT_KINDS, self._fold_map_event
+            _MAP_EVENT_KINDS, self._fold_map_event
         )
-        table.update(dict.fromkeys(DOCFLOW_EVENT_KINDS, self._fold_docflow_event))
+        table.update(dict.fromkeys(_DOCFLOW_EVENT_KINDS, self._fold_docflow_event))
         table["tool.call.started"] = self._tool_call_started
         table["tool.call.settled"] = self._tool_call_settled
         table["activity.observed"] = self._activity_observed
@@ -383,7 +389,7 @@ class EventFolder:
         if kind == "map.progress":  # by far the most frequent event: no facts record for it
             self._map_progress(node_id, completed or 0, failed, total, namespace)
             return
-        facts = MapFacts(
+        facts = _MapFacts(
             node_id=node_id, total=total, completed=completed, failed=failed, namespace=namespace
         )
         if kind in _MAP_STARTS:
@@ -393,7 +399,7 @@ class EventFolder:
         else:
             self._map_settled(kind, facts)
 
-    def _map_started(self, kind: str, facts: MapFacts) -> None:
+    def _map_started(self, kind: str, facts: _MapFacts) -> None:
         done = facts.completed or 0
         total = facts.total
         self.lifecycle.on_map_started(facts.node_id)
@@ -416,7 +422,7 @@ class EventFolder:
             },
         )
 
-    def _map_suspended(self, facts: MapFacts) -> None:
+    def _map_suspended(self, facts: _MapFacts) -> None:
         completed = facts.completed or 0
         self.state.set_node_progress(
             facts.node_id,
@@ -430,7 +436,7 @@ class EventFolder:
             },
         )
 
-    def _map_settled(self, kind: str, facts: MapFacts) -> None:
+    def _map_settled(self, kind: str, facts: _MapFacts) -> None:
         if kind == "map.failed":
             self.lifecycle.on_map_failed(facts.node_id)
         else:

@@ -17,7 +17,7 @@ Rules:
 * At the end, a failed run fails every step still open and a completed run completes them; steps
   that settled stay as they settled, and steps that never started (untaken branches) stay
   unexecuted.
-* A step's state is its node progress (`step_state`), so a reporter that continues an attempt
+* A step's state is its node progress (`_step_state`), so a reporter that continues an attempt
   (resume) decides from what the ledger holds, exactly as the first reporter did.
 
 A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
@@ -35,6 +35,12 @@ from typing import Literal
 from reporter.pipeline import PipelineNode
 from reporter.progress import NodeProgress
 
+__all__ = [
+    "StepLifecycleTracker",
+    "StepState",
+    "StepTransition",
+]
+
 
 class StepState(StrEnum):
     UNEXECUTED = "unexecuted"
@@ -46,7 +52,7 @@ class StepState(StrEnum):
 _TERMINAL = (StepState.COMPLETED, StepState.FAILED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepTransition:
     node_id: str
     transition: Literal["started", "completed", "failed"]
@@ -54,7 +60,7 @@ class StepTransition:
     reason: str | None = None  # why a step failed, for the node's error
 
 
-def step_state(node: NodeProgress | None) -> StepState:
+def _step_state(node: NodeProgress | None) -> StepState:
     """A step's state as its node progress shows it: started once it has ``started_at``, settled
     once it has ``completed_at`` (failed when its I/O carries an error)."""
     if node is None or (node.started_at is None and node.completed_at is None):
@@ -68,7 +74,7 @@ def step_state(node: NodeProgress | None) -> StepState:
 class StepLifecycleTracker:
     """Decides the top-level steps' transitions and reports each one once.
 
-    It keeps no state of its own: a step's state is read from its node progress (`step_state`),
+    It keeps no state of its own: a step's state is read from its node progress (`_step_state`),
     which the `emit` callback updates. So a reporter that continues an attempt, whose node
     progress comes back from the ledger, takes every decision the first reporter would have.
     """
@@ -92,15 +98,15 @@ class StepLifecycleTracker:
     def state(self, node_id: str) -> StepState | None:
         if node_id not in self._ids:
             return None
-        return step_state(self._progress.get(node_id))
+        return _step_state(self._progress.get(node_id))
 
     def states(self) -> dict[str, StepState]:
         """Every known node's state, in pipeline order."""
-        return {node.node_id: step_state(self._progress.get(node.node_id)) for node in self._nodes}
+        return {node.node_id: _step_state(self._progress.get(node.node_id)) for node in self._nodes}
 
     def _start(self, node_id: str) -> None:
         if self.state(node_id) is StepState.UNEXECUTED:
-            self._emit(StepTransition(node_id, "started", self._now_ms()))
+            self._emit(StepTransition(node_id=node_id, transition="started", at=self._now_ms()))
 
     def _settle(self, node_id: str, state: Literal["completed", "failed"], reason: str | None = None) -> None:
         current = self.state(node_id)
@@ -108,7 +114,14 @@ class StepLifecycleTracker:
             return
         if current is StepState.UNEXECUTED:
             self._start(node_id)
-        self._emit(StepTransition(node_id, state, self._now_ms(), reason if state == "failed" else None))
+        self._emit(
+            StepTransition(
+                node_id=node_id,
+                transition=state,
+                at=self._now_ms(),
+                reason=reason if state == "failed" else None,
+            )
+        )
 
     def mark_pre_dataset_steps_started(self) -> None:
         for node_id in self._pre_dataset:

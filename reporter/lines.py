@@ -19,7 +19,13 @@ from ledger.validate import INT64_MAX, is_number
 from reporter.pipeline import storable
 from reporter.wire import as_count, as_epoch_ms, as_int
 
-Check = Callable[[Mapping[str, Any]], str | None]
+__all__ = [
+    "EXECUTION_EVENT_CHECKS",
+    "LINE_CHECKS",
+    "junk_reason",
+]
+
+_Check = Callable[[Mapping[str, Any]], str | None]
 
 
 def _text_or_null(event: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
@@ -111,7 +117,7 @@ def _lifecycle(event: Mapping[str, Any]) -> str | None:
     return _text_or_null(event, ("tableNamespace", "phase"))
 
 
-EXECUTION_EVENT_CHECKS: dict[str, Check] = {
+EXECUTION_EVENT_CHECKS: dict[str, _Check] = {
     **dict.fromkeys(("map.preparing", "map.started", "map.resumed"), _map_start),
     **dict.fromkeys(("map.progress", "map.suspended", "map.completed", "map.failed"), _map_counts),
     "docflow.node.hit": _docflow_hit,
@@ -154,7 +160,7 @@ def _result(line: Mapping[str, Any]) -> str | None:
     return None
 
 
-LINE_CHECKS: dict[str, Check] = {
+LINE_CHECKS: dict[str, _Check] = {
     "log": _log,
     "execution_event": _execution_event,
     "row_update": _row_update,

@@ -16,8 +16,15 @@ from typing import Any
 
 from ledger import validate
 
+__all__ = [
+    "PipelineNode",
+    "StaticPipeline",
+    "static_node_id",
+    "storable",
+]
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineNode:
     node_id: str
     type: str
@@ -26,7 +33,7 @@ class PipelineNode:
 
 
 @dataclass(frozen=True, slots=True)
-class DatasetRef:
+class _DatasetRef:
     node_id: str
     logical_namespace: str
     artifact_table_namespace: str
@@ -56,7 +63,7 @@ def static_node_id(substep: Mapping[str, Any], index: int) -> str:
     return f"{_text(substep.get('type')) or 'step'}-{index}"
 
 
-def pipeline_substeps(contract: object) -> list[tuple[int, Mapping[str, Any]]]:
+def _pipeline_substeps(contract: object) -> list[tuple[int, Mapping[str, Any]]]:
     """The well-formed top-level substeps with their positions."""
     if not isinstance(contract, Mapping):
         return []
@@ -78,7 +85,7 @@ class StaticPipeline:
 
     def __init__(self, contract: object) -> None:
         nodes: list[PipelineNode] = []
-        for index, step in pipeline_substeps(contract):
+        for index, step in _pipeline_substeps(contract):
             step_type = str(step["type"])
             logical = None
             if step_type == "dataset":
@@ -93,9 +100,9 @@ class StaticPipeline:
             )
         self.nodes: tuple[PipelineNode, ...] = tuple(nodes)
         self._datasets = [(n.logical_namespace, n.node_id) for n in nodes if n.logical_namespace]
-        self._cache: dict[str, DatasetRef | None] = {}
+        self._cache: dict[str, _DatasetRef | None] = {}
 
-    def resolve_namespace(self, physical: object) -> DatasetRef | None:
+    def resolve_namespace(self, physical: object) -> _DatasetRef | None:
         """The dataset step a physical table namespace belongs to, or None."""
         # Every map event names its namespace: the answer is remembered per name as sent.
         if isinstance(physical, str):
@@ -108,13 +115,13 @@ class StaticPipeline:
             self._cache[physical] = found
         return found
 
-    def _resolve(self, physical: object) -> DatasetRef | None:
+    def _resolve(self, physical: object) -> _DatasetRef | None:
         name = _text(physical)
         if not name or not storable(name):
             return None
         for logical, node_id in self._datasets:
             if name == logical or name.startswith(logical + "_"):
-                return DatasetRef(node_id, logical, name)
+                return _DatasetRef(node_id, logical, name)
         return None
 
     def map_node_id(self, record: Mapping[str, Any]) -> str | None:

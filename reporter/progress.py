@@ -23,13 +23,24 @@ from typing import Any
 
 from ledger.validate import NODE_FIELDS
 
+__all__ = [
+    "PROGRESS_FIELDS",
+    "NodeProgress",
+    "calls_in_flight_message",
+    "grouped",
+    "merge_patch",
+    "merge_row_counts",
+    "rows_processed_message",
+    "settled_map_patch",
+]
+
 # What a patch may name: every field of a node's progress the ledger stores but `updated_at`,
 # which every merge sets itself.
 PROGRESS_FIELDS: tuple[str, ...] = tuple(name for name in NODE_FIELDS if name != "updated_at")
 _PATCHABLE = frozenset(PROGRESS_FIELDS)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class NodeProgress:
     """One step's live progress; ``None`` means "never reported"."""
 

@@ -27,7 +27,13 @@ from reporter.pipeline import StaticPipeline
 from reporter.progress import NodeProgress, settled_map_patch
 from reporter.wire import as_count, as_int, invocation_sequence
 
-Patch = dict[str, Any]
+__all__ = [
+    "checkpoint_patches",
+    "observation_patches",
+    "sheet_outcome_patches",
+]
+
+_Patch = dict[str, Any]
 
 
 def _count(value: object) -> int | None:
@@ -42,13 +48,13 @@ def checkpoint_patches(
     pipeline: StaticPipeline,
     nodes: Mapping[str, NodeProgress],
     now_ms: int,
-) -> list[tuple[str, Patch]]:
+) -> list[tuple[str, _Patch]]:
     """Patches from ``result.checkpoint.mapFrames`` for the settled map frames."""
     checkpoint = result.get("checkpoint") if isinstance(result, Mapping) else None
     frames = checkpoint.get("mapFrames") if isinstance(checkpoint, Mapping) else None
     if not isinstance(frames, Mapping):
         return []
-    patches: list[tuple[str, Patch]] = []
+    patches: list[tuple[str, _Patch]] = []
     for frame in frames.values():
         if not isinstance(frame, Mapping) or frame.get("status") not in ("completed", "failed"):
             continue
@@ -79,13 +85,13 @@ def sheet_outcome_patches(
     pipeline: StaticPipeline,
     nodes: Mapping[str, NodeProgress],
     now_ms: int,
-) -> list[tuple[str, Patch]]:
+) -> list[tuple[str, _Patch]]:
     """Patches from per-namespace sheet outcomes ``{table_namespace, completed, failed, total}``.
 
     Keys are accepted in snake_case (the ledger's API) or camelCase (the runner's wire format). Outcomes of
     namespaces no dataset step owns, and all-zero outcomes, are skipped.
     """
-    patches: list[tuple[str, Patch]] = []
+    patches: list[tuple[str, _Patch]] = []
     for outcome in outcomes:
         if not isinstance(outcome, Mapping):
             continue
@@ -117,7 +123,7 @@ def observation_patches(
     observations: Iterable[object],
     nodes: Mapping[str, NodeProgress],
     now_ms: int,
-) -> list[tuple[str, Patch]]:
+) -> list[tuple[str, _Patch]]:
     """Patches from durable docflow observations that are at least as recent as the node's I/O.
 
     Records are ``{node_id, attempt, invocation_seq, invocation_id?, status started|completed|
@@ -125,7 +131,7 @@ def observation_patches(
     Observations are applied in the given order, each compared with the result of the previous.
     """
     latest: dict[str, tuple[int, int, int | None]] = {}
-    patches: list[tuple[str, Patch]] = []
+    patches: list[tuple[str, _Patch]] = []
     for record in observations:
         if not isinstance(record, Mapping):
             continue
@@ -166,7 +172,7 @@ def observation_patches(
         elif status == "failed":
             node_io["error"] = record.get("error") or "Docflow node failed."
         first_start = current_started if current_started is not None else started_at
-        patch: Patch = {"started_at": first_start if first_start is not None else at, "node_io": node_io}
+        patch: _Patch = {"started_at": first_start if first_start is not None else at, "node_io": node_io}
         if status != "started":
             patch["completed_at"] = at
         patches.append((node_id, patch))

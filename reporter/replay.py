@@ -30,8 +30,13 @@ from typing import Any
 from ledger.validate import MAX_LOG_LINE_BYTES, log_line
 from reporter.wire import LogMode, has_timestamp_prefix, strip_timestamp_prefix
 
+__all__ = [
+    "build_terminal_replay",
+    "drop_live_lines",
+]
 
-def replay_lines_for_mode(
+
+def _replay_lines_for_mode(
     result_logs: Iterable[object], mode: LogMode, line_bytes: int = MAX_LOG_LINE_BYTES
 ) -> list[str]:
     """The result's log lines that may be replayed: trimmed, non-empty, runner-stamped in direct
@@ -69,7 +74,7 @@ def build_terminal_replay(
     line_bytes: int = MAX_LOG_LINE_BYTES,
 ) -> dict[str, Any] | None:
     """The ``terminal_log_replay`` payload (see the module docstring), or None when empty."""
-    lines = replay_lines_for_mode(result_logs, mode, line_bytes)
+    lines = _replay_lines_for_mode(result_logs, mode, line_bytes)
     total_count = len(lines)
     if mode == "direct_worker" and not replay_all:
         lines = drop_live_lines(lines, live_logs)

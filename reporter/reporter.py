@@ -49,14 +49,22 @@ from reporter.transports.protocol import Transport, terminal_message
 from reporter.uploader import CoalescingUploader, Status, epoch_ms_now, interval_for_total_rows
 from reporter.wire import LogMode
 
-log = logging.getLogger("reporter")
+__all__ = [
+    "DEFAULT_FINALIZE_DEADLINE_S",
+    "IN_FLIGHT_RESULT_STATUSES",
+    "RESULT_STATUSES",
+    "ProgressReporter",
+    "result_status_problem",
+]
+
+_log = logging.getLogger("reporter")
 
 DEFAULT_FINALIZE_DEADLINE_S = 120.0
 # Between two tries of a call that failed with an unknown outcome: doubling up to the cap.
-RETRY_FIRST_WAIT_S = 0.25
-RETRY_MAX_WAIT_S = 5.0
+_RETRY_FIRST_WAIT_S = 0.25
+_RETRY_MAX_WAIT_S = 5.0
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 # A result status that leaves the run in flight: the batch ends, a later reporter continues it.
 IN_FLIGHT_RESULT_STATUSES = ("suspended",)
@@ -217,20 +225,20 @@ class ProgressReporter:
         self.apply_terminal_sheet_outcomes(outcomes)
         self.apply_durable_observations(observations)
 
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]], deadline_s: float | None) -> T:
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]], deadline_s: float | None) -> _T:
         """`call()`, tried again after a `LedgerUnavailable` (unknown outcome) until `deadline_s`
         (None: for as long as it takes) by the ledger's one retry policy; a refusal (`LedgerError`)
         is final and raised at once."""
         policy = RetryPolicy(
             max_attempts=None,
             max_total_s=math.inf if deadline_s is None else deadline_s,
-            initial_wait_s=RETRY_FIRST_WAIT_S,
-            max_wait_s=RETRY_MAX_WAIT_S,
+            initial_wait_s=_RETRY_FIRST_WAIT_S,
+            max_wait_s=_RETRY_MAX_WAIT_S,
             clock=self._clock,
         )
 
         def heard(exc: BaseException, wait: float) -> None:
-            log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
+            _log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
 
         return await policy.run(call, self._sleep, before_retry=heard)
 
@@ -331,7 +339,7 @@ class ProgressReporter:
         except LedgerFailure as exc:
             if required or isinstance(exc, LedgerError):
                 raise
-            log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
+            _log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the upload in flight."""

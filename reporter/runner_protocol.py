@@ -18,6 +18,17 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
+__all__ = [
+    "CONTRACT_FILE",
+    "REFERENCE_BEGIN",
+    "RUNNER_PROTOCOL_FILE",
+    "contract_schema",
+    "runner_protocol_id",
+    "runner_schema",
+    "runner_schema_text",
+    "with_reference",
+]
+
 RUNNER_PROTOCOL_FILE: Final = "runner-protocol.v1.json"
 CONTRACT_FILE: Final = "contract.v1.json"
 
@@ -52,7 +63,7 @@ def runner_protocol_id() -> str:
 # -- the reference part of the runner protocol's docs page -------------------------------------------
 
 REFERENCE_BEGIN: Final = "<!-- reference: generated from the runner protocol's schema; do not edit -->"
-REFERENCE_END: Final = "<!-- end of reference -->"
+_REFERENCE_END: Final = "<!-- end of reference -->"
 
 
 def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +135,7 @@ def _table(title: str, node: dict[str, Any], root: dict[str, Any]) -> list[str]:
     ]
 
 
-def reference_markdown() -> str:
+def _reference_markdown() -> str:
     """The reference part of ``docs/runner-protocol.md``: every line kind and its fields, the
     contract file's, and the bounds, all from the schemas (a test keeps the page up to date)."""
     root = runner_schema()
@@ -147,15 +158,15 @@ def reference_markdown() -> str:
     contract = contract_schema()
     out += [f"### The contract file (`{contract['$id']}`)", "", " ".join(contract["description"].split()), ""]
     out += _table("a substep (`staticPipeline.substeps[]`)", contract["$defs"]["substep"], contract)
-    out += [REFERENCE_END]
+    out += [_REFERENCE_END]
     return "\n".join(out) + "\n"
 
 
 def with_reference(page: str) -> str:
-    """`page` with its reference part replaced by `reference_markdown()`."""
+    """`page` with its reference part replaced by `_reference_markdown()`."""
     head, _, rest = page.partition(REFERENCE_BEGIN)
-    _, _, tail = rest.partition(REFERENCE_END + "\n")
-    return head + reference_markdown() + tail
+    _, _, tail = rest.partition(_REFERENCE_END + "\n")
+    return head + _reference_markdown() + tail
 
 
 if __name__ == "__main__":  # python -m reporter.runner_protocol docs/runner-protocol.md: regenerate

@@ -25,9 +25,15 @@ from typing import Any, TypeVar
 
 from ledger import validate
 
-log = logging.getLogger("reporter.sanitize")
+__all__ = [
+    "Sanitizer",
+    "bounded",
+    "sanitize_upload",
+]
 
-T = TypeVar("T")
+_log = logging.getLogger("reporter.sanitize")
+
+_T = TypeVar("_T")
 
 
 class Sanitizer:
@@ -42,7 +48,7 @@ class Sanitizer:
 
     def note(self, kind: str, problem: validate.InvalidInput) -> None:
         if not self.counts[kind]:
-            log.warning(
+            _log.warning(
                 "run %s: dropping %s the ledger would refuse (%s); further ones are counted, not logged",
                 self.run_id,
                 kind,
@@ -50,7 +56,7 @@ class Sanitizer:
             )
         self.counts[kind] += 1
 
-    def kept(self, kind: str, check: Callable[[str, Any], T], value: object) -> T | None:
+    def kept(self, kind: str, check: Callable[[str, Any], _T], value: object) -> _T | None:
         """`check(kind, value)`, or None (counted) when the ledger would refuse the value."""
         try:
             return check(kind, value)
@@ -108,10 +114,10 @@ def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, 
     return clean
 
 
-def bounded(check: Callable[[str, Any], T], bounds: validate.UploadBounds) -> Callable[[str, Any], T]:
+def bounded(check: Callable[[str, Any], _T], bounds: validate.UploadBounds) -> Callable[[str, Any], _T]:
     """`check`, then `validate.upload_value`: a value the ledger takes and an upload has room for."""
 
-    def checked(field: str, value: object) -> T:
+    def checked(field: str, value: object) -> _T:
         return validate.upload_value(field, check(field, value), bounds.value_bytes)  # type: ignore[no-any-return]
 
     return checked

@@ -30,10 +30,16 @@ from ledger.validate import (
 )
 from reporter.progress import NodeProgress, merge_patch, merge_row_counts
 
+__all__ = [
+    "DEFAULT_MAX_PENDING_ONE_SHOT",
+    "ProgressState",
+    "Snapshot",
+]
+
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class Snapshot:
     """What one upload carries from the state (all copies: the state may move on meanwhile)."""
 

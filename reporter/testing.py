@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+__all__ = [
+    "SimulatedRun",
+]
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, kw_only=True)
 class SimulatedRun:
     rows: int = 5_000
     fail_every: int = 97

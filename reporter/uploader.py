@@ -67,13 +67,22 @@ from reporter.sanitize import Sanitizer, sanitize_upload
 from reporter.state import ProgressState, Snapshot
 from reporter.transports.protocol import Transport, terminal_message
 
+__all__ = [
+    "CoalescingUploader",
+    "FlushRequest",
+    "Status",
+    "epoch_ms_now",
+    "interval_for_total_rows",
+    "pipeline_step_list",
+]
+
 Status = Literal["running", "completed", "failed", "cancelled"]
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
-MIN_BODY_BYTES = 4_096
+_MIN_BODY_BYTES = 4_096
 # The refusals that stop the uploader for good; any other refusal costs only the upload it refused.
-STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload)
+_STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload)
 
-log = logging.getLogger("reporter.uploader")
+_log = logging.getLogger("reporter.uploader")
 
 
 def interval_for_total_rows(total_rows: int) -> float:
@@ -92,7 +101,7 @@ def epoch_ms_now() -> int:
     return time.time_ns() // 1_000_000  # no float on the way: stamped on every folded event
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FlushRequest:
     status: Status = "running"
     terminal_log_replay: dict[str, Any] | None = None
@@ -113,7 +122,7 @@ class FlushRequest:
 
 
 @dataclass(slots=True)
-class Unacked:
+class _Unacked:
     """An upload built but not acknowledged: its body (resent as is), whether it was sent yet,
     and the replay that its request carried. Its one-shot events go back to the state if the
     ledger refuses it."""
@@ -174,7 +183,7 @@ class CoalescingUploader:
         self.sanitizer = sanitizer or Sanitizer(run_id, state.bounds)
         # The uploads built but not acknowledged (the first one's outcome may be unknown), sent in
         # order before anything newer.
-        self._unacked: list[Unacked] = []
+        self._unacked: list[_Unacked] = []
         self._limit_asked = False
         self._last_flush_at: float | None = None
         self._pending: FlushRequest | None = None
@@ -358,7 +367,7 @@ class CoalescingUploader:
         try:
             limit = await ask()
         except LedgerFailure as exc:
-            log.warning("run %s: cannot read the service's limits (%s); using the default", self.run_id, exc)
+            _log.warning("run %s: cannot read the service's limits (%s); using the default", self.run_id, exc)
             return
         if isinstance(limit, int) and limit > 0:
             self.adopt_body_limit(limit)
@@ -388,18 +397,18 @@ class CoalescingUploader:
         except Exception as exc:
             # Outcome unknown: the unacked upload stays, and the next request sends it again.
             self.failed_uploads += 1
-            log.warning("run %s: progress upload failed: %s", self.run_id, exc)
+            _log.warning("run %s: progress upload failed: %s", self.run_id, exc)
             _settle(request, exc)
             return
         _settle(request, None)
 
-    def _numbered(self, body: dict[str, Any], replay: dict[str, Any] | None) -> list[Unacked]:
+    def _numbered(self, body: dict[str, Any], replay: dict[str, Any] | None) -> list[_Unacked]:
         """`body` split to fit the body limit, each part numbered with the next ``upload_seq`` and
         kept with the `replay` its request carried."""
-        parts: list[Unacked] = []
+        parts: list[_Unacked] = []
         for part in split_upload(body, self.bounds.max_body_bytes, shrunk=self._shrunk):
             self.upload_seq += 1
-            parts.append(Unacked({**part, "upload_seq": self.upload_seq}, replay))
+            parts.append(_Unacked({**part, "upload_seq": self.upload_seq}, replay))
         return parts
 
     def _shrunk(self, kind: str) -> None:
@@ -418,7 +427,7 @@ class CoalescingUploader:
                 if limit is None or limit >= self.bounds.max_body_bytes:
                     # A 413 naming no smaller limit (a proxy's, say): half of what it refused.
                     limit = len(encode_body(first.body)) // 2
-                if limit < MIN_BODY_BYTES:
+                if limit < _MIN_BODY_BYTES:
                     raise
                 self._split_again(limit)
                 continue
@@ -426,7 +435,7 @@ class CoalescingUploader:
             self.uploads_made += 1
 
     def _split_again(self, max_body_bytes: int) -> None:
-        log.warning("run %s: the ledger takes bodies of at most %d bytes", self.run_id, max_body_bytes)
+        _log.warning("run %s: the ledger takes bodies of at most %d bytes", self.run_id, max_body_bytes)
         self.adopt_body_limit(max_body_bytes)
         pending, self._unacked = self._unacked, []
         self.upload_seq = pending[0].body["upload_seq"] - 1  # none of them was applied
@@ -463,7 +472,7 @@ class CoalescingUploader:
             )
 
     def _refused(self, exc: LedgerError) -> None:
-        stops = isinstance(exc, STOPPING)
+        stops = isinstance(exc, _STOPPING)
         if not stops and self._unacked:
             # Refused whole, nothing written (nor was anything after it sent): their one-shot
             # events go out with a later upload.
@@ -471,7 +480,7 @@ class CoalescingUploader:
                 self.state.requeue(unacked.one_shot())
             self._unacked = []
             self.failed_uploads += 1
-            log.warning("run %s: progress upload refused: %s", self.run_id, exc)
+            _log.warning("run %s: progress upload refused: %s", self.run_id, exc)
             return
         if not stops:
             self.failed_uploads += 1
@@ -480,9 +489,9 @@ class CoalescingUploader:
         self.stop_reason = exc
         # Not a warning: every caller that waits for an upload from now on gets `exc` itself.
         if isinstance(exc, StaleAttempt):
-            log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
+            _log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
         else:
-            log.info("run %s: reporter stops: %s", self.run_id, exc)
+            _log.info("run %s: reporter stops: %s", self.run_id, exc)
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
         """The status upload (the ledger's snake_case body) for one snapshot."""

@@ -22,9 +22,33 @@ All patterns are case-insensitive and ASCII-digit only.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from ledger.validate import INT64_MAX, MAX_EPOCH_MS, invocation_seq, is_int
+
+__all__ = [
+    "MAP_START_MARKER",
+    "MAP_START_PATTERN",
+    "PERF_MAP_SETUP_MARKER",
+    "PERF_MAP_SETUP_PATTERN",
+    "TOOL_BATCH_MARKER",
+    "TOOL_BATCH_PATTERN",
+    "LogMode",
+    "MapSetup",
+    "MapStart",
+    "ToolBatch",
+    "as_count",
+    "as_epoch_ms",
+    "as_int",
+    "has_timestamp_prefix",
+    "invocation_sequence",
+    "is_durable_log",
+    "parse_map_setup",
+    "parse_map_start",
+    "parse_tool_batch",
+    "strip_timestamp_prefix",
+]
 
 # Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
 LogMode = Literal["progress_reporter", "direct_worker"]
@@ -46,11 +70,12 @@ TOOL_BATCH_PATTERN = re.compile(
 MAP_START_MARKER = "starting map over"
 PERF_MAP_SETUP_MARKER = "[perf] runtime map setup"
 TOOL_BATCH_MARKER = "executing tool batch"
-TIMESTAMP_PREFIX_PATTERN = re.compile(r"^\[\d{4}-\d{2}-\d{2}T[\d:.]+Z\]\s+", re.ASCII)
-PERF_TRACE_MARKER = "[perf-trace] "
+_TIMESTAMP_PREFIX_PATTERN = re.compile(r"^\[\d{4}-\d{2}-\d{2}T[\d:.]+Z\]\s+", re.ASCII)
+_PERF_TRACE_MARKER = "[perf-trace] "
 
 
-class MapStart(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapStart:
     total: int
     table_namespace: str
     already_satisfied: int
@@ -87,11 +112,11 @@ def strip_timestamp_prefix(line: str) -> str:
     """`line` without a leading ``[ISO-timestamp] `` runner prefix."""
     if not line.startswith("["):
         return line
-    return TIMESTAMP_PREFIX_PATTERN.sub("", line, count=1)
+    return _TIMESTAMP_PREFIX_PATTERN.sub("", line, count=1)
 
 
 def has_timestamp_prefix(line: str) -> bool:
-    return TIMESTAMP_PREFIX_PATTERN.match(line) is not None
+    return _TIMESTAMP_PREFIX_PATTERN.match(line) is not None
 
 
 def parse_map_setup(line: str) -> MapSetup | None:
@@ -154,4 +179,4 @@ def _digits(text: str | None) -> int | None:
 
 def is_durable_log(mode: LogMode, line: str, source: object) -> bool:
     """In direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
-    return mode != "direct_worker" or source != "worker" or line.startswith(PERF_TRACE_MARKER)
+    return mode != "direct_worker" or source != "worker" or line.startswith(_PERF_TRACE_MARKER)

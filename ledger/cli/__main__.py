@@ -1,3 +1,5 @@
 from ledger.cli.app import main
 
+__all__: list[str] = []
+
 main()

@@ -9,12 +9,15 @@ from __future__ import annotations
 import sys
 
 import click
-import psycopg
-import sqlalchemy.exc
 
 from ledger.cli.exits import EXIT_CONFIG, CliError
 from ledger.config import Settings, load_settings
 from ledger.errors import ConfigError, DatabaseUnavailable
+
+__all__ = [
+    "cli",
+    "main",
+]
 
 
 def _settings() -> Settings | None:
@@ -24,7 +27,7 @@ def _settings() -> Settings | None:
         return None
 
 
-class LedgerGroup(click.Group):
+class _LedgerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         # Imported here: `ledger.cli.database` loads psycopg's connection machinery.
         from ledger.cli.database import unreachable
@@ -33,11 +36,11 @@ class LedgerGroup(click.Group):
             return super().invoke(ctx)
         except ConfigError as exc:
             raise CliError(str(exc), EXIT_CONFIG) from None
-        except (DatabaseUnavailable, psycopg.OperationalError, sqlalchemy.exc.OperationalError) as exc:
+        except DatabaseUnavailable as exc:
             raise unreachable(exc, _settings()) from None
 
 
-@click.group(cls=LedgerGroup)
+@click.group(cls=_LedgerGroup)
 @click.version_option(package_name="run-ledger")
 def cli() -> None:
     """Run Ledger: a Postgres-backed run ledger and progress reporter."""

@@ -23,30 +23,35 @@ from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
 from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
 from ledger.errors import LedgerError, LedgerUnavailable, Unauthorized
 
+__all__ = [
+    "COMMANDS",
+    "deadline_option",
+]
+
 # How long a client command keeps retrying an unreachable service, unless --deadline says.
-DEFAULT_DEADLINE_S = 30.0
-F = TypeVar("F", bound=Callable[..., Any])
+_DEFAULT_DEADLINE_S = 30.0
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException) -> str:
     """The error's text with its notes (the HTTP status and request), on one line."""
     notes = getattr(exc, "__notes__", None) or []
     text = f"{exc} ({'; '.join(notes)})" if notes else str(exc)
     return " ".join(text.split())
 
 
-def unreachable_hint(exc: BaseException) -> str:
+def _unreachable_hint(exc: BaseException) -> str:
     """What to check when the service did not answer at all (no HTTP status noted)."""
     if getattr(exc, "__notes__", None):
         return ""
     return f"; is `ledger serve` running? (set {URL_VAR} to point elsewhere)"
 
 
-def deadline_option(default: float = DEFAULT_DEADLINE_S) -> Callable[[F], F]:
+def deadline_option(default: float = _DEFAULT_DEADLINE_S) -> Callable[[_F], _F]:
     return click.option(
         "--deadline",
         "deadline_s",
@@ -59,7 +64,7 @@ def deadline_option(default: float = DEFAULT_DEADLINE_S) -> Callable[[F], F]:
     )
 
 
-def token_refused(exc: Unauthorized, url: str, needs: str) -> CliError:
+def _token_refused(exc: Unauthorized, url: str, needs: str) -> CliError:
     """The one line for a refused token: what the service said, and which token would do."""
     if exc.status == 403:
         # The service's reason names the token's scope and what this request needs instead.
@@ -69,13 +74,13 @@ def token_refused(exc: Unauthorized, url: str, needs: str) -> CliError:
             f"this command needs {needs}: set {CLIENT_TOKEN_VAR} to one (an admin token is one of "
             f"the service's {API_TOKENS_VAR} or its api-token file; `ledger token create` mints the others)"
         )
-    refused = f"the ledger service at {url} refused the API token ({one_line(exc)})"
+    refused = f"the ledger service at {url} refused the API token ({_one_line(exc)})"
     return CliError(f"{refused}; {advice}", EXIT_TOKEN)
 
 
 @contextmanager
 def _client(
-    deadline_s: float = DEFAULT_DEADLINE_S, *, needs: str = "a read token or an admin token"
+    deadline_s: float = _DEFAULT_DEADLINE_S, *, needs: str = "a read token or an admin token"
 ) -> Iterator[LedgerClient]:
     """A client of `LEDGER_URL` that retries an unreachable service until `deadline_s`, printing
     its first failure at once; every failure becomes one line and its exit code. `needs` says
@@ -88,7 +93,7 @@ def _client(
         if not printed:
             printed.append(exc)
             click.echo(
-                f"{name}: {one_line(exc)}{unreachable_hint(exc)}; retrying for up to {deadline_s:g} s "
+                f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to {deadline_s:g} s "
                 "(--deadline)",
                 err=True,
             )
@@ -97,23 +102,23 @@ def _client(
         with LedgerClient.from_env(retry=RetryPolicy.until(deadline_s, first_failure)) as client:
             yield client
     except Unauthorized as exc:
-        raise token_refused(exc, url, needs) from None
+        raise _token_refused(exc, url, needs) from None
     except LedgerUnavailable as exc:
         given_up = f"gave up after {deadline_s:g} s: " if printed else ""
-        raise CliError(given_up + one_line(exc) + unreachable_hint(exc), EXIT_LEDGER) from None
+        raise CliError(given_up + _one_line(exc) + _unreachable_hint(exc), EXIT_LEDGER) from None
     except LedgerError as exc:
-        raise CliError(one_line(exc)) from None
+        raise CliError(_one_line(exc)) from None
 
 
 def _console() -> Console:
     return Console(highlight=False)
 
 
-@click.command()
+@click.command("runs")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
 @click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
 @deadline_option()
-def runs(limit: int, before: str | None, deadline_s: float) -> None:
+def _runs(limit: int, before: str | None, deadline_s: float) -> None:
     """List the newest runs: status, age, last event, steps done, rows."""
     with _client(deadline_s) as client:
         page = client.runs_page(limit, before)
@@ -125,24 +130,24 @@ def runs(limit: int, before: str | None, deadline_s: float) -> None:
         click.echo(f"more: ledger runs --limit {limit} --before {shlex.quote(page['next_before'])}")
 
 
-@click.command()
+@click.command("run")
 @click.argument("run_id")
 @deadline_option()
-def run(run_id: str, deadline_s: float) -> None:
+def _run(run_id: str, deadline_s: float) -> None:
     """Show one run: its steps with progress bars and counts, and its terminal state."""
     with _client(deadline_s) as client:
         body = client.get_run(run_id)
     _console().print(render.run_detail(body, _now_ms()))
 
 
-@click.command()
+@click.command("events")
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep tailing (SSE) until the run's terminal event.")
 @click.option(
     "--after", default="-1", show_default=True, help="Start after this seq (-1: from the start; now)."
 )
 @deadline_option()
-def events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
+def _events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
     with _client(deadline_s) as client:
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
@@ -150,11 +155,11 @@ def events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
             click.echo(render.event_line(event))
 
 
-@click.command()
+@click.command("pool")
 @click.argument("version")
 @click.option("--pool", "pool_name", default="default", show_default=True, help="The pool's name.")
 @deadline_option()
-def pool(version: str, pool_name: str, deadline_s: float) -> None:
+def _pool(version: str, pool_name: str, deadline_s: float) -> None:
     """Warm-pool availability of VERSION: available and warming counts, and the entries."""
     with _client(deadline_s) as client:
         counts = client.counts(pool_name, version)
@@ -162,4 +167,4 @@ def pool(version: str, pool_name: str, deadline_s: float) -> None:
     _console().print(render.pool_view(pool_name, version, counts, entries, _now_ms()))
 
 
-COMMANDS = (runs, run, events, pool)
+COMMANDS = (_runs, _run, _events, _pool)

@@ -12,11 +12,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
-import psycopg
 
 from ledger.cli.exits import EXIT_DATABASE, CliError, first_line
 from ledger.config import DATA_DIR_VAR, DATABASE_URL_VAR, Settings, load_settings
-from ledger.db import CONNECT_TIMEOUT_S, resolve_url
+from ledger.db import check_reachable, resolve_url
+from ledger.errors import DatabaseUnavailable
+
+__all__ = [
+    "database",
+    "probe",
+    "unreachable",
+]
 
 
 def unreachable(exc: BaseException, settings: Settings | None = None) -> CliError:
@@ -29,9 +35,8 @@ def unreachable(exc: BaseException, settings: Settings | None = None) -> CliErro
 def probe(url: str) -> None:
     """One connection to `url`, or `CliError` (exit 8) naming `LEDGER_DATABASE_URL`."""
     try:
-        with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True):
-            pass
-    except psycopg.OperationalError as exc:
+        check_reachable(url)
+    except DatabaseUnavailable as exc:
         raise unreachable(exc) from None
 
 

@@ -18,15 +18,19 @@ from ledger.db import Database
 from ledger.errors import ConfigError
 from ledger.runlog import conversion, partitions
 
+__all__ = [
+    "db",
+]
+
 
 @click.group()
 def db() -> None:
     """Schema migrations (Alembic)."""
 
 
-@db.command()
+@db.command("upgrade")
 @click.argument("revision", default="head")
-def upgrade(revision: str) -> None:
+def _upgrade(revision: str) -> None:
     """Migrate the schema up to REVISION (default: head)."""
     with _database() as url:
         before = migrate.current(url)
@@ -38,9 +42,9 @@ def upgrade(revision: str) -> None:
         click.echo(f"upgraded {before or 'empty database'} -> {after}")
 
 
-@db.command()
+@db.command("downgrade")
 @click.argument("revision", default="base")
-def downgrade(revision: str) -> None:
+def _downgrade(revision: str) -> None:
     """Migrate the schema down to REVISION (default: base, which removes everything)."""
     with _database() as url:
         before = migrate.current(url)
@@ -49,8 +53,8 @@ def downgrade(revision: str) -> None:
     click.echo(f"downgraded {before or 'base'} -> {after or 'base'}")
 
 
-@db.command()
-def current() -> None:
+@db.command("current")
+def _current() -> None:
     """Print the database's schema revision and the newest one this code knows."""
     with _database() as url:
         rev = migrate.current(url)
@@ -59,7 +63,7 @@ def current() -> None:
     click.echo(f"{rev or 'none (empty database)'} (head {head}, {state})")
 
 
-@db.command()
+@db.command("convert")
 @click.option(
     "--batch",
     default=conversion.DEFAULT_BATCH,
@@ -67,7 +71,7 @@ def current() -> None:
     type=click.IntRange(min=1),
     help="Events copied per transaction.",
 )
-def convert(batch: int) -> None:
+def _convert(batch: int) -> None:
     """Copy a filled event log into its partitions (after `ledger db upgrade` to 0013), batch by
     batch beside live appends; `ledger serve` starts once it is done."""
 
@@ -105,7 +109,7 @@ def convert(batch: int) -> None:
     type=click.IntRange(0, 366),
     help="Partitions made ahead of the current one.",
 )
-def partitions_command(interval: str | None, ahead: int) -> None:
+def _partitions_command(interval: str | None, ahead: int) -> None:
     """Make the event log's partitions ahead of time (the watchdog does too) and list them."""
     with _database() as url:
         if migrate.current(url) is None:

@@ -10,11 +10,23 @@ from typing import Final
 
 import click
 
-EXIT_OK: Final = 0
+__all__ = [
+    "EXIT_ADDRESS",
+    "EXIT_CONFIG",
+    "EXIT_DATABASE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_LEDGER",
+    "EXIT_TOKEN",
+    "CliError",
+    "first_line",
+]
+
+_EXIT_OK: Final = 0
 # The ledger refused the request (an unknown run, a bad value) or the operation failed (no schema).
 EXIT_FAILED: Final = 1
 # Click's own: a bad option or argument.
-EXIT_USAGE: Final = 2
+_EXIT_USAGE: Final = 2
 # An environment variable is unusable (a malformed LEDGER_DATABASE_URL), or no API token is found.
 EXIT_CONFIG: Final = 6
 # `ledger serve` cannot listen on its address (in use, or not this machine's).
@@ -40,5 +52,5 @@ class CliError(click.ClickException):
 
 def first_line(exc: BaseException) -> str:
     """The first line of the error's text (libpq's answers add a hint on a second line)."""
-    text = str(getattr(exc, "orig", None) or exc).strip()
+    text = str(exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0].strip()

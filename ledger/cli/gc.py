@@ -22,6 +22,10 @@ from ledger.errors import ConfigError, SchemaMissing
 from ledger.runlog import retention as run_retention
 from ledger.runlog.watchdog import Watchdog
 
+__all__ = [
+    "gc",
+]
+
 
 async def _collect(url: str, *, retention: timedelta, batch: int, dry_run: bool) -> list[str]:
     """The lines to print: what was (or, `dry_run`, would be) deleted."""

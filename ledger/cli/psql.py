@@ -14,6 +14,10 @@ import click
 from ledger.cli.database import database
 from ledger.embedded import client_bin_dir
 
+__all__ = [
+    "psql",
+]
+
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("psql_args", nargs=-1, type=click.UNPROCESSED)

@@ -17,6 +17,23 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+__all__ = [
+    "RUNS_COLUMNS",
+    "STATUS_STYLES",
+    "duration",
+    "event_line",
+    "event_summary",
+    "pool_view",
+    "rows_cell",
+    "run_detail",
+    "run_row",
+    "runs_table",
+    "step_bar",
+    "step_counts",
+    "steps",
+    "terminal_line",
+]
+
 STATUS_STYLES = {
     "running": "cyan",
     "completed": "green",
@@ -35,7 +52,7 @@ def _int(value: object) -> int | None:
     return None
 
 
-def count(value: object) -> str:
+def _count(value: object) -> str:
     """`1,234` for a number, `-` for anything else."""
     n = _int(value)
     return "-" if n is None else f"{n:,}"
@@ -63,7 +80,7 @@ def duration(ms: object) -> str:
     return f"{d}d {h:02d}h"
 
 
-def clock_time(ms: object) -> str:
+def _clock_time(ms: object) -> str:
     """`HH:MM:SS.mmm` (UTC) of an epoch-ms time; `-` when unknown."""
     n = _int(ms)
     if n is None:
@@ -72,7 +89,7 @@ def clock_time(ms: object) -> str:
     return t.strftime("%H:%M:%S.") + f"{t.microsecond // 1000:03d}"
 
 
-def run_state(run: Mapping[str, Any]) -> str:
+def _run_state(run: Mapping[str, Any]) -> str:
     """The terminal status when there is one, else the live status."""
     terminal = run.get("terminal")
     if isinstance(terminal, Mapping) and terminal.get("status"):
@@ -87,9 +104,9 @@ RUNS_COLUMNS = ("run", "status", "age", "last event", "steps done", "rows")
 
 def rows_cell(completed: object, failed: object, total: object) -> str:
     """`4,001 / 5,001` plus `(12 failed)` when any row failed."""
-    text = f"{count(completed)} / {count(total)}"
+    text = f"{_count(completed)} / {_count(total)}"
     if (_int(failed) or 0) > 0:
-        text += f" ({count(failed)} failed)"
+        text += f" ({_count(failed)} failed)"
     return text
 
 
@@ -99,15 +116,15 @@ def run_row(run: Mapping[str, Any], now_ms: int) -> tuple[str, ...]:
     created = _int(run.get("created_at"))
     if age is None and created is not None:
         age = now_ms - created
-    last = f"#{count(run.get('last_seq'))}"
+    last = f"#{_count(run.get('last_seq'))}"
     if run.get("last_event_type"):
         last += f" {run['last_event_type']}"
     updated = _int(run.get("updated_at"))
     if updated is not None:
         last += f", {duration(now_ms - updated)} ago"
-    steps = f"{count(run.get('steps_done'))}/{count(run.get('steps_total'))}"
+    steps = f"{_count(run.get('steps_done'))}/{_count(run.get('steps_total'))}"
     rows = rows_cell(run.get("rows_completed"), run.get("rows_failed"), run.get("rows_total"))
-    return (str(run.get("run_id", "?")), run_state(run), duration(age), last, steps, rows)
+    return (str(run.get("run_id", "?")), _run_state(run), duration(age), last, steps, rows)
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
@@ -128,8 +145,8 @@ def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
 # -- ledger run RUN_ID -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StepView:
+@dataclass(frozen=True, kw_only=True)
+class _StepView:
     """One step of a run as `ledger run` shows it."""
 
     node_id: str
@@ -152,7 +169,7 @@ class StepView:
         return min(1.0, self.processed / self.total)
 
 
-def steps(live_node_progress: object) -> list[StepView]:
+def steps(live_node_progress: object) -> list[_StepView]:
     """The run's steps from its live node progress, started ones first in start order."""
     if not isinstance(live_node_progress, Mapping):
         return []
@@ -162,7 +179,7 @@ def steps(live_node_progress: object) -> list[StepView]:
         started, done = _int(node.get("started_at")), _int(node.get("completed_at"))
         message = node.get("message")
         views.append(
-            StepView(
+            _StepView(
                 node_id=str(node_id),
                 state="done" if done is not None else "running" if started is not None else "pending",
                 completed=_int(node.get("completed")),
@@ -177,14 +194,14 @@ def steps(live_node_progress: object) -> list[StepView]:
     return sorted(views, key=lambda v: (v.started_at is None, v.started_at or 0, v.node_id))
 
 
-def step_counts(step: StepView) -> str:
+def step_counts(step: _StepView) -> str:
     """`1,234 / 10,000` (+ failed) when the step counts rows, else its state."""
     if step.total is None and step.completed is None:
         return step.state
     return rows_cell(step.completed, step.failed, step.total)
 
 
-def step_bar(step: StepView, width: int = 30) -> ProgressBar:
+def step_bar(step: _StepView, width: int = 30) -> ProgressBar:
     """A bar filled by the rows processed; a finished step without counts shows full."""
     fraction = step.fraction()
     if fraction is None:
@@ -199,7 +216,7 @@ def terminal_line(run: Mapping[str, Any]) -> str:
         return f"{run.get('status') or 'running'} (not terminal)"
     parts = [str(terminal["status"])]
     if terminal.get("total_rows") is not None:
-        parts.append(f"{count(terminal['total_rows'])} rows")
+        parts.append(f"{_count(terminal['total_rows'])} rows")
     if terminal.get("duration_ms") is not None:
         parts.append(duration(terminal["duration_ms"]))
     line = " · ".join(parts)
@@ -215,13 +232,13 @@ def run_detail(run: Mapping[str, Any], now_ms: int) -> RenderableType:
     header.add_column()
     header.add_row("run", str(run.get("run_id", "?")))
     header.add_row("play", str(run.get("play_name") or "-"))
-    state = run_state(run)
+    state = _run_state(run)
     header.add_row("status", Text(state, style=STATUS_STYLES.get(state, "")))
     created, updated = _int(run.get("created_at")), _int(run.get("updated_at"))
     header.add_row("age", duration(None if created is None else now_ms - created))
     header.add_row(
         "last event",
-        f"#{count(run.get('last_seq'))}, {duration(None if updated is None else now_ms - updated)} ago",
+        f"#{_count(run.get('last_seq'))}, {duration(None if updated is None else now_ms - updated)} ago",
     )
     header.add_row("terminal", terminal_line(run))
 
@@ -242,11 +259,11 @@ def event_summary(event: Mapping[str, Any]) -> str:
     if kind == "log":
         return str(event.get("line", ""))
     if kind == "log.gap":
-        return f"{count(event.get('missing'))} log line(s) not kept"
+        return f"{_count(event.get('missing'))} log line(s) not kept"
     if kind == "terminal":
         parts = [str(event.get("status", "?"))]
         if event.get("total_rows") is not None:
-            parts.append(f"{count(event['total_rows'])} rows")
+            parts.append(f"{_count(event['total_rows'])} rows")
         if event.get("error"):
             parts.append(str(event["error"]))
         return " · ".join(parts)
@@ -280,7 +297,7 @@ def event_summary(event: Mapping[str, Any]) -> str:
 def event_line(event: Mapping[str, Any]) -> str:
     """`#12 14:03:07.123 step.progress map-2 · 1,234 / 5,000`: one line per event."""
     seq, kind = event.get("seq", "?"), event.get("type", "?")
-    return f"#{seq} {clock_time(event.get('ts'))} {kind} {event_summary(event)}"
+    return f"#{seq} {_clock_time(event.get('ts'))} {kind} {event_summary(event)}"
 
 
 # -- ledger pool VERSION ---------------------------------------------------------------------------
@@ -291,8 +308,8 @@ def pool_view(
 ) -> RenderableType:
     """`ledger pool`: the counts line and a table of the version's entries, newest ready first."""
     head = Text(
-        f"pool {pool}, version {version}: {count(counts.get('available'))} available, "
-        f"{count(counts.get('warming'))} warming"
+        f"pool {pool}, version {version}: {_count(counts.get('available'))} available, "
+        f"{_count(counts.get('warming'))} warming"
     )
     table = Table("id", "state", "ready for", "age", "expires in")
     ordered = sorted(entries, key=lambda e: (-(_int(e.get("ready_at")) or 0), str(e.get("id"))))

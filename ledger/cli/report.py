@@ -51,9 +51,20 @@ from reporter.runner_protocol import runner_schema_text
 from reporter.transports.http import DEFAULT_RETRY_POLICY
 from reporter.transports.protocol import terminal_message
 
+__all__ = [
+    "EXIT_NO_RESULT",
+    "EXIT_OK",
+    "EXIT_STALE",
+    "EXIT_TERMINAL",
+    "EXIT_UPLOAD_FAILED",
+    "NO_RESULT_LINE",
+    "report",
+    "report_command",
+]
+
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
-EXIT_BAD_RESULT = 1
+_EXIT_BAD_RESULT = 1
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
@@ -62,7 +73,7 @@ NO_RESULT_LINE = (
 )
 
 
-class FirstFailure:
+class _FirstFailure:
     """Says the first failure to reach the ledger at once, as one line, and keeps the retries
     after it quiet: the person watching learns of a wrong `LEDGER_URL` now, not at the deadline."""
 
@@ -88,9 +99,9 @@ class FirstFailure:
 
 class _ReporterLog(logging.Handler):
     """The reporter's warnings as `ledger report:` lines, the retries of an unreachable ledger
-    only through `FirstFailure` (once)."""
+    only through `_FirstFailure` (once)."""
 
-    def __init__(self, warn: Callable[[str], None], first_failure: FirstFailure) -> None:
+    def __init__(self, warn: Callable[[str], None], first_failure: _FirstFailure) -> None:
         super().__init__(logging.WARNING)
         self.warn, self.first_failure = warn, first_failure
 
@@ -104,7 +115,7 @@ class _ReporterLog(logging.Handler):
 
 
 @contextlib.contextmanager
-def reporter_log(handler: logging.Handler) -> Iterator[None]:
+def _reporter_log(handler: logging.Handler) -> Iterator[None]:
     logger = logging.getLogger("reporter")
     propagate = logger.propagate
     logger.addHandler(handler)
@@ -116,7 +127,7 @@ def reporter_log(handler: logging.Handler) -> Iterator[None]:
         logger.propagate = propagate
 
 
-async def read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterator[str]:
+async def _read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterator[str]:
     """Lines of a blocking text stream, read on a thread so the event loop keeps uploading.
 
     At most `buffered` lines wait in memory (the reader blocks beyond that); when the consumer
@@ -159,7 +170,7 @@ async def read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterato
         raise OSError(f"cannot read the input: {failures[0]}")
 
 
-async def feed(
+async def _feed(
     reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None]
 ) -> dict[str, Any] | None:
     """Fold every event line into `reporter`; return the ``result`` event (None if there was none)."""
@@ -204,7 +215,7 @@ async def report(
         if resume:
             await reporter.resume(deadline_s=deadline_s)
         try:
-            result = await feed(reporter, lines, warn)
+            result = await _feed(reporter, lines, warn)
         except OSError as exc:
             warn(str(exc))
             result = None
@@ -238,11 +249,11 @@ async def report(
         return EXIT_NO_RESULT
     if problem is not None:
         warn(f"{problem}: run {reporter.run_id} was reported failed")
-        return EXIT_BAD_RESULT
+        return _EXIT_BAD_RESULT
     return EXIT_OK
 
 
-def load_contract(path: Path | None) -> object:
+def _load_contract(path: Path | None) -> object:
     if path is None:
         return None
     try:
@@ -264,7 +275,7 @@ async def _main(
     deadline_s: float,
 ) -> int:
     url = service_url()
-    first_failure = FirstFailure(url, deadline_s, warn)
+    first_failure = _FirstFailure(url, deadline_s, warn)
     # One request's own retries stay within the deadline; the reporter retries the request after.
     retry = dataclasses.replace(
         DEFAULT_RETRY_POLICY,
@@ -275,7 +286,7 @@ async def _main(
     # the service continues each one: the run's story in one trace, the worker's if it passed one.
     tracing.setup("ledger-report")
     with (
-        reporter_log(_ReporterLog(warn, first_failure)),
+        _reporter_log(_ReporterLog(warn, first_failure)),
         tracing.joined_from_environment(),
         tracing.span("ledger report", run_id=run_id, producer_attempt=attempt),
     ):
@@ -288,11 +299,11 @@ async def _main(
                 mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
             )
             return await report(
-                reporter, read_lines(stream), warn, resume=resume, finalize=finalize, deadline_s=deadline_s
+                reporter, _read_lines(stream), warn, resume=resume, finalize=finalize, deadline_s=deadline_s
             )
 
 
-def print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+def _print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         click.echo(runner_schema_text(), nl=False)
         ctx.exit()
@@ -304,7 +315,7 @@ def print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> Non
     is_flag=True,
     expose_value=False,
     is_eager=True,
-    callback=print_schema,
+    callback=_print_schema,
     help="Print the runner protocol (the JSON Schema of the lines this reads) and exit.",
 )
 @click.option("--run-id", required=True, help="The run the events belong to.")
@@ -365,7 +376,7 @@ def report_command(
     code = asyncio.run(
         _main(
             run_id,
-            load_contract(contract),
+            _load_contract(contract),
             attempt,
             mode,
             sys.stdin,

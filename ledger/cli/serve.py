@@ -1,7 +1,7 @@
 """`ledger serve`: migrate, then serve the HTTP API with the listener and the watchdog.
 
 With `--workers N` (N > 1), N processes serve one socket (`serve_workers`), each building its app with
-`worker_app` from what `serve` put in the environment (the resolved database URL, the tokens), so
+`_worker_app` from what `serve` put in the environment (the resolved database URL, the tokens), so
 each has its own pool, listener and watchdog, as N replicas would.
 """
 
@@ -23,7 +23,11 @@ from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-WORKER_APP = "ledger.cli.serve:worker_app"
+__all__ = [
+    "serve",
+]
+
+_WORKER_APP = "ledger.cli.serve:_worker_app"
 
 
 @click.command()
@@ -85,10 +89,10 @@ def serve(host: str, port: int, workers: int) -> None:
                 )
             configure_json_logging()
             if workers > 1:
-                # What each worker process reads back in `worker_app`.
+                # What each worker process reads back in `_worker_app`.
                 os.environ[DATABASE_URL_VAR] = url
                 os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
-                serve_workers(WORKER_APP, service_settings, workers, sock=sock)
+                serve_workers(_WORKER_APP, service_settings, workers, sock=sock)
                 return
             app = create_app(service_settings, url, tokens, keys.keyring, listen_url=settings.listen_url)
             run_until_stopped(build_server(app, service_settings), sockets=[sock])
@@ -96,7 +100,7 @@ def serve(host: str, port: int, workers: int) -> None:
         sock.close()
 
 
-def worker_app() -> FastAPI:
+def _worker_app() -> FastAPI:
     """The app of one `--workers` process, from the environment `serve` prepared."""
     from ledger.service.app import create_app
     from ledger.service.logs import configure_json_logging

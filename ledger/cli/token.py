@@ -15,6 +15,10 @@ from ledger import tokens
 from ledger.cli.client import _client, deadline_option
 from ledger.validate import INT32_MAX
 
+__all__ = [
+    "token",
+]
+
 
 @click.group()
 def token() -> None:
@@ -42,7 +46,7 @@ def _ttl(ctx: click.Context, param: click.Parameter, value: str) -> int:
 @click.option("--ttl", default="24h", show_default=True, callback=_ttl, help="Lifetime: 90s, 30m, 24h or 7d.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole answer (expiry, key id) as JSON.")
 @deadline_option()
-def create(
+def _create(
     scope: str, run_id: str | None, max_attempt: int | None, ttl: int, as_json: bool, deadline_s: float
 ) -> None:
     """Mint a token and print it (needs an admin token)."""

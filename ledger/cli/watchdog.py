@@ -20,6 +20,10 @@ from ledger.errors import SchemaMissing
 from ledger.runlog import retention
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S, Watchdog
 
+__all__ = [
+    "watchdog",
+]
+
 
 async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: float) -> None:
     async with Database(url, min_size=1, max_size=2) as db:

@@ -3,7 +3,7 @@
 One row per `(run_id, node_id, attempt, invocation_seq)`. An observation replaces the stored one
 only when it is at least as recent: recency is `settled_at`, else `started_at` (a settled record
 beats an unsettled one at the same instant), so a late `started` record never overwrites the
-`completed` one of the same invocation. The rule is the `WHERE` of `UPSERT_OBSERVATIONS_SQL`, the
+`completed` one of the same invocation. The rule is the `WHERE` of `_UPSERT_OBSERVATIONS_SQL`, the
 only place it is decided. A batch is one statement (its observations as arrays, `unnest`), or one
 per round when it carries the same invocation more than once: a statement may not update a row
 twice, so the n-th observation of each invocation goes in round n, and the rounds apply in batch
@@ -26,9 +26,16 @@ from ledger.ingest.sheets import ensure_run_in_transaction, read_run_rows
 from ledger.runlog.events import validate_run_id
 from ledger.validate import INT32_MAX
 
-OBSERVATION_STATUSES: Final = ("started", "completed", "failed")
+__all__ = [
+    "invocation_seq_from_id",
+    "list_observations",
+    "parse_observation",
+    "record_observations",
+]
 
-UPSERT_OBSERVATIONS_SQL: Final = """
+_OBSERVATION_STATUSES: Final = ("started", "completed", "failed")
+
+_UPSERT_OBSERVATIONS_SQL: Final = """
 INSERT INTO ledger.node_observations AS o
     (run_id, node_id, attempt, invocation_seq, invocation_id, status, inputs, outputs, error,
      started_at, settled_at, recorded_at)
@@ -49,7 +56,7 @@ WHERE (COALESCE(EXCLUDED.settled_at, EXCLUDED.started_at, '-infinity'), EXCLUDED
 """
 
 # No row means no such run; one row with a NULL node_id means no observations.
-LIST_OBSERVATIONS_SQL: Final = """
+_LIST_OBSERVATIONS_SQL: Final = """
 SELECT o.node_id, o.attempt, o.invocation_seq, o.invocation_id, o.status, o.inputs, o.outputs,
        o.error, o.started_at, o.settled_at
 FROM ledger.runs AS r
@@ -71,8 +78,8 @@ def parse_observation(field: str, raw: object) -> dict[str, Any]:
         raise InvalidInput(field, "must be an object")
     invocation_id = validate.text(f"{field}.invocation_id", raw.get("invocation_id"), optional=True)
     status = raw.get("status")
-    if status not in OBSERVATION_STATUSES:
-        raise InvalidInput(f"{field}.status", f"must be one of {', '.join(OBSERVATION_STATUSES)}")
+    if status not in _OBSERVATION_STATUSES:
+        raise InvalidInput(f"{field}.status", f"must be one of {', '.join(_OBSERVATION_STATUSES)}")
     if "attempt" not in raw:
         raise InvalidInput(f"{field}.attempt", "is required")
     seq = raw.get("invocation_seq")
@@ -102,7 +109,7 @@ def _int4(field: str, value: object) -> int:
     return validate.required_integer(field, value, maximum=INT32_MAX, integral_float=True)
 
 
-def parse_observations(observations: object) -> list[dict[str, Any]]:
+def _parse_observations(observations: object) -> list[dict[str, Any]]:
     """Validate a batch; the first bad observation rejects it whole (`InvalidInput` names it)."""
     batch = validate.items("observations", observations, "observations")
     return [parse_observation(f"observations[{i}]", raw) for i, raw in enumerate(batch)]
@@ -154,7 +161,7 @@ async def record_observations(db: Database, run_id: str, observations: list[dict
     Opens the run if it does not exist yet.
     """
     validate_run_id(run_id)
-    parsed = parse_observations(observations)
+    parsed = _parse_observations(observations)
     if not parsed:
         return 0
     # Stable sort by key: concurrent batches lock rows in one order (no deadlock), and repeats of
@@ -164,7 +171,7 @@ async def record_observations(db: Database, run_id: str, observations: list[dict
     async with db.transaction() as conn:
         await ensure_run_in_transaction(conn, run_id)
         for batch in _rounds(parsed):
-            cur = await conn.execute(UPSERT_OBSERVATIONS_SQL, _batch_params(run_id, batch))
+            cur = await conn.execute(_UPSERT_OBSERVATIONS_SQL, _batch_params(run_id, batch))
             stored += max(cur.rowcount, 0)
     return stored
 
@@ -174,7 +181,7 @@ async def list_observations(db: Database, run_id: str) -> list[shapes.Observatio
 
     Raises `NotFound` for an unknown run.
     """
-    rows = await read_run_rows(db, LIST_OBSERVATIONS_SQL, run_id)
+    rows = await read_run_rows(db, _LIST_OBSERVATIONS_SQL, run_id)
     return [
         {
             "node_id": row["node_id"],

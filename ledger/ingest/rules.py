@@ -50,19 +50,43 @@ from ledger.errors import InvalidInput, StaleAttempt
 from ledger.runlog.events import TERMINAL_STATUSES
 from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_PIPELINE_STEPS
 
+__all__ = [
+    "DEFAULT_MAX_ATTEMPT_STEP",
+    "TERMINAL_UPLOAD_STATUSES",
+    "UPLOAD_STATUSES",
+    "IngestPlan",
+    "IngestState",
+    "LogReplay",
+    "StatusUpload",
+    "UploadKey",
+    "diff_steps",
+    "fence_attempt",
+    "is_late_duplicate",
+    "newer_activities",
+    "node_failed",
+    "parse_node",
+    "parse_upload",
+    "plan_upload",
+    "positional_slice",
+    "replay_digest",
+    "replay_end",
+    "upload_key",
+    "with_pipeline",
+]
+
 # An upload's status: still running, or one of the ledger's terminal statuses (which end the run).
 TERMINAL_UPLOAD_STATUSES = TERMINAL_STATUSES
 UPLOAD_STATUSES = ("running", *TERMINAL_UPLOAD_STATUSES)
-REPLAY_MODES = ("exact", "positional")
+_REPLAY_MODES = ("exact", "positional")
 # How far above the run's current producer attempt an upload may jump (retries that never
 # uploaded are skipped over; a forged or corrupted attempt number is not).
 DEFAULT_MAX_ATTEMPT_STEP = 10
 
-COUNT_FIELDS = validate.NODE_COUNT_FIELDS
-TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
+_COUNT_FIELDS = validate.NODE_COUNT_FIELDS
+_TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
 
-Event = dict[str, Any]
-NodeSnapshot = dict[str, dict[str, Any]]
+_Event = dict[str, Any]
+_NodeSnapshot = dict[str, dict[str, Any]]
 
 
 # -- the validated upload ------------------------------------------------------------------------
@@ -77,14 +101,14 @@ class LogReplay:
     total_count: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusUpload:
     """One reporter upload, validated; unknown extra fields were dropped."""
 
     status: str
     upload_seq: int | None = None
     producer_attempt: int | None = None
-    live_node_progress: NodeSnapshot = field(default_factory=dict)
+    live_node_progress: _NodeSnapshot = field(default_factory=dict)
     live_logs: tuple[str, ...] = ()
     live_log_total_count: int = 0
     dataset_lifecycle_events: tuple[dict[str, Any], ...] = ()
@@ -155,8 +179,8 @@ def _parse_replay(value: object) -> LogReplay | None:
     # Absent, null or empty means the default; any other value must name a mode.
     if mode is None or mode == "":
         mode = "positional"
-    if mode not in REPLAY_MODES:
-        raise InvalidInput("terminal_log_replay.dedupe_mode", f"must be one of {', '.join(REPLAY_MODES)}")
+    if mode not in _REPLAY_MODES:
+        raise InvalidInput("terminal_log_replay.dedupe_mode", f"must be one of {', '.join(_REPLAY_MODES)}")
     total = _optional_int("terminal_log_replay.total_count", raw.get("total_count"))
     if total is not None and total < len(lines):
         raise InvalidInput("terminal_log_replay.total_count", "is smaller than the number of lines")
@@ -178,7 +202,7 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         raise InvalidInput("status", f"must be one of {', '.join(UPLOAD_STATUSES)}, got {status!r}")
     raw_progress = raw.get("live_node_progress")
     progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
-    nodes: NodeSnapshot = {}
+    nodes: _NodeSnapshot = {}
     for node_id, node in progress.items():
         try:
             validate.node_id("live_node_progress", node_id)
@@ -241,7 +265,7 @@ def _pipeline_steps(value: object) -> tuple[str, ...]:
     return steps
 
 
-def with_pipeline(snapshot: NodeSnapshot, steps: Sequence[str], stored: Mapping[str, Any]) -> NodeSnapshot:
+def with_pipeline(snapshot: _NodeSnapshot, steps: Sequence[str], stored: Mapping[str, Any]) -> _NodeSnapshot:
     """`snapshot` with an entry for every step of the pipeline and each one's `position`; a node
     the upload replaced keeps the position its `stored` entry had."""
     for node_id, node in list(snapshot.items()):
@@ -299,25 +323,25 @@ def upload_key(run_id: str, body: object) -> UploadKey | None:
 # -- the run's ingestion state and the plan ------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IngestState:
     """The ingestion columns of a runs row."""
 
     producer_attempt: int = 0
     last_upload_seq: int = 0
     live_log_count: int = 0
-    live_node_progress: NodeSnapshot = field(default_factory=dict)
+    live_node_progress: _NodeSnapshot = field(default_factory=dict)
     activity_watermarks: dict[str, float | int] = field(default_factory=dict)
     replay_digest: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IngestPlan:
     """What one upload changes: `events` to append in order, and the `state` to store."""
 
     duplicate: bool
     state: IngestState
-    events: tuple[Event, ...] = ()
+    events: tuple[_Event, ...] = ()
     steps_changed: tuple[str, ...] = ()
     logs_appended: int = 0
     log_gap: int = 0
@@ -346,7 +370,7 @@ def is_late_duplicate(last_upload_seq: int, upload_seq: int | None) -> bool:
 
 
 @dataclass(frozen=True)
-class LogSlice:
+class _LogSlice:
     """The result of placing lines on a positional channel."""
 
     lines: tuple[str, ...]  # to append, in order
@@ -354,14 +378,14 @@ class LogSlice:
     delivered: int  # the channel's new count
 
 
-def positional_slice(delivered: int, lines: Sequence[str], end: int) -> LogSlice:
+def positional_slice(delivered: int, lines: Sequence[str], end: int) -> _LogSlice:
     """Place `lines` at positions `end - len(lines) + 1 … end` of a channel holding `delivered`."""
     if end <= delivered:
-        return LogSlice((), 0, delivered)
+        return _LogSlice((), 0, delivered)
     start = end - len(lines)  # the position just before the first line
     missing = max(0, start - delivered)
     skip = max(0, delivered - start)
-    return LogSlice(tuple(lines[skip:]), missing, end)
+    return _LogSlice(tuple(lines[skip:]), missing, end)
 
 
 def replay_digest(attempt: int, lines: Sequence[str]) -> str:
@@ -380,7 +404,7 @@ def replay_end(replay: LogReplay, live_log_total_count: int) -> int:
 
 def _counts(node: Mapping[str, Any]) -> list[Any]:
     get = node.get  # a list comprehension over a bound method: the cheapest form of this hot loop
-    return [get(key) for key in COUNT_FIELDS]
+    return [get(key) for key in _COUNT_FIELDS]
 
 
 def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
@@ -391,25 +415,25 @@ def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
 
 def diff_steps(
     stored: Mapping[str, dict[str, Any]], uploaded: Mapping[str, dict[str, Any]], run_status: str
-) -> tuple[list[Event], list[str], NodeSnapshot]:
+) -> tuple[list[_Event], list[str], _NodeSnapshot]:
     """Step events for the uploaded nodes, the ids of the nodes that changed, and the new snapshot."""
-    events: list[Event] = []
+    events: list[_Event] = []
     changed: list[str] = []
     # Node dicts are never changed in place (an uploaded node replaces its entry): a shallow copy.
-    snapshot: NodeSnapshot = dict(stored)
+    snapshot: _NodeSnapshot = dict(stored)
     for node_id, node in uploaded.items():
         old = stored.get(node_id, {})
-        node_events: list[Event] = []
+        node_events: list[_Event] = []
         if node.get("started_at") is not None and old.get("started_at") is None:
             node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
         if _counts(node) != _counts(old):
-            progress: Event = {"type": "step.progress", "node_id": node_id}
-            for key in (*COUNT_FIELDS, *TEXT_FIELDS):
+            progress: _Event = {"type": "step.progress", "node_id": node_id}
+            for key in (*_COUNT_FIELDS, *_TEXT_FIELDS):
                 if node.get(key) is not None:
                     progress[key] = node[key]
             node_events.append(progress)
         if node.get("completed_at") is not None and old.get("completed_at") is None:
-            completed: Event = {
+            completed: _Event = {
                 "type": "step.completed",
                 "node_id": node_id,
                 "completed_at": node["completed_at"],
@@ -428,10 +452,10 @@ def diff_steps(
 
 def newer_activities(
     watermarks: Mapping[str, float | int], observations: Sequence[Mapping[str, Any]]
-) -> tuple[list[Event], dict[str, float | int]]:
+) -> tuple[list[_Event], dict[str, float | int]]:
     """`activity.observed` events for observations newer than their activity's watermark."""
     marks = dict(watermarks)
-    events: list[Event] = []
+    events: list[_Event] = []
     for observation in observations:
         activity_id = observation["activityId"]
         observed_at = observation["observedAt"]
@@ -450,8 +474,8 @@ def newer_activities(
     return events, marks
 
 
-def _log_events(placed: LogSlice, delivered: int, attempt: int) -> list[Event]:
-    events: list[Event] = []
+def _log_events(placed: _LogSlice, delivered: int, attempt: int) -> list[_Event]:
+    events: list[_Event] = []
     if placed.missing:
         events.append(
             {
@@ -480,7 +504,7 @@ def plan_upload(
         state = replace(state, producer_attempt=attempt, last_upload_seq=0, live_log_count=0)
     if is_late_duplicate(state.last_upload_seq, upload.upload_seq):
         return IngestPlan(duplicate=True, state=state)
-    events: list[Event] = []
+    events: list[_Event] = []
     delivered = state.live_log_count
     live = positional_slice(delivered, upload.live_logs, upload.live_log_total_count)
     events.extend(_log_events(live, delivered, attempt))

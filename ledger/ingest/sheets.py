@@ -20,11 +20,18 @@ from ledger.errors import InvalidInput, NotFound
 from ledger.runlog.events import validate_run_id
 from ledger.runlog.store import open_run_in_transaction
 
-SHEET_STATUSES: Final = ("pending", "completed", "failed")
+__all__ = [
+    "ensure_run_in_transaction",
+    "read_run_rows",
+    "record_sheet_rows",
+    "sheet_outcomes",
+]
 
-RUN_EXISTS_SQL: Final = "SELECT 1 FROM ledger.runs WHERE run_id = %(run_id)s"
+_SHEET_STATUSES: Final = ("pending", "completed", "failed")
 
-UPSERT_ROWS_SQL: Final = """
+_RUN_EXISTS_SQL: Final = "SELECT 1 FROM ledger.runs WHERE run_id = %(run_id)s"
+
+_UPSERT_ROWS_SQL: Final = """
 INSERT INTO ledger.sheet_rows (run_id, table_namespace, row_key, status, updated_at)
 SELECT %(run_id)s, r.table_namespace, r.row_key, r.status, now()
 FROM unnest(%(namespaces)s::text[], %(keys)s::text[], %(statuses)s::text[])
@@ -34,7 +41,7 @@ DO UPDATE SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
 """
 
 # One statement: no row means no such run; a single row with a NULL namespace means no sheet rows.
-OUTCOMES_SQL: Final = """
+_OUTCOMES_SQL: Final = """
 SELECT s.table_namespace,
        count(*) FILTER (WHERE s.status = 'completed') AS completed,
        count(*) FILTER (WHERE s.status = 'failed') AS failed,
@@ -53,7 +60,7 @@ async def ensure_run_in_transaction(conn: Conn, run_id: str) -> None:
     Opening an existing run through the upsert would lock its row and serialize every data-plane
     writer of the run behind one another (and behind status uploads); a plain read does not.
     """
-    cur = await conn.execute(RUN_EXISTS_SQL, {"run_id": run_id})
+    cur = await conn.execute(_RUN_EXISTS_SQL, {"run_id": run_id})
     if await cur.fetchone() is None:
         await open_run_in_transaction(conn, run_id)
 
@@ -70,7 +77,7 @@ async def read_run_rows(db: Database, sql: str, run_id: str) -> list[Row]:
     return rows
 
 
-def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
+def _parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
     """Validated `(table_namespace, row_key, status)` rows, one per key (last wins), sorted by key."""
     rows = validate.items("rows", rows, "rows")
     latest: dict[tuple[str, str], str] = {}
@@ -83,8 +90,8 @@ def parse_sheet_rows(rows: object) -> list[tuple[str, str, str]]:
         )
         key = validate.required_text(f"{field}.row_key", row.get("row_key"))
         status = row.get("status")
-        if status not in SHEET_STATUSES:
-            raise InvalidInput(f"{field}.status", f"must be one of {', '.join(SHEET_STATUSES)}")
+        if status not in _SHEET_STATUSES:
+            raise InvalidInput(f"{field}.status", f"must be one of {', '.join(_SHEET_STATUSES)}")
         latest[(namespace, key)] = str(status)
     return [(namespace, key, status) for (namespace, key), status in sorted(latest.items())]
 
@@ -96,13 +103,13 @@ async def record_sheet_rows(db: Database, run_id: str, rows: list[dict[str, Any]
     Repeated keys in one batch count once (the last one wins).
     """
     validate_run_id(run_id)
-    parsed = parse_sheet_rows(rows)
+    parsed = _parse_sheet_rows(rows)
     if not parsed:
         return 0
     async with db.transaction() as conn:
         await ensure_run_in_transaction(conn, run_id)
         await conn.execute(
-            UPSERT_ROWS_SQL,
+            _UPSERT_ROWS_SQL,
             {
                 "run_id": run_id,
                 "namespaces": [row[0] for row in parsed],
@@ -118,7 +125,7 @@ async def sheet_outcomes(db: Database, run_id: str) -> list[shapes.SheetOutcome]
 
     `total` counts every row, pending ones included. Raises `NotFound` for an unknown run.
     """
-    rows = await read_run_rows(db, OUTCOMES_SQL, run_id)
+    rows = await read_run_rows(db, _OUTCOMES_SQL, run_id)
     return [
         {
             "table_namespace": row["table_namespace"],

@@ -14,7 +14,7 @@ the answer names the run's end.
 A late duplicate returns before anything is written, except the heartbeat, and before the body is
 validated: its `(producer_attempt, upload_seq)` is read from the body's top level (`upload_key`)
 and compared with one narrow read of the run's upload position, taken before the row is locked
-(`UPLOAD_POSITION_SQL`, in autocommit: a duplicate is one round trip, two with its heartbeat,
+(`_UPLOAD_POSITION_SQL`, in autocommit: a duplicate is one round trip, two with its heartbeat,
 which is guarded to write only while the attempt is still the run's). The attempt only grows and,
 within it, so does `last_upload_seq`, so an upload that is a duplicate in that snapshot stays one
 (or becomes stale), and answering from the snapshot is answering as of it. That spares a retried
@@ -66,8 +66,12 @@ from ledger.runlog.store import (
     terminal_from_row,
 )
 
+__all__ = [
+    "apply_status_upload",
+]
+
 # The ingestion columns; the run status is left alone once the run is terminal.
-STORE_INGEST_STATE_SQL: Final = """
+_STORE_INGEST_STATE_SQL: Final = """
 UPDATE ledger.runs
 SET producer_attempt = %(producer_attempt)s,
     last_upload_seq = %(last_upload_seq)s,
@@ -79,9 +83,9 @@ SET producer_attempt = %(producer_attempt)s,
 WHERE run_id = %(run_id)s
 """
 
-RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
+_RECORD_HEARTBEAT_SQL: Final = "UPDATE ledger.runs SET last_heartbeat_at = now() WHERE run_id = %(run_id)s"
 
-UPLOAD_POSITION_SQL: Final = """
+_UPLOAD_POSITION_SQL: Final = """
 SELECT producer_attempt, last_upload_seq, live_log_count, last_seq, terminal_status, terminal_result,
        terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
 FROM ledger.runs WHERE run_id = %(run_id)s
@@ -89,13 +93,13 @@ FROM ledger.runs WHERE run_id = %(run_id)s
 
 # A duplicate's heartbeat, written only while its attempt is still the run's (else: the slow path,
 # which fences it).
-RECORD_DUPLICATE_HEARTBEAT_SQL: Final = """
+_RECORD_DUPLICATE_HEARTBEAT_SQL: Final = """
 UPDATE ledger.runs SET last_heartbeat_at = now()
 WHERE run_id = %(run_id)s AND producer_attempt = %(producer_attempt)s
 """
 
 
-def state_from_row(row: dict[str, Any]) -> IngestState:
+def _state_from_row(row: dict[str, Any]) -> IngestState:
     """The ingestion state held by a runs row."""
     return IngestState(
         producer_attempt=int(row["producer_attempt"]),
@@ -110,7 +114,7 @@ def state_from_row(row: dict[str, Any]) -> IngestState:
 async def _store_state(conn: Conn, run_id: str, plan: IngestPlan, status: str) -> None:
     state = plan.state
     await conn.execute(
-        STORE_INGEST_STATE_SQL,
+        _STORE_INGEST_STATE_SQL,
         {
             "run_id": run_id,
             "producer_attempt": state.producer_attempt,
@@ -161,7 +165,7 @@ async def apply_status_upload(
         parsed = parse_upload(run_id, upload)
         async with conn.transaction():
             run = await _lock_run(conn, run_id, known=position is not None)
-            plan = plan_upload(run_id, state_from_row(run), parsed, max_attempt_step=max_attempt_step)
+            plan = plan_upload(run_id, _state_from_row(run), parsed, max_attempt_step=max_attempt_step)
             if run["terminal_status"] is not None:
                 # An ended run waits for no producer (no heartbeat) and stays as it ended.
                 if not plan.duplicate:
@@ -191,7 +195,7 @@ def _refuse_a_change(run_id: str, run: Row, plan: IngestPlan, upload: StatusUplo
     not even its ``upload_seq``)."""
     terminal = terminal_from_row(run)
     assert terminal is not None
-    stored = state_from_row(run)
+    stored = _state_from_row(run)
     same_end = upload.status not in TERMINAL_UPLOAD_STATUSES or (
         upload.status == terminal["status"] and upload.error in (None, terminal["error"])
     )
@@ -208,11 +212,11 @@ def _refuse_a_change(run_id: str, run: Row, plan: IngestPlan, upload: StatusUplo
 async def _record_heartbeat(conn: Conn, run_id: str, upload: StatusUpload) -> None:
     # After the fence: a stale attempt's producer is not the one the run waits for.
     if upload.last_checkpoint_at is not None:
-        await conn.execute(RECORD_HEARTBEAT_SQL, {"run_id": run_id})
+        await conn.execute(_RECORD_HEARTBEAT_SQL, {"run_id": run_id})
 
 
 async def _upload_position(conn: Conn, run_id: str) -> Row | None:
-    cur = await conn.execute(UPLOAD_POSITION_SQL, {"run_id": run_id})
+    cur = await conn.execute(_UPLOAD_POSITION_SQL, {"run_id": run_id})
     return await cur.fetchone()
 
 
@@ -241,7 +245,7 @@ async def _late_duplicate(
         return None
     if key.heartbeat and row["terminal_status"] is None:  # an ended run waits for no producer
         cur = await conn.execute(
-            RECORD_DUPLICATE_HEARTBEAT_SQL, {"run_id": run_id, "producer_attempt": attempt}
+            _RECORD_DUPLICATE_HEARTBEAT_SQL, {"run_id": run_id, "producer_attempt": attempt}
         )
         if cur.rowcount != 1:
             return None  # a newer attempt took the run meanwhile

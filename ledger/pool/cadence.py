@@ -19,6 +19,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+__all__ = [
+    "DEFAULT_INTERVAL",
+    "MAX_KEYS",
+    "GcCadence",
+]
+
 # Seconds of `time.monotonic`.
 DEFAULT_INTERVAL = 1.0
 # Keys remembered at most (pool and version pairs); past it the memory starts over, which at worst

@@ -1,12 +1,22 @@
-"""The warm pool's and run mappings' rules, as pure functions: no database here.
+"""The warm pool's and run mappings' rules, as pure functions: the executable specification of the pool.
 
-Design note. Every decision an operation makes is a function of the rows it read and of `now`:
-whether an entry is garbage, available or warming, which entry a claim takes, what an add, promote,
-map or block writes. `ledger.pool.store` reads and locks the rows, calls these functions and writes what
-they return, all inside one transaction. Where the database must pick rows itself (a claim's
-`FOR UPDATE SKIP LOCKED … LIMIT 1`, the GC's `DELETE`, the counts), its predicates are built from
-the bounds computed here (`gc_bounds`, `claim_window`) and its order mirrors `claim_order`; the
-model-based test checks that the two agree.
+Design note. Production runs SQL, not this module, wherever the database picks rows itself: the
+claim, the collect and the counts are the functions of `ledger/sql/` (`pool_claim_v2`,
+`pool_collect_v2`, `pool_counts`), and `ledger.pool.store` calls them. This module says what they
+must do, in a form small enough to read and to test exhaustively: every decision is a function of
+the rows read and of `now` (whether an entry is garbage, available or warming, which entry a claim
+takes, what an add, promote, map or block writes). `tests/integration/pool/test_sql_rules.py`
+holds the SQL functions to it, property by property, on random entries on and next to every limit
+to the microsecond, and the model-based test (`test_model.py`, against the model in `model.py`)
+runs whole operation sequences through the store; a change of rule is made here and in the SQL
+together.
+
+The store still runs the rest of it itself: it reads and locks rows, calls these functions and
+writes what they return inside one transaction (add, promote, ready, map, block, resolve), and
+builds the SQL's bounds from `claim_window` and `gc_bounds`.
+
+The default windows (`PoolSettings`) are read from `ledger/sql/pool_windows.sql`, the one home of
+those numbers, which the views and the SQL functions read as `ledger.pool_windows()`.
 
 Validation lives here too: the library is the boundary for both the HTTP service and the CLI, so a
 bad argument raises `InvalidInput` naming the field before anything is read or written.
@@ -20,54 +30,100 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ledger import validate
+from ledger import sql, validate
 from ledger.clock import EPOCH, from_ms
 from ledger.errors import InvalidInput
 
-EntryState = Literal["warming", "ready"]
-MappingState = Literal["claimed", "started", "blocked"]
+__all__ = [
+    "Counts",
+    "EntryChange",
+    "ExistingClaim",
+    "PoolEntry",
+    "PoolSettings",
+    "Resolution",
+    "RunMapping",
+    "added",
+    "blocked",
+    "check_flag",
+    "check_id",
+    "check_ids",
+    "check_pool",
+    "check_version",
+    "choose_claim",
+    "claim_order",
+    "claim_window",
+    "claimed",
+    "count",
+    "existing_claim",
+    "gc_bounds",
+    "holds_instance",
+    "is_available",
+    "is_expired",
+    "is_garbage",
+    "is_stale",
+    "live",
+    "mapped",
+    "marked_ready",
+    "min_ready_age",
+    "promoted",
+    "ready_request",
+    "resolution",
+    "serves_live_run",
+    "ttl",
+]
 
-DEFAULT_POOL = "default"
+_EntryState = Literal["warming", "ready"]
+_MappingState = Literal["claimed", "started", "blocked"]
+
+_DEFAULT_POOL = "default"
 
 _MICROSECOND = timedelta(microseconds=1)
 
 
-@dataclass(frozen=True)
-class PoolSettings:
-    """Time limits of the pool. By default entries live 8 minutes (also the most a TTL may ask), an
-    entry ready for more than 7 minutes is stale (its instance is presumed recycled), and run
-    mappings live an hour."""
+# The defaults, from the file that defines `ledger.pool_windows()`.
+_WINDOWS = sql.pool_windows()
 
-    default_ttl_ms: int = 8 * 60_000
-    max_ttl_ms: int = 8 * 60_000
-    ready_max_age_ms: int = 7 * 60_000
-    mapping_ttl_ms: int = 60 * 60_000
+
+@dataclass(frozen=True, kw_only=True)
+class PoolSettings:
+    """Time limits of the pool, in milliseconds; the defaults are `ledger.pool_windows()`'s: entries
+    live 8 minutes (also the most a TTL may ask), an entry ready for more than 7 minutes is stale
+    (its instance is presumed recycled), run mappings live an hour, and an entry counts as
+    available as soon as it is ready unless a caller asks a minimum ready age."""
+
+    default_ttl_ms: int = _WINDOWS["default_ttl_ms"]
+    max_ttl_ms: int = _WINDOWS["max_ttl_ms"]
+    ready_max_age_ms: int = _WINDOWS["ready_max_age_ms"]
+    mapping_ttl_ms: int = _WINDOWS["mapping_ttl_ms"]
+    min_ready_age_ms: int = _WINDOWS["min_ready_age_ms"]
 
     def __post_init__(self) -> None:
         for name in ("default_ttl_ms", "max_ttl_ms", "ready_max_age_ms", "mapping_ttl_ms"):
             value = getattr(self, name)
             if not validate.is_int(value) or value <= 0:
                 raise InvalidInput(name, "must be a positive integer of milliseconds")
+        if not validate.is_int(self.min_ready_age_ms) or self.min_ready_age_ms < 0:
+            raise InvalidInput("min_ready_age_ms", "must be a non-negative integer of milliseconds")
         if self.default_ttl_ms > self.max_ttl_ms:
             raise InvalidInput("default_ttl_ms", "must not exceed max_ttl_ms")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PoolEntry:
     id: str
     version: str
-    state: EntryState
+    state: _EntryState
     created_at: datetime
     ready_at: datetime | None
     expires_at: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunMapping:
     run_id: str
     pool: str
     instance_id: str  # '' while blocked: a blocked run has no instance
-    state: MappingState
+    state: _MappingState
     blocked_instance_id: str | None
     version: str
     claimed_at: datetime | None
@@ -138,15 +194,18 @@ def ttl(ttl_ms: object, settings: PoolSettings) -> timedelta:
 
 
 def min_ready_age(min_ready_age_ms: object, settings: PoolSettings) -> timedelta:
-    """How long an entry must have been ready to count as available, clamped to [0, max TTL]."""
-    if min_ready_age_ms is None:
-        return timedelta(0)
-    value = math.floor(_number("min_ready_age_ms", min_ready_age_ms))
+    """How long an entry must have been ready to count as available (the settings' default when
+    absent), clamped to [0, max TTL]."""
+    value = (
+        settings.min_ready_age_ms
+        if min_ready_age_ms is None
+        else math.floor(_number("min_ready_age_ms", min_ready_age_ms))
+    )
     return timedelta(milliseconds=min(value, settings.max_ttl_ms))
 
 
 @dataclass(frozen=True)
-class ReadyRequest:
+class _ReadyRequest:
     """What an add asks about readiness: nothing (keep an entry's own), ready now, or ready at."""
 
     ready: bool
@@ -159,7 +218,7 @@ class ReadyRequest:
         return self.at or now
 
 
-def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
+def ready_request(ready: object, ready_at_ms: object) -> _ReadyRequest:
     """Validate add's `ready`/`ready_at`.
 
     `ready=True` means ready at `ready_at_ms`, else now; a `ready_at_ms` alone implies `ready`;
@@ -167,29 +226,29 @@ def ready_request(ready: object, ready_at_ms: object) -> ReadyRequest:
     """
     flag = check_flag("ready", ready)
     if ready_at_ms is None:
-        return ReadyRequest(ready=bool(flag), at=None)
+        return _ReadyRequest(ready=bool(flag), at=None)
     if flag is False:
         raise InvalidInput("ready_at", "cannot be given with ready=false")
     value = _number("ready_at", ready_at_ms)
     # epoch_ms truncates; ready_at is non-negative here, so a fractional millisecond rounds down.
     ms = validate.epoch_ms("ready_at", value)
     assert ms is not None
-    return ReadyRequest(ready=True, at=from_ms(ms))
+    return _ReadyRequest(ready=True, at=from_ms(ms))
 
 
 # -- pool entries ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class GcBounds:
+class _GcBounds:
     """An entry is garbage when of another version, `expires_at <= now` or `ready_at < stale_before`."""
 
     now: datetime
     stale_before: datetime
 
 
-def gc_bounds(now: datetime, settings: PoolSettings) -> GcBounds:
-    return GcBounds(now=now, stale_before=now - timedelta(milliseconds=settings.ready_max_age_ms))
+def gc_bounds(now: datetime, settings: PoolSettings) -> _GcBounds:
+    return _GcBounds(now=now, stale_before=now - timedelta(milliseconds=settings.ready_max_age_ms))
 
 
 def is_expired(entry: PoolEntry, now: datetime) -> bool:
@@ -400,7 +459,7 @@ def mapped(
     started_at = mapping.started_at if already_started and mapping is not None else now if started else None
     return RunMapping(
         run_id=run_id,
-        pool=pool or (mapping.pool if mapping is not None else DEFAULT_POOL),
+        pool=pool or (mapping.pool if mapping is not None else _DEFAULT_POOL),
         instance_id=instance_id,
         state="started" if started_at is not None else "claimed",
         blocked_instance_id=None,
@@ -437,7 +496,7 @@ def blocked(
     same = mapping is not None and mapping.version == version
     return RunMapping(
         run_id=run_id,
-        pool=mapping.pool if mapping is not None else DEFAULT_POOL,
+        pool=mapping.pool if mapping is not None else _DEFAULT_POOL,
         instance_id="",
         state="blocked",
         blocked_instance_id=instance_id,

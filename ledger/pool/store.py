@@ -21,11 +21,12 @@ Design note. Each operation is one transaction that reads and locks what its dec
   and waits on nothing after its run's, so none of them can wait in a cycle.
 
 The claim is the hot path, so it is one statement in autocommit, one round trip: the function
-`ledger.pool_claim` (migrations 0007, 0009) locks the run, answers from its mapping or takes and
-maps an entry whose instance serves no other live run, and counts. It, `ledger.pool_counts` and
-`ledger.pool_collect` are `rules.existing_claim`, `rules.choose_claim`, `rules.claimed`,
-`rules.count` and the GC of `rules.is_garbage` written in SQL over the limits of `PoolSettings`
-(`rules.claim_window`, `rules.gc_bounds`); the model-based tests hold the two together. Claims
+`ledger.pool_claim_v2` (`ledger/sql/pool_claim_v2.sql`) locks the run, answers from its mapping or
+takes and maps an entry whose instance serves no other live run, and counts. It,
+`ledger.pool_counts` and `ledger.pool_collect_v2` are `rules.existing_claim`, `rules.choose_claim`,
+`rules.claimed`, `rules.count` and the GC of `rules.is_garbage` written in SQL over the limits of
+`PoolSettings` (`rules.claim_window`, `rules.gc_bounds`), which the store always passes: by default
+they are the numbers of `ledger.pool_windows()`; the model-based tests hold the two together. Claims
 collect garbage only when `GcCadence` says so (see `ledger.pool.cadence` for why); every other
 operation naming a version still collects first. Counting reads per-version tallies that triggers
 keep (`ledger.pool_tallies`), less the garbage and too-young entries it scans, so a claim costs the
@@ -49,7 +50,7 @@ from ledger.pool import rules
 from ledger.pool.cadence import GcCadence
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
 
-__all__ = ["GcCadence", "PoolSettings", "WarmPool", "sweep_expired_mappings"]
+__all__ = ["LOCK", "SELECT_PLACED", "GcCadence", "PoolSettings", "WarmPool", "sweep_expired_mappings"]
 
 _ENTRY_COLUMNS = "id, version, state, created_at, ready_at, expires_at"
 _MAPPING_COLUMNS = (
@@ -61,40 +62,40 @@ LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))"
 
 # Many keys, in the order of the locks themselves (not of the ids): two transactions locking
 # overlapping sets take the shared ones in the same order, so neither holds one the other waits on.
-LOCK_MANY = """
+_LOCK_MANY = """
 SELECT pg_advisory_xact_lock(k) FROM (
     SELECT DISTINCT hashtextextended(key, 0) AS k FROM unnest(%(keys)s::text[]) AS key ORDER BY k
 ) AS ordered
 """
 
 # Garbage of an operation naming a version (see rules.is_garbage); rows locked by others are theirs.
-COLLECT = (
-    "SELECT ledger.pool_collect(%(pool)s, %(version)s, %(now)s::timestamptz, %(ready_max_age_ms)s::bigint)"
+_COLLECT = (
+    "SELECT ledger.pool_collect_v2(%(pool)s, %(version)s, %(now)s::timestamptz, %(ready_max_age_ms)s::bigint)"
 )
 
 # rules.count over the live entries of a version: garbage (expired, stale) left out, and available
 # exactly within the claim window; readers cannot rely on GC, which skips rows others hold (and
 # which a claim runs only now and then).
-COUNTS = """
+_COUNTS = """
 SELECT available, warming FROM ledger.pool_counts(
     %(pool)s, %(version)s, %(now)s::timestamptz, %(oldest)s::timestamptz, %(newest)s::timestamptz)
 """
 
 # The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
 # reading the time costs no round trip of its own.
-CLAIM = """
-SELECT claimed, available, warming FROM ledger.pool_claim(
-    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(now)s::timestamptz, %(min_age_ms)s::bigint,
-    %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint, %(collect)s::boolean)
+_CLAIM = """
+SELECT claimed, available, warming FROM ledger.pool_claim_v2(
+    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(collect)s::boolean, %(now)s::timestamptz,
+    %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint)
 """
 
-SELECT_VERSION_ENTRIES = f"""
+_SELECT_VERSION_ENTRIES = f"""
 SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
 WHERE pool = %(pool)s AND version = %(version)s
 ORDER BY id
 """
 
-LOCK_ENTRIES = f"""
+_LOCK_ENTRIES = f"""
 SELECT {_ENTRY_COLUMNS} FROM ledger.pool_entries
 WHERE pool = %(pool)s AND id = ANY(%(ids)s)
 ORDER BY id
@@ -103,7 +104,7 @@ FOR UPDATE
 
 # All of an operation's entries in one statement (ids are distinct): one round trip, and the
 # tally triggers run once for the batch instead of once per entry.
-UPSERT_ENTRIES = """
+_UPSERT_ENTRIES = """
 INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)
 SELECT %(pool)s, e.* FROM unnest(
     %(id)s::text[], %(version)s::text[], %(state)s::text[], %(created_at)s::timestamptz[],
@@ -114,13 +115,13 @@ ON CONFLICT (pool, id) DO UPDATE SET
     ready_at = EXCLUDED.ready_at, expires_at = EXCLUDED.expires_at
 """
 
-DELETE_ENTRIES = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s AND id = ANY(%(ids)s)"
+_DELETE_ENTRIES = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s AND id = ANY(%(ids)s)"
 
-CLEAR_POOL = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s"
+_CLEAR_POOL = "DELETE FROM ledger.pool_entries WHERE pool = %(pool)s"
 
-SELECT_MAPPING = f"SELECT {_MAPPING_COLUMNS} FROM ledger.run_mappings WHERE run_id = %(run_id)s FOR UPDATE"
+_SELECT_MAPPING = f"SELECT {_MAPPING_COLUMNS} FROM ledger.run_mappings WHERE run_id = %(run_id)s FOR UPDATE"
 
-UPSERT_MAPPING = f"""
+_UPSERT_MAPPING = f"""
 INSERT INTO ledger.run_mappings ({_MAPPING_COLUMNS})
 VALUES (%(run_id)s, %(pool)s, %(instance_id)s, %(state)s, %(blocked_instance_id)s, %(version)s,
         %(claimed_at)s, %(started_at)s, %(created_at)s, %(expires_at)s)
@@ -131,7 +132,7 @@ ON CONFLICT (run_id) DO UPDATE SET
     created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
 """
 
-DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
+_DELETE_MAPPING = "DELETE FROM ledger.run_mappings WHERE run_id = %(run_id)s"
 
 # Where the instances already are, other than where the operation would put them: a live entry
 # (rules.holds_instance) of a pool other than `pool` (NULL: of any pool), and a live run
@@ -150,7 +151,7 @@ UNION ALL
 
 # Expired mappings count as absent everywhere (rules.live); this only reclaims their rows. A mapping
 # another transaction holds is skipped: whoever holds it rewrites or deletes it itself.
-SWEEP_EXPIRED_MAPPINGS = """
+_SWEEP_EXPIRED_MAPPINGS = """
 DELETE FROM ledger.run_mappings
 WHERE run_id IN (
     SELECT run_id FROM ledger.run_mappings
@@ -164,13 +165,13 @@ WHERE run_id IN (
 
 async def sweep_expired_mappings(conn: Conn, now: datetime, *, limit: int) -> int:
     """Delete up to `limit` run mappings expired at `now`, skipping locked ones; how many."""
-    cur = await conn.execute(SWEEP_EXPIRED_MAPPINGS, {"now": now, "limit": limit})
+    cur = await conn.execute(_SWEEP_EXPIRED_MAPPINGS, {"now": now, "limit": limit})
     return max(cur.rowcount, 0)
 
 
 # `WarmPool.list` shadows the builtin inside the class body.
-Entries = list[PoolEntry]
-Ids = list[str]
+_Entries = list[PoolEntry]
+_Ids = list[str]
 
 
 def _pool_key(pool: str) -> str:
@@ -196,7 +197,7 @@ def _entry(row: Row) -> PoolEntry:
     )
 
 
-def _entries_params(pool: str, entries: Entries) -> dict[str, Any]:
+def _entries_params(pool: str, entries: _Entries) -> dict[str, Any]:
     columns = ("id", "version", "state", "created_at", "ready_at", "expires_at")
     return {"pool": pool, **{c: [getattr(e, c) for e in entries] for c in columns}}
 
@@ -205,7 +206,7 @@ def _mapping(row: Row) -> RunMapping:
     return RunMapping(**row)
 
 
-def _entry_out(entry: PoolEntry) -> shapes.PoolEntry:
+def _entry_out(entry: PoolEntry) -> shapes.PoolEntryBody:
     return {
         "id": entry.id,
         "version": entry.version,
@@ -216,7 +217,7 @@ def _entry_out(entry: PoolEntry) -> shapes.PoolEntry:
     }
 
 
-def _counts_out(counts: rules.Counts) -> shapes.Counts:
+def _counts_out(counts: rules.Counts) -> shapes.PoolCountsBody:
     return {"available": counts.available, "warming": counts.warming}
 
 
@@ -296,11 +297,13 @@ class WarmPool:
         async with self.db.autocommit() as conn:
             # The database clock is the statement's own now(); another clock is asked first.
             now = None if isinstance(self.clock, DatabaseClock) else await self.clock.now(conn)
-            row = await (await conn.execute(CLAIM, {**params, "now": now})).fetchone()
+            row = await (await conn.execute(_CLAIM, {**params, "now": now})).fetchone()
         assert row is not None
         return {"id": row["claimed"], "available": row["available"], "warming": row["warming"]}
 
-    async def count(self, pool: str, version: str, min_ready_age_ms: float | None = None) -> shapes.Counts:
+    async def count(
+        self, pool: str, version: str, min_ready_age_ms: float | None = None
+    ) -> shapes.PoolCountsBody:
         """`{available, warming}` of `version` in `pool` (after GC)."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
@@ -310,7 +313,7 @@ class WarmPool:
             counts = await self._count(conn, pool, version, now, min_age)
         return _counts_out(counts)
 
-    async def list(self, pool: str, version: str) -> list[shapes.PoolEntry]:
+    async def list(self, pool: str, version: str) -> list[shapes.PoolEntryBody]:
         """The live entries of `version` in `pool` (after GC), by id."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         async with self.db.transaction() as conn:
@@ -338,7 +341,7 @@ class WarmPool:
             await conn.execute(LOCK, {"key": _pool_key(pool)})
             await self._gc(conn, pool, version, now)
             entries = await self._lock_entries(conn, pool, ids)
-            await conn.execute(DELETE_ENTRIES, {"pool": pool, "ids": [e.id for e in entries]})
+            await conn.execute(_DELETE_ENTRIES, {"pool": pool, "ids": [e.id for e in entries]})
         return len([e for e in entries if not rules.is_garbage(e, version, now, self.settings)])
 
     async def clear(self, pool: str) -> int:
@@ -346,7 +349,7 @@ class WarmPool:
         pool = rules.check_pool(pool)
         async with self.db.transaction() as conn:
             await conn.execute(LOCK, {"key": _pool_key(pool)})
-            cur = await conn.execute(CLEAR_POOL, {"pool": pool})
+            cur = await conn.execute(_CLEAR_POOL, {"pool": pool})
             return cur.rowcount
 
     # -- run mappings --------------------------------------------------------------------------
@@ -371,7 +374,7 @@ class WarmPool:
                 # lock), and with adds and readies of it.
                 await conn.execute(LOCK, {"key": _instance_key(instance_id)})
                 await self._refuse_placed(conn, [instance_id], now, run_id=run_id)
-                await conn.execute(UPSERT_MAPPING, write.__dict__)
+                await conn.execute(_UPSERT_MAPPING, write.__dict__)
         return {"mapped": write is not None}
 
     async def block_run(self, run_id: str, instance_id: str, version: str) -> shapes.BlockResult:
@@ -384,7 +387,7 @@ class WarmPool:
             mapping = rules.live(await self._lock_mapping(conn, run_id), now)
             write = rules.blocked(mapping, run_id, instance_id, version, now, self.settings)
             if write is not None:
-                await conn.execute(UPSERT_MAPPING, write.__dict__)
+                await conn.execute(_UPSERT_MAPPING, write.__dict__)
         return {"blocked": write is not None, "started": write is None}
 
     async def resolve_run(self, run_id: str, version: str) -> shapes.ResolvedMapping:
@@ -396,7 +399,7 @@ class WarmPool:
             await conn.execute(LOCK, {"key": _run_key(run_id)})
             found = rules.resolution(await self._lock_mapping(conn, run_id), version, now)
             if found.delete:
-                await conn.execute(DELETE_MAPPING, {"run_id": run_id})
+                await conn.execute(_DELETE_MAPPING, {"run_id": run_id})
         return {"instance_id": found.instance_id, "started_at": to_ms(found.started_at)}
 
     # -- steps -----------------------------------------------------------------------------------
@@ -421,26 +424,26 @@ class WarmPool:
             "now": now,
             "ready_max_age_ms": self.settings.ready_max_age_ms,
         }
-        await conn.execute(COLLECT, params)
+        await conn.execute(_COLLECT, params)
 
     async def _count(
         self, conn: Conn, pool: str, version: str, now: datetime, min_age: timedelta
     ) -> rules.Counts:
         oldest, newest = rules.claim_window(now, min_age, self.settings)
         params = {"pool": pool, "version": version, "now": now, "oldest": oldest, "newest": newest}
-        row = await (await conn.execute(COUNTS, params)).fetchone()
+        row = await (await conn.execute(_COUNTS, params)).fetchone()
         assert row is not None
         return rules.Counts(available=row["available"], warming=row["warming"])
 
-    async def _version_entries(self, conn: Conn, pool: str, version: str) -> Entries:
-        cur = await conn.execute(SELECT_VERSION_ENTRIES, {"pool": pool, "version": version})
+    async def _version_entries(self, conn: Conn, pool: str, version: str) -> _Entries:
+        cur = await conn.execute(_SELECT_VERSION_ENTRIES, {"pool": pool, "version": version})
         return [_entry(r) for r in await cur.fetchall()]
 
-    async def _lock_instances(self, conn: Conn, ids: Ids) -> None:
-        await conn.execute(LOCK_MANY, {"keys": [_instance_key(i) for i in ids]})
+    async def _lock_instances(self, conn: Conn, ids: _Ids) -> None:
+        await conn.execute(_LOCK_MANY, {"keys": [_instance_key(i) for i in ids]})
 
     async def _refuse_placed(
-        self, conn: Conn, ids: Ids, now: datetime, *, pool: str | None = None, run_id: str | None = None
+        self, conn: Conn, ids: _Ids, now: datetime, *, pool: str | None = None, run_id: str | None = None
     ) -> None:
         """`InstanceMapped` if one of `ids` is a live entry of a pool other than `pool` (any, when
         None) or serves a live run other than `run_id` (any, when None); the caller holds their
@@ -455,15 +458,15 @@ class WarmPool:
             where = "a pool: only a claim hands it to a run" if pool is None else "another pool"
             raise InstanceMapped(rows[0]["instance_id"], f"is a live entry of {where}")
 
-    async def _lock_entries(self, conn: Conn, pool: str, ids: Ids) -> Entries:
-        cur = await conn.execute(LOCK_ENTRIES, {"pool": pool, "ids": ids})
+    async def _lock_entries(self, conn: Conn, pool: str, ids: _Ids) -> _Entries:
+        cur = await conn.execute(_LOCK_ENTRIES, {"pool": pool, "ids": ids})
         return [_entry(r) for r in await cur.fetchall()]
 
-    async def _write_entries(self, conn: Conn, pool: str, entries: Entries) -> None:
+    async def _write_entries(self, conn: Conn, pool: str, entries: _Entries) -> None:
         if entries:
-            await conn.execute(UPSERT_ENTRIES, _entries_params(pool, entries))
+            await conn.execute(_UPSERT_ENTRIES, _entries_params(pool, entries))
 
     async def _lock_mapping(self, conn: Conn, run_id: str) -> RunMapping | None:
-        cur = await conn.execute(SELECT_MAPPING, {"run_id": run_id})
+        cur = await conn.execute(_SELECT_MAPPING, {"run_id": run_id})
         row = await cur.fetchone()
         return None if row is None else _mapping(row)

@@ -5,3 +5,5 @@
 here (`direct.DirectTransport`), beside `ledger report` (`ledger.cli.report`) and the demo
 (`ledger.cli.demo`).
 """
+
+__all__: list[str] = []

@@ -27,7 +27,11 @@ from ledger.ingest.sheets import sheet_outcomes
 from ledger.ingest.store import apply_status_upload
 from ledger.runlog.store import RunLog
 
-Reader = Callable[[str], Awaitable[list[dict[str, Any]]]]
+__all__ = [
+    "DirectTransport",
+]
+
+_Reader = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
 
 class DirectTransport:
@@ -37,8 +41,8 @@ class DirectTransport:
         self,
         db: Database,
         *,
-        sheet_reader: Reader | None = None,
-        observation_reader: Reader | None = None,
+        sheet_reader: _Reader | None = None,
+        observation_reader: _Reader | None = None,
     ) -> None:
         self.db = db
         self._sheet_reader = sheet_reader

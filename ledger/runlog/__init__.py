@@ -2,3 +2,5 @@
 (`store`), the LISTEN/NOTIFY wake-ups (`listener`), the stalled-run watchdog (`watchdog`) and the
 inspection-view reads (`overview`).
 """
+
+__all__: list[str] = []

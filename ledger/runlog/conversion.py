@@ -23,26 +23,35 @@ from typing import Final
 import psycopg
 from psycopg.rows import dict_row
 
+from ledger.db import driver_errors
 from ledger.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "OLD_TABLE",
+    "Progress",
+    "convert",
+    "pending",
+]
 
 OLD_TABLE: Final = "ledger_partitions.run_events_unpartitioned"
 DEFAULT_BATCH: Final = 10_000
 # How long dropping the old table may wait for `ledger.runs`, per attempt: appends queue behind
 # a waiting ACCESS EXCLUSIVE request, so it gives up quickly and tries again.
-DROP_LOCK_TIMEOUT_MS: Final = 200
-DROP_ATTEMPTS: Final = 50
+_DROP_LOCK_TIMEOUT_MS: Final = 200
+_DROP_ATTEMPTS: Final = 50
 
-PENDING_SQL: Final = f"SELECT to_regclass('{OLD_TABLE}') IS NOT NULL AS pending"
+_PENDING_SQL: Final = f"SELECT to_regclass('{OLD_TABLE}') IS NOT NULL AS pending"
 
 # Every period the runs were created in gets its partition before any row is copied.
-PERIODS_SQL: Final = """
+_PERIODS_SQL: Final = """
 SELECT DISTINCT date_trunc(
     (SELECT period FROM ledger.run_event_partitioning), created_at, 'UTC'
 ) AS at
 FROM ledger.runs ORDER BY 1
 """
 
-COPY_BATCH_SQL: Final = f"""
+_COPY_BATCH_SQL: Final = f"""
 WITH batch AS (
     SELECT o.run_id, o.seq, o.type, o.ts, o.payload FROM {OLD_TABLE} o
     WHERE (o.run_id, o.seq) > (%(after_run)s, %(after_seq)s)
@@ -65,7 +74,7 @@ SELECT (SELECT count(*) FROM batch) AS read, (SELECT count(*) FROM copied) AS co
 """
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     batches: int = 0
     read: int = 0
@@ -78,8 +87,8 @@ class Progress:
 
 def pending(url: str) -> bool:
     """Whether the event log still has rows to convert (`ledger db convert` not done)."""
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        row = conn.execute(PENDING_SQL).fetchone()
+    with driver_errors(), psycopg.connect(url, row_factory=dict_row) as conn:
+        row = conn.execute(_PENDING_SQL).fetchone()
     return bool(row and row["pending"])
 
 
@@ -88,17 +97,17 @@ def convert(
 ) -> Progress:
     """Copy the old event log into the partitions, batch by batch, then drop it."""
     progress = Progress()
-    with psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
-        if not conn.execute(PENDING_SQL).fetchone()["pending"]:  # type: ignore[index]
+    with driver_errors(), psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
+        if not conn.execute(_PENDING_SQL).fetchone()["pending"]:  # type: ignore[index]
             return progress
-        for row in conn.execute(PERIODS_SQL).fetchall():
+        for row in conn.execute(_PERIODS_SQL).fetchall():
             conn.execute("SELECT ledger.ensure_run_events_partition(%(at)s)", {"at": row["at"]})
         after_run, after_seq = "", 0
         while True:
             started = time.monotonic()
             with conn.transaction():
                 done = conn.execute(
-                    COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
+                    _COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
                 ).fetchone()
             progress.longest_batch_s = max(progress.longest_batch_s, time.monotonic() - started)
             assert done is not None
@@ -115,12 +124,12 @@ def convert(
 
 
 def _drop_old_table(conn: psycopg.Connection[dict[str, object]], progress: Progress) -> None:
-    for _ in range(DROP_ATTEMPTS):
+    for _ in range(_DROP_ATTEMPTS):
         progress.drop_attempts += 1
         started = time.monotonic()
         try:
             with conn.transaction():
-                conn.execute(f"SET LOCAL lock_timeout = {DROP_LOCK_TIMEOUT_MS}")
+                conn.execute(f"SET LOCAL lock_timeout = {_DROP_LOCK_TIMEOUT_MS}")
                 # The foreign key first, alone: its transaction holds `runs` only for the catalog
                 # change, not for the removal of the table's files.
                 conn.execute(f"ALTER TABLE {OLD_TABLE} DROP CONSTRAINT IF EXISTS fk_run_events_run_id_runs")

@@ -28,8 +28,33 @@ from typing import Any, Final, NamedTuple, cast
 from ledger import shapes, validate
 from ledger.errors import InvalidInput
 
+__all__ = [
+    "DEFAULT_LIST_LIMIT",
+    "EVENT_TYPES",
+    "INGESTION_TYPES",
+    "MAX_LIST_LIMIT",
+    "MAX_LIST_TIMEOUT_MS",
+    "MAX_RUN_ID_LENGTH",
+    "RESERVED_KEYS",
+    "TERMINAL_STATUSES",
+    "WATCHDOG_ERROR",
+    "NewEvent",
+    "TerminalState",
+    "check_limit",
+    "clamp_timeout_ms",
+    "cursor_expired",
+    "event_to_wire",
+    "notify_payload",
+    "parse_after",
+    "parse_event",
+    "parse_events",
+    "parse_notify_payload",
+    "parse_terminal_state",
+    "validate_run_id",
+]
+
 TERMINAL_STATUSES: Final = validate.TERMINAL_STATUSES
-COORDINATOR_TYPES: Final = ("status", "log", "progress", "terminal")
+_COORDINATOR_TYPES: Final = ("status", "log", "progress", "terminal")
 INGESTION_TYPES: Final = (
     "step.started",
     "step.progress",
@@ -38,7 +63,7 @@ INGESTION_TYPES: Final = (
     "activity.observed",
     "log.gap",
 )
-EVENT_TYPES: Final = COORDINATOR_TYPES + INGESTION_TYPES
+EVENT_TYPES: Final = _COORDINATOR_TYPES + INGESTION_TYPES
 
 # Keys the ledger assigns; an input event naming them would shadow them on the wire.
 RESERVED_KEYS: Final = frozenset({"seq", "ts", "run_id"})
@@ -78,7 +103,7 @@ class NewEvent(NamedTuple):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TerminalState:
     """A requested terminal state (completed, failed or cancelled); `completed_at` is set by the ledger."""
 
@@ -184,7 +209,7 @@ def parse_event(event: object, field: str = "event") -> NewEvent:
     if not RESERVED_KEYS.isdisjoint(event):
         key = min(RESERVED_KEYS.intersection(event))
         raise InvalidInput(f"{field}.{key}", "is assigned by the ledger and may not be sent")
-    if kind in COORDINATOR_TYPES:
+    if kind in _COORDINATOR_TYPES:
         return NewEvent(kind, _coordinator_payload(kind, event, field))
     return NewEvent(kind, _ingestion_payload(kind, event, field))
 
@@ -268,7 +293,7 @@ def event_to_wire(seq: int, kind: str, ts_ms: int, payload: Mapping[str, Any]) -
 def notify_payload(run_id: str, seq: int) -> str:
     """The NOTIFY payload: the run and a sequence number it reached, never the event body.
 
-    `ledger.append_events` (migration 0006) writes it in SQL; the tests hold the two equal."""
+    `ledger.append_events` (`ledger/sql/append_events.sql`) writes it in SQL; the tests hold the two equal."""
     return json.dumps({"run_id": run_id, "seq": seq}, separators=(",", ":"))
 
 

@@ -10,8 +10,11 @@ A shared answer must never reach a reader that needs a newer one. Reads and wake
 the listener's tick clock: a read started after tick `t` sees every commit whose notification was
 dispatched at or before `t`. A reader therefore only takes a read started after the last wake-up it
 has not yet read past (`visible_after`), and a tail's read starts after the wake-up that sealed it;
-a reader arriving after that joins the next tail. Keys hold the cursor and the limit, so readers
-of different pages never share a read (nor, through `SharedPage.encoded`, an encoding).
+a reader arriving after that joins the next tail. A reader arriving counts from the run's last
+wake-up (or from when this process began watching the run), so readers arriving together share the
+read in flight; one whose commit's notification is still to come is woken by it. Keys hold the
+cursor and the limit, so readers of different pages never share a read (nor, through
+`SharedPage.encoded`, an encoding).
 
 Each member waits on a future of its own, so a reader that goes away (timeout, client gone) cancels
 only that; the read itself is awaited by nobody and finishes for the others.
@@ -28,7 +31,12 @@ from typing import Any
 from ledger import shapes
 from ledger.runlog.listener import Listener, RunWatch
 
-Key = tuple[str, int | None, int]
+__all__ = [
+    "Fanout",
+    "SharedPage",
+]
+
+_Key = tuple[str, int | None, int]
 
 
 class SharedPage:
@@ -65,7 +73,7 @@ class SharedPage:
         return self._frames
 
 
-Read = Callable[[str, int | None, int], Awaitable[SharedPage]]
+_Read = Callable[[str, int | None, int], Awaitable[SharedPage]]
 
 
 @dataclass(eq=False)
@@ -76,11 +84,11 @@ class _Flight:
     task: asyncio.Future[SharedPage]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class _Tail:
     """Readers of one page key waiting for the run's next wake-up; `live` of them still wait."""
 
-    key: Key
+    key: _Key
     members: list[asyncio.Future[tuple[int, SharedPage] | None]] = field(default_factory=list)
     live: int = 0
     on_wake: Callable[[int], None] | None = None
@@ -94,13 +102,13 @@ def _expire(future: asyncio.Future[tuple[int, SharedPage] | None]) -> None:
 class Fanout:
     """Shared reads and wake-up tails for the readers of one `RunLog` on one listener."""
 
-    def __init__(self, listener: Listener, read: Read) -> None:
+    def __init__(self, listener: Listener, read: _Read) -> None:
         self.listener = listener
         self._read = read
-        self._flights: dict[Key, _Flight] = {}
-        self._tails: dict[Key, _Tail] = {}
+        self._flights: dict[_Key, _Flight] = {}
+        self._tails: dict[_Key, _Tail] = {}
 
-    def shared_read(self, key: Key, visible_after: int) -> asyncio.Future[SharedPage]:
+    def shared_read(self, key: _Key, visible_after: int) -> asyncio.Future[SharedPage]:
         """A read of `key` started after tick `visible_after`: the one in flight if it qualifies,
         else a new one. Await it shielded: the read is not this reader's to cancel."""
         flight = self._flights.get(key)
@@ -110,11 +118,11 @@ class Fanout:
             flight.task.add_done_callback(partial(self._land, key))
         return flight.task
 
-    async def read(self, key: Key, visible_after: int) -> SharedPage:
+    async def read(self, key: _Key, visible_after: int) -> SharedPage:
         # Shielded: one reader giving up (a client went away) must not cancel the others' read.
         return await asyncio.shield(self.shared_read(key, visible_after))
 
-    def _land(self, key: Key, task: asyncio.Future[SharedPage]) -> None:
+    def _land(self, key: _Key, task: asyncio.Future[SharedPage]) -> None:
         flight = self._flights.get(key)
         if flight is not None and flight.task is task:
             del self._flights[key]
@@ -122,14 +130,14 @@ class Fanout:
         if not task.cancelled():
             task.exception()
 
-    async def next_page(self, watch: RunWatch, key: Key, seconds: float) -> tuple[int, SharedPage] | None:
+    async def next_page(self, watch: RunWatch, key: _Key, seconds: float) -> tuple[int, SharedPage] | None:
         """The page of `key` read after the run's next wake-up, with that wake-up's tick; None
         after `seconds` (the caller reads again). The caller checked that no wake-up came since
         its last read started, with no await in between."""
         loop = asyncio.get_running_loop()
         tail = self._tails.get(key)
         if tail is None:
-            tail = self._tails[key] = _Tail(key)
+            tail = self._tails[key] = _Tail(key=key)
             tail.on_wake = partial(self._serve, tail)
             watch.on_next_wake(tail.on_wake)
         future: asyncio.Future[tuple[int, SharedPage] | None] = loop.create_future()

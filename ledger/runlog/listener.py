@@ -19,7 +19,7 @@ Wake-ups can be lost only while the connection is down, so:
 Waiters never hold a database connection: 1,000 long-polls cost one listening connection plus a
 pool connection for the moment each re-reads.
 
-Two kinds of waiter. A `Waiter` is one reader with its own wake-up (durable streams). A `RunWatch`
+Two kinds of waiter. A `_Waiter` is one reader with its own wake-up (durable streams). A `RunWatch`
 is every reader of one run at once: a notification costs one tick and one call of each callback
 queued for the run's next wake-up, however many readers wait, so the run log can start one read for
 all readers of a page and hand each the answer (see `ledger.runlog.fanout`).
@@ -41,18 +41,26 @@ from psycopg import sql
 from ledger.db import bounded
 from ledger.runlog.events import parse_notify_payload
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "APPLICATION_NAME",
+    "CHANNEL",
+    "ListenConn",
+    "Listener",
+    "RunWatch",
+]
+
+_log = logging.getLogger(__name__)
 
 CHANNEL: Final = "ledger_events_v1"
 APPLICATION_NAME: Final = "run-ledger-listener"
-DEFAULT_FALLBACK_POLL_S: Final = 2.0
-DEFAULT_KEEPALIVE_S: Final = 1.0
-DEFAULT_PROBE_TIMEOUT_S: Final = 2.0
-DEFAULT_BACKOFF_INITIAL_S: Final = 0.05
-DEFAULT_BACKOFF_MAX_S: Final = 2.0
+_DEFAULT_FALLBACK_POLL_S: Final = 2.0
+_DEFAULT_KEEPALIVE_S: Final = 1.0
+_DEFAULT_PROBE_TIMEOUT_S: Final = 2.0
+_DEFAULT_BACKOFF_INITIAL_S: Final = 0.05
+_DEFAULT_BACKOFF_MAX_S: Final = 2.0
 # libpq options of the listening connection: a bounded connect, and TCP keepalives that give up
 # on a silent peer after about idle + interval * count seconds.
-CONNECT_OPTIONS: Final[dict[str, Any]] = {
+_CONNECT_OPTIONS: Final[dict[str, Any]] = {
     "connect_timeout": 2,
     "keepalives": 1,
     "keepalives_idle": 2,
@@ -60,13 +68,13 @@ CONNECT_OPTIONS: Final[dict[str, Any]] = {
     "keepalives_count": 2,
 }
 
-KEEPALIVE_SQL: Final = "SELECT 1"
+_KEEPALIVE_SQL: Final = "SELECT 1"
 
 ListenConn = psycopg.AsyncConnection[Any]
-Connect = Callable[[], Awaitable[ListenConn]]
+_Connect = Callable[[], Awaitable[ListenConn]]
 
 
-class Waiter:
+class _Waiter:
     """One reader waiting for new events of one run; register before reading, close when done.
 
     `visible_after` is a tick of the listener's clock: a read started after it is guaranteed to
@@ -108,7 +116,7 @@ class Waiter:
             self._closed = True
             self._listener._unregister(self)
 
-    def __enter__(self) -> Waiter:
+    def __enter__(self) -> _Waiter:
         return self
 
     def __exit__(
@@ -120,10 +128,11 @@ class Waiter:
 class RunWatch:
     """Every reader of one run in this process (`readers`), woken together.
 
-    `woken_at` is the listener tick of the run's last wake-up: a reader whose last read started
-    before it must read again. `on_next_wake` queues a callback for the next wake-up only; it is
-    called with that wake-up's tick (`forget` drops it before then). `waiting` counts the readers
-    waiting right now (metrics).
+    `woken_at` is the listener tick of the run's last wake-up (at first, of the watch's making): a
+    reader whose last read started before it must read again, and any read started after it sees
+    every commit whose notification came before. `on_next_wake` queues a callback for the next
+    wake-up only; it is called with that wake-up's tick (`forget` drops it before then). `waiting`
+    counts the readers waiting right now (metrics).
     """
 
     __slots__ = ("_callbacks", "readers", "run_id", "waiting", "woken_at")
@@ -167,12 +176,12 @@ class Listener:
         database_url: str,
         *,
         channel: str = CHANNEL,
-        fallback_poll_s: float = DEFAULT_FALLBACK_POLL_S,
-        keepalive_s: float = DEFAULT_KEEPALIVE_S,
-        probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
-        backoff_initial_s: float = DEFAULT_BACKOFF_INITIAL_S,
-        backoff_max_s: float = DEFAULT_BACKOFF_MAX_S,
-        connect: Connect | None = None,
+        fallback_poll_s: float = _DEFAULT_FALLBACK_POLL_S,
+        keepalive_s: float = _DEFAULT_KEEPALIVE_S,
+        probe_timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S,
+        backoff_initial_s: float = _DEFAULT_BACKOFF_INITIAL_S,
+        backoff_max_s: float = _DEFAULT_BACKOFF_MAX_S,
+        connect: _Connect | None = None,
     ) -> None:
         self.database_url = database_url
         self.channel = channel
@@ -182,7 +191,7 @@ class Listener:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._connect_fn = connect or self._connect
-        self._waiters: dict[str, set[Waiter]] = {}
+        self._waiters: dict[str, set[_Waiter]] = {}
         self._watches: dict[str, RunWatch] = {}
         self._conn: ListenConn | None = None
         self._task: asyncio.Task[None] | None = None
@@ -202,13 +211,13 @@ class Listener:
         """A logical clock of this process's event loop: wake-ups and reads are ordered by it."""
         return next(self._ticks)
 
-    def register(self, run_id: str) -> Waiter:
+    def register(self, run_id: str) -> _Waiter:
         """A waiter for `run_id`, registered now (before the caller reads); close it when done."""
-        waiter = Waiter(self, run_id)
+        waiter = _Waiter(self, run_id)
         self._waiters.setdefault(run_id, set()).add(waiter)
         return waiter
 
-    def _unregister(self, waiter: Waiter) -> None:
+    def _unregister(self, waiter: _Waiter) -> None:
         waiters = self._waiters.get(waiter.run_id)
         if waiters is not None:
             waiters.discard(waiter)
@@ -220,6 +229,8 @@ class Listener:
         watch = self._watches.get(run_id)
         if watch is None:
             watch = self._watches[run_id] = RunWatch(run_id)
+            # Wake-ups of the run before now went unrecorded: count them all as of now.
+            watch.woken_at = self.tick()
         watch.readers += 1
         return watch
 
@@ -278,7 +289,7 @@ class Listener:
 
     async def _connect(self) -> ListenConn:
         return await psycopg.AsyncConnection.connect(
-            self.database_url, autocommit=True, application_name=APPLICATION_NAME, **CONNECT_OPTIONS
+            self.database_url, autocommit=True, application_name=APPLICATION_NAME, **_CONNECT_OPTIONS
         )
 
     async def _close_conn(self) -> None:
@@ -300,7 +311,7 @@ class Listener:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             except Exception as exc:
                 await self._close_conn()
-                log.warning("listener: cannot connect (%s); retrying in %.2fs", exc, delay)
+                _log.warning("listener: cannot connect (%s); retrying in %.2fs", exc, delay)
                 self._first_attempt.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.backoff_max_s)
@@ -317,7 +328,7 @@ class Listener:
             try:
                 await self._listen(conn)
             except Exception as exc:  # any failure: the connection is suspect, start over
-                log.warning("listener: connection lost (%s); reconnecting", exc)
+                _log.warning("listener: connection lost (%s); reconnecting", exc)
             await self._close_conn()
             self._wake_all()
             # A connection that dies right away (e.g. the server keeps dropping it) must not make us
@@ -336,4 +347,4 @@ class Listener:
                 if parsed is not None:
                     self._wake_run(parsed[0])
             # No error while reading proves little on a silent network; a bounded query does.
-            await bounded(conn, conn.execute(KEEPALIVE_SQL), self.probe_timeout_s)
+            await bounded(conn, conn.execute(_KEEPALIVE_SQL), self.probe_timeout_s)

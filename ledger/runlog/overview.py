@@ -1,4 +1,4 @@
-"""Reading the inspection views (migration 0002) for the service and the CLI.
+"""Reading the inspection views (`ledger/sql/`) for the service and the CLI.
 
 `ledger runs` shows `run_overview`; the functions here return JSON-ready `ledger.shapes` (times in
 epoch milliseconds, durations in milliseconds) so the HTTP layer can hand them out as they are.
@@ -19,6 +19,17 @@ from ledger import shapes, validate
 from ledger.db import Database
 from ledger.errors import InvalidInput
 
+__all__ = [
+    "MAX_RUNS_LIMIT",
+    "RUN_LIST_CURSOR_PATTERN",
+    "cursor_of",
+    "list_runs",
+    "list_stalled_runs",
+    "listing_statement",
+    "pool_availability",
+    "runs_page",
+]
+
 # Runs per listing (an overview for people); an event page has its own, larger bound.
 MAX_RUNS_LIMIT = 1000
 
@@ -27,7 +38,7 @@ _MS = "(extract(epoch FROM {col}) * 1000)::bigint"
 # Ordered by the view's own timestamp (`o.created_at`, qualified: the bare name would be the
 # millisecond output column, an expression no index holds, which sorts every run for each page).
 # `position_at` is the exact timestamp the cursor carries; it is not part of the answer.
-_LIST_RUNS = f"""
+_LIST_RUNS_TEMPLATE = f"""
 SELECT
     o.run_id, o.status, o.play_name,
     {_MS.format(col="o.created_at")} AS created_at,
@@ -43,16 +54,16 @@ ORDER BY o.created_at DESC, o.run_id
 LIMIT %(limit)s
 """
 
-LIST_RUNS = _LIST_RUNS.format(where="")
+_LIST_RUNS = _LIST_RUNS_TEMPLATE.format(where="")
 
 # After the cursor's run in the list's order. The `<=` bound is what the index scan starts from;
 # the rest drops the cursor's run and the runs created at the same instant that precede it.
-LIST_RUNS_BEFORE = _LIST_RUNS.format(
+_LIST_RUNS_BEFORE = _LIST_RUNS_TEMPLATE.format(
     where="""WHERE o.created_at <= %(before_at)s
   AND (o.created_at < %(before_at)s OR o.run_id > %(before_run)s)"""
 )
 
-LIST_STALLED = f"""
+_LIST_STALLED = f"""
 SELECT run_id, status, play_name,
     {_MS.format(col="updated_at")} AS updated_at,
     {_MS.format(col="idle")} AS idle_ms,
@@ -61,7 +72,7 @@ FROM ledger.stalled_runs
 ORDER BY updated_at, run_id
 """
 
-POOL_AVAILABILITY = f"""
+_POOL_AVAILABILITY = f"""
 SELECT pool, version, available, warming, stale,
     {_MS.format(col="newest_ready_at")} AS newest_ready_at
 FROM ledger.pool_availability
@@ -103,9 +114,9 @@ def listing_statement(limit: int, before: str | None) -> tuple[str, dict[str, An
     """The statement and parameters of one page of the run list (checked: bad input raises)."""
     _check_limit(limit)
     if before is None:
-        return LIST_RUNS, {"limit": limit}
+        return _LIST_RUNS, {"limit": limit}
     before_at, before_run = _parse_cursor(before)
-    return LIST_RUNS_BEFORE, {"limit": limit, "before_at": before_at, "before_run": before_run}
+    return _LIST_RUNS_BEFORE, {"limit": limit, "before_at": before_at, "before_run": before_run}
 
 
 async def runs_page(db: Database, limit: int = 50, before: str | None = None) -> shapes.RunList:
@@ -132,12 +143,12 @@ async def list_runs(db: Database, limit: int = 50, before: str | None = None) ->
 async def list_stalled_runs(db: Database) -> list[shapes.StalledRun]:
     """Non-terminal runs idle past the watchdog's default limit, longest idle first."""
     async with db.connection() as conn:
-        cur = await conn.execute(LIST_STALLED)
+        cur = await conn.execute(_LIST_STALLED)
         return cast(list[shapes.StalledRun], await cur.fetchall())
 
 
 async def pool_availability(db: Database) -> list[shapes.PoolAvailability]:
     """Per pool and version: available, warming and stale unexpired entries."""
     async with db.connection() as conn:
-        cur = await conn.execute(POOL_AVAILABILITY)
+        cur = await conn.execute(_POOL_AVAILABILITY)
         return cast(list[shapes.PoolAvailability], await cur.fetchall())

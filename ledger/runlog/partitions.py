@@ -5,7 +5,7 @@ its events), so every statement about one run reads or writes one partition, and
 drop a partition with one catalog operation instead of deleting its rows one by one (each delete
 writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
 
-- Making: `ledger.ensure_run_events_partition(at)` (migration 0013) makes the partition holding
+- Making: `ledger.ensure_run_events_partition(at)` (`ledger/sql/`) makes the partition holding
   `at` when it is missing. A statement trigger on `runs` calls it for the runs each insert makes
   (opening a run, or any other insert); `ensure_ahead` (the watchdog's loop and `ledger db
   partitions`) makes the next ones before they are needed, so opening a run normally finds its
@@ -29,8 +29,26 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-from ledger.db import Conn, Database
+from ledger.db import Conn, Database, driver_errors
 from ledger.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_AHEAD",
+    "PERIODS",
+    "PERIOD_VAR",
+    "Partition",
+    "apply_period_setting",
+    "drop_partition",
+    "due_partitions",
+    "ensure_ahead",
+    "ensure_partition",
+    "list_partitions",
+    "parse_period",
+    "per_run_boundary",
+    "period",
+    "runs_in",
+    "set_period",
+]
 
 PERIOD_VAR: Final = "LEDGER_PARTITION_INTERVAL"
 PERIODS: Final = ("day", "month")
@@ -40,17 +58,17 @@ DEFAULT_AHEAD: Final = 2
 # A detach waits for the transactions that use the event log to end; one left open (a psql
 # session idle in a transaction) must not hold the watchdog's loop. Interrupted, the detach stays
 # pending and the next pass finishes it (`FINALIZE`).
-DETACH_TIMEOUT_MS: Final = 60_000
+_DETACH_TIMEOUT_MS: Final = 60_000
 
-LIST_SQL: Final = """
+_LIST_SQL: Final = """
 SELECT name, from_at, to_at, detach_pending FROM ledger.run_event_partitions ORDER BY from_at
 """
 
-ENSURE_SQL: Final = "SELECT ledger.ensure_run_events_partition(%(at)s) AS name"
+_ENSURE_SQL: Final = "SELECT ledger.ensure_run_events_partition(%(at)s) AS name"
 
-PERIOD_SQL: Final = "SELECT period FROM ledger.run_event_partitioning"
+_PERIOD_SQL: Final = "SELECT period FROM ledger.run_event_partitioning"
 
-SET_PERIOD_SQL: Final = """
+_SET_PERIOD_SQL: Final = """
 INSERT INTO ledger.run_event_partitioning (period) VALUES (%(period)s)
 ON CONFLICT (id) DO UPDATE SET period = EXCLUDED.period
 """
@@ -58,7 +76,7 @@ ON CONFLICT (id) DO UPDATE SET period = EXCLUDED.period
 # Due partitions (their range ends at or before the cutoff), oldest first, each with whether a
 # run still holds it: a running run (found through the small partial index of running runs), or
 # one that ended at or after the cutoff.
-DUE_SQL: Final = """
+_DUE_SQL: Final = """
 SELECT p.name, p.from_at, p.to_at, p.detach_pending,
        EXISTS (
            SELECT 1 FROM ledger.runs r
@@ -73,13 +91,13 @@ WHERE p.to_at <= %(cutoff)s
 ORDER BY p.from_at
 """
 
-RUNS_IN_SQL: Final = """
+_RUNS_IN_SQL: Final = """
 SELECT count(*) AS runs FROM ledger.runs WHERE created_at >= %(from_at)s AND created_at < %(to_at)s
 """
 
 # Runs created before this instant are in a due partition (or in none): the per-run delete may
 # take them once expired. Runs after it wait for their partition.
-BOUNDARY_SQL: Final = """
+_BOUNDARY_SQL: Final = """
 SELECT COALESCE(
     (SELECT p.from_at FROM ledger.run_event_partitions p
      WHERE p.from_at <= %(cutoff)s AND %(cutoff)s < p.to_at),
@@ -88,7 +106,7 @@ SELECT COALESCE(
 """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Partition:
     """One partition of `ledger.run_events`: runs created in [from_at, to_at)."""
 
@@ -99,7 +117,7 @@ class Partition:
 
 
 @dataclass(frozen=True)
-class DuePartition:
+class _DuePartition:
     partition: Partition
     # A run created in it has not ended, or ended at or after the cutoff.
     held: bool
@@ -120,30 +138,30 @@ def apply_period_setting(url: str, text: str | None) -> str | None:
     the period stored, or None when the variable is unset. `ConfigError` for a bad value."""
     value = parse_period(text)
     if value is not None:
-        with psycopg.connect(url) as conn:
-            conn.execute(SET_PERIOD_SQL, {"period": value})
+        with driver_errors(), psycopg.connect(url) as conn:
+            conn.execute(_SET_PERIOD_SQL, {"period": value})
     return value
 
 
 async def period(conn: Conn) -> str:
-    cur = await conn.execute(PERIOD_SQL)
+    cur = await conn.execute(_PERIOD_SQL)
     row = await cur.fetchone()
     return str(row["period"]) if row else "day"
 
 
 async def set_period(conn: Conn, value: str) -> None:
     """Partitions made from now on cover a UTC `day` or `month`; existing ones keep their range."""
-    await conn.execute(SET_PERIOD_SQL, {"period": value})
+    await conn.execute(_SET_PERIOD_SQL, {"period": value})
 
 
 async def list_partitions(conn: Conn) -> list[Partition]:
-    cur = await conn.execute(LIST_SQL)
+    cur = await conn.execute(_LIST_SQL)
     return [Partition(**row) for row in await cur.fetchall()]
 
 
 async def ensure_partition(conn: Conn, at: datetime) -> str:
     """The partition holding runs created at `at`, made first if missing."""
-    cur = await conn.execute(ENSURE_SQL, {"at": at})
+    cur = await conn.execute(_ENSURE_SQL, {"at": at})
     row = await cur.fetchone()
     assert row is not None
     return str(row["name"])
@@ -166,19 +184,25 @@ async def ensure_ahead(db: Database, now: datetime, *, ahead: int = DEFAULT_AHEA
     return names
 
 
-async def due_partitions(conn: Conn, cutoff: datetime) -> list[DuePartition]:
+async def due_partitions(conn: Conn, cutoff: datetime) -> list[_DuePartition]:
     """Partitions whose whole range lies before `cutoff`, oldest first, and whether a run holds each."""
-    cur = await conn.execute(DUE_SQL, {"cutoff": cutoff})
+    cur = await conn.execute(_DUE_SQL, {"cutoff": cutoff})
     return [
-        DuePartition(
-            Partition(row["name"], row["from_at"], row["to_at"], row["detach_pending"]), bool(row["held"])
+        _DuePartition(
+            Partition(
+                name=row["name"],
+                from_at=row["from_at"],
+                to_at=row["to_at"],
+                detach_pending=row["detach_pending"],
+            ),
+            bool(row["held"]),
         )
         for row in await cur.fetchall()
     ]
 
 
 async def runs_in(conn: Conn, partition: Partition) -> int:
-    cur = await conn.execute(RUNS_IN_SQL, {"from_at": partition.from_at, "to_at": partition.to_at})
+    cur = await conn.execute(_RUNS_IN_SQL, {"from_at": partition.from_at, "to_at": partition.to_at})
     row = await cur.fetchone()
     return int(row["runs"]) if row else 0
 
@@ -186,7 +210,7 @@ async def runs_in(conn: Conn, partition: Partition) -> int:
 async def per_run_boundary(conn: Conn, cutoff: datetime) -> datetime:
     """Expired runs created before this instant may be deleted one by one; later ones wait for
     their partition to be dropped whole."""
-    cur = await conn.execute(BOUNDARY_SQL, {"cutoff": cutoff})
+    cur = await conn.execute(_BOUNDARY_SQL, {"cutoff": cutoff})
     row = await cur.fetchone()
     assert row is not None
     boundary = row["boundary"]
@@ -199,15 +223,18 @@ async def drop_partition(db: Database, partition: Partition) -> None:
 
     `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
     EXCLUSIVE` on the parent, so appends and reads go on; the detached table is then nobody's and
-    its drop waits on no one.
+    its drop waits on no one. A partition the database will not drop now (the connection lost,
+    the statement timed out, another detach under way) raises `DatabaseUnavailable`; one already
+    gone, `SchemaMissing`.
     """
     table = sql.Identifier("ledger_partitions", partition.name)
     mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
-    async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
-        await conn.execute(f"SET statement_timeout = {DETACH_TIMEOUT_MS}")
-        await conn.execute(
-            sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
-        )
-        await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    with driver_errors():
+        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
+            await conn.execute(f"SET statement_timeout = {_DETACH_TIMEOUT_MS}")
+            await conn.execute(
+                sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
+            )
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table))

@@ -25,6 +25,19 @@ from ledger.db import Conn
 from ledger.errors import ConfigError
 from ledger.tokens import ttl_seconds
 
+__all__ = [
+    "DEFAULT_RETENTION",
+    "DEFAULT_RETENTION_BATCH_SIZE",
+    "DEFAULT_RETENTION_PASS_CAP",
+    "RETENTION_VAR",
+    "count_expired_runs",
+    "cutoff",
+    "delete_expired_runs",
+    "describe",
+    "is_expired",
+    "parse_retention",
+]
+
 RETENTION_VAR: Final = "LEDGER_RUN_RETENTION"
 DEFAULT_RETENTION: Final = timedelta(days=30)
 # Runs per batch: ~200 events each makes a batch ~20,000 cascaded rows, well under a second.
@@ -38,7 +51,7 @@ _OFF = ("off", "none", "never", "false")
 # `boundary` (`ledger.runlog.partitions.per_run_boundary`): runs created after it wait for their
 # event log partition to be dropped whole. A deleted run's events go with it (a trigger on `runs`
 # deletes them from the run's one partition; none are left once the partition was dropped).
-DELETE_EXPIRED_RUNS = """
+_DELETE_EXPIRED_RUNS = """
 WITH doomed AS (
     SELECT run_id FROM ledger.runs
     WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s AND created_at < %(boundary)s
@@ -56,7 +69,7 @@ WITH doomed AS (
 SELECT count(*) AS deleted FROM gone
 """
 
-COUNT_EXPIRED_RUNS = """
+_COUNT_EXPIRED_RUNS = """
 SELECT count(*) AS expired FROM ledger.runs
 WHERE terminal_status IS NOT NULL AND completed_at < %(cutoff)s AND created_at < %(boundary)s
 """
@@ -94,7 +107,7 @@ def cutoff(now: datetime, retention: timedelta) -> datetime:
 
 
 def is_expired(terminal_status: str | None, completed_at: datetime | None, cutoff_at: datetime) -> bool:
-    """The rule `DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff.
+    """The rule `_DELETE_EXPIRED_RUNS` restates in SQL: finished, and finished before the cutoff.
     (The statement also leaves the runs created after its `boundary`: they are expired, but wait
     for their event log partition to go whole.)"""
     return terminal_status is not None and completed_at is not None and completed_at < cutoff_at
@@ -104,7 +117,9 @@ async def delete_expired_runs(conn: Conn, cutoff_at: datetime, boundary: datetim
     """Delete up to `limit` runs expired at `cutoff_at` and created before `boundary` (oldest
     first), with their events, sheet rows, observations and mapping, skipping runs another
     transaction holds; how many."""
-    cur = await conn.execute(DELETE_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary, "limit": limit})
+    cur = await conn.execute(
+        _DELETE_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary, "limit": limit}
+    )
     row = await cur.fetchone()
     return int(row["deleted"]) if row else 0
 
@@ -112,6 +127,6 @@ async def delete_expired_runs(conn: Conn, cutoff_at: datetime, boundary: datetim
 async def count_expired_runs(conn: Conn, cutoff_at: datetime, boundary: datetime) -> int:
     """How many runs expired at `cutoff_at` and created before `boundary` (locked or not): what a
     sweep would delete."""
-    cur = await conn.execute(COUNT_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary})
+    cur = await conn.execute(_COUNT_EXPIRED_RUNS, {"cutoff": cutoff_at, "boundary": boundary})
     row = await cur.fetchone()
     return int(row["expired"]) if row else 0

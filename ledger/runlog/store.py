@@ -3,7 +3,7 @@
 Design note. The run row is the lock: every write to a run's log locks its `ledger.runs` row
 (`SELECT ... FOR UPDATE`), so appenders to one run serialize and take `seq` from `runs.last_seq`
 without gaps or collisions, while appenders to other runs lock other rows and never wait. The
-append itself is one database function, `ledger.append_events` (migration 0006): it locks the run,
+append itself is one database function, `ledger.append_events` (`ledger/sql/`): it locks the run,
 refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
 trims retention and issues the NOTIFY, so `RunLog.append` is one round trip in autocommit.
 Postgres delivers the NOTIFY at commit, so a rolled-back append wakes nobody. The NOTIFY payload
@@ -45,8 +45,23 @@ from ledger.runlog.events import (
 from ledger.runlog.fanout import Fanout, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 
+__all__ = [
+    "DEFAULT_MAX_EVENTS_PER_RUN",
+    "LOCK_STALLED_RUNS_SQL",
+    "READ_KNOWN_PAGE_SQL",
+    "READ_PAGE_SQL",
+    "RunLog",
+    "append_in_transaction",
+    "lock_run",
+    "lock_stalled_runs",
+    "open_run_in_transaction",
+    "read_page",
+    "set_terminal_in_transaction",
+    "terminal_from_row",
+]
+
 DEFAULT_MAX_EVENTS_PER_RUN: Final = 10_000
-DEFAULT_POLL_INTERVAL_S: Final = 0.5
+_DEFAULT_POLL_INTERVAL_S: Final = 0.5
 
 # Marks a run row dict whose transaction has already issued its NOTIFY.
 _NOTIFIED: Final = "_notified"
@@ -56,7 +71,7 @@ _CREATED_AT_KEPT: Final = 100_000
 
 # A new run's partition of the event log is made by a trigger on `runs` when missing (the watchdog
 # makes them ahead, so that is one catalog lookup): a run's events can always be written.
-OPEN_RUN_SQL: Final = """
+_OPEN_RUN_SQL: Final = """
 INSERT INTO ledger.runs (run_id, play_name, created_at, updated_at)
 VALUES (%(run_id)s, %(play_name)s,
         COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
@@ -65,22 +80,22 @@ WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
 # Every statement on a run's events names its `run_created_at` too: it reads one partition.
-RECENT_LOG_LINES_SQL: Final = """
+_RECENT_LOG_LINES_SQL: Final = """
 SELECT payload->>'line' AS line FROM ledger.run_events
 WHERE run_id = %(run_id)s AND run_created_at = %(run_created_at)s AND type = 'log'
 ORDER BY seq DESC
 LIMIT %(limit)s
 """
 
-GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
+_GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
 
-LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
+_LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
 # The whole append (see the migration that creates `ledger.append_events`): no row for an unknown
 # run; `refused` with the stored terminal state for a terminal run; otherwise the run after the
 # append and the batch's first seq. The batch travels as one JSON array of [type, payload] pairs:
 # one parameter, one encode call.
-APPEND_SQL: Final = """
+_APPEND_SQL: Final = """
 SELECT * FROM ledger.append_events(
     %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s
 )
@@ -88,16 +103,19 @@ SELECT * FROM ledger.append_events(
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
 # No row at all means no such run; one row with a NULL seq means an empty page. The run's
-# `created_at` reaches the event reads as a parameter of the executor, which then opens the one
-# partition that holds them (run-time pruning).
+# `created_at` reaches the event reads only as a parameter of the executor: the planner keeps, and
+# the executor locks and sets up, every partition before pruning all but one at run time, a cost
+# that grows with the partitions kept (about 3 ms more at 102 than at 12). Only the fallback of
+# `read_page` for a run opened again between its two statements.
 READ_PAGE_SQL: Final = """
 WITH run AS (
-    SELECT last_seq, created_at, terminal_status, terminal_result, terminal_error,
-           terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
+    SELECT last_seq, created_at, events_trimmed_through, terminal_status, terminal_result,
+           terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
     FROM ledger.runs WHERE run_id = %(run_id)s
 ), bounds AS (
     SELECT min(seq) AS first_seq FROM ledger.run_events
     WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
+      AND seq > (SELECT events_trimmed_through FROM run)
 ), page AS (
     SELECT seq, type, ts, payload FROM ledger.run_events
     WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
@@ -110,13 +128,18 @@ FROM run CROSS JOIN bounds LEFT JOIN page ON true
 ORDER BY page.seq
 """
 
-# The same read for a run whose `created_at` the reader knows already (it never changes): given as
-# a parameter, the planner keeps the one partition and the executor opens no other, a quarter of a
-# millisecond less per read than pruning at run time. The answer carries the run's `created_at`;
-# a different one means the run was deleted and opened again since, and the read is made anew.
+# The same read for a run whose `created_at` the reader knows (it never changes): given as a
+# parameter, the planner keeps the one partition and the executor opens no other, however many
+# there are. The answer carries the run's `created_at`; a different one means the run was deleted
+# and opened again since, and the read is made anew.
 READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
     "(SELECT created_at FROM run)", "%(run_created_at)s::timestamptz"
 )
+
+# A run's first read looks its `created_at` up first: one more round trip, which costs the same at
+# any size, where setting up every partition of the event log to prune them at run time grows
+# with the partitions retention keeps (it overtakes the round trip at a few dozen).
+_RUN_CREATED_AT_SQL: Final = "SELECT created_at FROM ledger.runs WHERE run_id = %(run_id)s"
 
 # The watchdog's scan: non-terminal runs with neither an event nor a heartbeat (an upload carrying
 # `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
@@ -135,7 +158,7 @@ FOR UPDATE SKIP LOCKED
 # -- row shapes --------------------------------------------------------------------------------------
 
 
-def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalState | None:
+def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalStateBody | None:
     """The terminal state of a run row in API shape, or None while the run is live."""
     if row["terminal_status"] is None:
         return None
@@ -150,7 +173,7 @@ def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalState | None:
     }
 
 
-def run_from_row(row: Mapping[str, Any]) -> shapes.Run:
+def _run_from_row(row: Mapping[str, Any]) -> shapes.Run:
     """A run row in API shape (`GET /v1/runs/{run_id}`).
 
     `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
@@ -184,7 +207,7 @@ async def open_run_in_transaction(
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
-    await conn.execute(OPEN_RUN_SQL, params)
+    await conn.execute(_OPEN_RUN_SQL, params)
 
 
 async def lock_run(
@@ -203,7 +226,7 @@ async def lock_run(
     validate_run_id(run_id)
     if create:
         await open_run_in_transaction(conn, run_id, play_name=play_name, now=now)
-    cur = await conn.execute(LOCK_RUN_SQL, {"run_id": run_id})
+    cur = await conn.execute(_LOCK_RUN_SQL, {"run_id": run_id})
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"unknown run {run_id!r}")
@@ -252,7 +275,7 @@ async def _append_events(
     row untouched. Raises `NotFound` for an unknown run."""
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
     cur = await conn.execute(
-        APPEND_SQL,
+        _APPEND_SQL,
         {
             "run_id": run_id,
             "events": jsonb.dumps([(e.type, e.payload) for e in events]),
@@ -276,7 +299,9 @@ def _appended(row: Row, events: Sequence[NewEvent]) -> list[shapes.Event]:
     return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
 
 
-def _terminal_outcome(run_id: str, row: Row, requested: TerminalState) -> tuple[shapes.TerminalState, bool]:
+def _terminal_outcome(
+    run_id: str, row: Row, requested: TerminalState
+) -> tuple[shapes.TerminalStateBody, bool]:
     """(the run's terminal state, whether this request set it) after appending its terminal event.
 
     First terminal wins: on a run that had ended, repeating the stored state is a no-op and a
@@ -353,7 +378,7 @@ async def set_terminal_in_transaction(
     *,
     max_events_per_run: int,
     now: datetime | None = None,
-) -> tuple[shapes.TerminalState, bool]:
+) -> tuple[shapes.TerminalStateBody, bool]:
     """Set the run's terminal state; the first terminal state set is the one that stays.
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
@@ -384,16 +409,18 @@ async def read_page(
 
     Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
     """
-    params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
-    rows: list[Row] = []
-    if created_at is not None:
-        cur = await conn.execute(READ_KNOWN_PAGE_SQL, params)
-        rows = await cur.fetchall()
-        if not rows:
+    if created_at is None:
+        cur = await conn.execute(_RUN_CREATED_AT_SQL, {"run_id": run_id})
+        run = await cur.fetchone()
+        if run is None:
             raise NotFound(f"unknown run {run_id!r}")
-        if rows[0]["created_at"] != created_at:
-            rows = []
+        created_at = run["created_at"]
+    params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
+    cur = await conn.execute(READ_KNOWN_PAGE_SQL, params)
+    rows: list[Row] = await cur.fetchall()
     if not rows:
+        raise NotFound(f"unknown run {run_id!r}")
+    if rows[0]["created_at"] != created_at:
         cur = await conn.execute(READ_PAGE_SQL, params)
         rows = await cur.fetchall()
     if not rows:
@@ -437,7 +464,7 @@ class RunLog:
         listener: Listener | None = None,
         clock: Clock | None = None,
         max_events_per_run: int = DEFAULT_MAX_EVENTS_PER_RUN,
-        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        poll_interval_s: float = _DEFAULT_POLL_INTERVAL_S,
     ) -> None:
         if max_events_per_run < 0:
             raise ValueError("max_events_per_run must be >= 0 (0 = unlimited)")
@@ -477,10 +504,10 @@ class RunLog:
         validate.text("play_name", play_name, optional=True)
         async with self.db.transaction() as conn:
             await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         assert row is not None
-        return run_from_row(row)
+        return _run_from_row(row)
 
     async def recent_log_lines(self, run_id: str, limit: int = validate.LIVE_LOG_TAIL_LIMIT) -> list[str]:
         """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
@@ -488,12 +515,12 @@ class RunLog:
         validate_run_id(run_id)
         limit = check_limit(limit)
         async with self.db.connection() as conn:
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             run = await cur.fetchone()
             if run is None:
                 raise NotFound(f"unknown run {run_id!r}")
             cur = await conn.execute(
-                RECENT_LOG_LINES_SQL,
+                _RECENT_LOG_LINES_SQL,
                 {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},
             )
             rows = await cur.fetchall()
@@ -503,11 +530,11 @@ class RunLog:
         """The run in API shape; `NotFound` if it was never opened."""
         validate_run_id(run_id)
         async with self.db.connection() as conn:
-            cur = await conn.execute(GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         if row is None:
             raise NotFound(f"unknown run {run_id!r}")
-        return run_from_row(row)
+        return _run_from_row(row)
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
         """Append events in one transaction (one round trip); returns them with their seq and ts."""
@@ -536,7 +563,7 @@ class RunLog:
         total_rows: int | None = None,
         duration_ms: int | None = None,
         play_name: str | None = None,
-    ) -> shapes.TerminalState:
+    ) -> shapes.TerminalStateBody:
         """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`)."""
         terminal = parse_terminal_state(
             {
@@ -562,7 +589,7 @@ class RunLog:
         state, _ = _terminal_outcome(run_id, row, terminal)
         return state
 
-    async def get_terminal(self, run_id: str) -> shapes.TerminalState | None:
+    async def get_terminal(self, run_id: str) -> shapes.TerminalStateBody | None:
         """The terminal state, or None while the run is live; `NotFound` for an unknown run."""
         return (await self.get_run(run_id))["terminal"]
 
@@ -595,7 +622,12 @@ class RunLog:
         # wakes us (its wake-up moves `woken_at` past `seen`).
         watch = listener.watch(run_id)
         try:
-            seen = listener.tick()
+            # A read started after the run's last wake-up sees every commit whose notification has
+            # come, so readers arriving together (a thousand long-polls, the tails of a run at one
+            # cursor after a wake-up) share it; a commit whose notification is still to come wakes
+            # this reader when it does. Without the listener no notification is sure to come: then
+            # only a read from now on will do.
+            seen = watch.woken_at if listener.connected else listener.tick()
             shared = await fanout.read((run_id, cursor, limit), seen)
             while True:
                 page = shared.page

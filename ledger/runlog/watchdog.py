@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-import psycopg
-
 from ledger import idempotency
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
+from ledger.errors import ConfigError, LedgerFailure
 from ledger.pool.store import sweep_expired_mappings
 from ledger.runlog import partitions
 from ledger.runlog import retention as run_retention
@@ -42,19 +41,26 @@ from ledger.runlog.store import (
     set_terminal_in_transaction,
 )
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "DEFAULT_STALL_AFTER_S",
+    "Swept",
+    "Watchdog",
+]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_STALL_AFTER_S: Final = 300.0
 DEFAULT_INTERVAL_S: Final = 30.0
-DEFAULT_BATCH_SIZE: Final = 100
+_DEFAULT_BATCH_SIZE: Final = 100
 # Deleting a row costs far less than failing a run: sweeps take bigger bites.
-DEFAULT_SWEEP_BATCH_SIZE: Final = 1000
+_DEFAULT_SWEEP_BATCH_SIZE: Final = 1000
 
-Sleep = Callable[[float], Awaitable[None]]
-Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
+_Sleep = Callable[[float], Awaitable[None]]
+_Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Swept:
     """What one sweep removed."""
 
@@ -66,7 +72,7 @@ class Swept:
 
 
 @dataclass(frozen=True)
-class RetentionPlan:
+class _RetentionPlan:
     """What a retention sweep would do now: the partitions it would drop whole (each with how many
     runs it holds) and how many more expired runs it would delete one by one."""
 
@@ -89,12 +95,12 @@ class Watchdog:
         stall_after_s: float = DEFAULT_STALL_AFTER_S,
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Clock | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        sweep_batch_size: int = DEFAULT_SWEEP_BATCH_SIZE,
+        batch_size: int = _DEFAULT_BATCH_SIZE,
+        sweep_batch_size: int = _DEFAULT_SWEEP_BATCH_SIZE,
         retention: timedelta | None = run_retention.DEFAULT_RETENTION,
         retention_batch_size: int = run_retention.DEFAULT_RETENTION_BATCH_SIZE,
         retention_pass_cap: int | None = run_retention.DEFAULT_RETENTION_PASS_CAP,
-        sleep: Sleep = asyncio.sleep,
+        sleep: _Sleep = asyncio.sleep,
     ) -> None:
         self.db = db
         self.stall_after = timedelta(seconds=stall_after_s)
@@ -137,7 +143,7 @@ class Watchdog:
         self.passes += 1
         self.failed_total += len(failed)
         if failed:
-            log.warning("watchdog failed %d stalled run(s): %s", len(failed), ", ".join(failed))
+            _log.warning("watchdog failed %d stalled run(s): %s", len(failed), ", ".join(failed))
         return failed
 
     async def sweep(self) -> Swept:
@@ -163,7 +169,7 @@ class Watchdog:
             partitions=self.swept_total.partitions + swept.partitions,
         )
         if swept.mappings or swept.idempotency_keys or swept.runs:
-            log.info(
+            _log.info(
                 "watchdog swept %d expired run mapping(s), %d expired idempotency key(s)"
                 " and %d finished run(s) past retention (%d event log partition(s) dropped whole)",
                 swept.mappings,
@@ -208,19 +214,19 @@ class Watchdog:
         for partition in (d.partition for d in due if not d.held):
             try:
                 await partitions.drop_partition(self.db, partition)
-            except psycopg.Error as exc:
+            except (LedgerFailure, ConfigError) as exc:
                 # Its runs then wait for the next pass; the per-run delete goes on meanwhile.
-                log.warning("watchdog could not drop event log partition %s: %s", partition.name, exc)
+                _log.warning("watchdog could not drop event log partition %s: %s", partition.name, exc)
                 continue
             dropped.append(partition)
             self.partitions_dropped += 1
-            log.info("watchdog dropped event log partition %s whole", partition.name)
+            _log.info("watchdog dropped event log partition %s whole", partition.name)
         return dropped
 
-    async def plan_retention(self) -> RetentionPlan:
+    async def plan_retention(self) -> _RetentionPlan:
         """What `sweep_runs` would delete now (uncapped), deleting nothing."""
         if self.retention is None:
-            return RetentionPlan([], 0)
+            return _RetentionPlan([], 0)
         async with self.db.connection() as conn:
             now = await self.clock.now(conn)
             cutoff = run_retention.cutoff(now, self.retention)
@@ -228,7 +234,7 @@ class Watchdog:
             whole = [(d.partition, await partitions.runs_in(conn, d.partition)) for d in due if not d.held]
             boundary = await partitions.per_run_boundary(conn, cutoff)
             expired = await run_retention.count_expired_runs(conn, cutoff, boundary)
-        return RetentionPlan(whole, expired - sum(runs for _, runs in whole))
+        return _RetentionPlan(whole, expired - sum(runs for _, runs in whole))
 
     async def count_expired_runs(self) -> int:
         """How many finished runs `sweep_runs` would delete now (uncapped)."""
@@ -241,7 +247,7 @@ class Watchdog:
         return await partitions.ensure_ahead(self.db, now)
 
     async def _sweep_batches(
-        self, sweep: Sweep, *, batch_size: int | None = None, cap: int | None = None
+        self, sweep: _Sweep, *, batch_size: int | None = None, cap: int | None = None
     ) -> int:
         total = 0
         while True:
@@ -264,15 +270,15 @@ class Watchdog:
             try:
                 await self.run_once()
             except Exception:
-                log.exception("watchdog pass failed")
+                _log.exception("watchdog pass failed")
             try:
                 await self.make_partitions()
             except Exception:
-                log.exception("watchdog could not make the event log partitions ahead")
+                _log.exception("watchdog could not make the event log partitions ahead")
             try:
                 await self.sweep()
             except Exception:
-                log.exception("watchdog sweep failed")
+                _log.exception("watchdog sweep failed")
             await self._sleep(self.interval_s)
 
     def start(self) -> None:

@@ -17,6 +17,8 @@ from importlib.metadata import version
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
+from fastapi.utils import generate_unique_id
 from starlette.types import Scope
 
 from ledger import tracing
@@ -47,7 +49,12 @@ from ledger.service.state import Services
 from ledger.service.ui import router as ui_router
 from ledger.tokens import Keyring, generate_key, parse_keyring
 
-log = logging.getLogger("ledger.service")
+__all__ = [
+    "IDEMPOTENCY_KEY_PARAMETER",
+    "create_app",
+]
+
+_log = logging.getLogger("ledger.service")
 
 
 def create_app(
@@ -112,12 +119,13 @@ def create_app(
                 listener_connected=lambda: float(listener.connected),
                 waiters=lambda: listener.waiter_count,
                 watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
+                event_reads=lambda: runlog.reads,
             )
             app.state.services = svc
-            log.info("service ready", extra={"pool_size": settings.db_pool_size})
+            _log.info("service ready", extra={"pool_size": settings.db_pool_size})
             yield
-            log.info("service stopping: releasing waiters, stopping the watchdog and the listener")
-        log.info("service stopped")
+            _log.info("service stopping: releasing waiters, stopping the watchdog and the listener")
+        _log.info("service stopped")
 
     app = FastAPI(
         title="Run Ledger",
@@ -129,6 +137,12 @@ def create_app(
         redoc_url=None,
         # A client that forgets Content-Type still gets its JSON read.
         strict_content_type=False,
+        # `ledger.tracing` is the service's one switch for telemetry. FastAPI's own (0.16x) would
+        # look up OpenTelemetry's global providers - environment reads - on every request: a tenth
+        # of the server's CPU when one append wakes a thousand long-polls. (Older FastAPI keeps an
+        # unknown keyword as `app.extra`.)
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+        generate_unique_id_function=_operation_id,
     )
     install_security(app, tuple(tokens), keyring or parse_keyring(generate_key()))
     app.state.metrics = metrics
@@ -190,7 +204,7 @@ IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
     "checked first (a refused one gets its 401 or 403). Another body, or other headers that change "
     "the write (Content-Type, Stream-*, Producer-*), with the same key is 422.",
 }
-UNAVAILABLE_RESPONSE: dict[str, Any] = {
+_UNAVAILABLE_RESPONSE: dict[str, Any] = {
     "description": "The database is unavailable (connection lost, pool exhausted, lock or statement "
     "timeout): retry after `Retry-After` seconds.",
     "headers": {"Retry-After": {"schema": {"type": "integer"}}},
@@ -210,10 +224,16 @@ def _document_middleware_contract(app: FastAPI) -> None:
                     if method in ("post", "put"):
                         operation.setdefault("parameters", []).append(dict(IDEMPOTENCY_KEY_PARAMETER))
                     if path.startswith("/v1/"):
-                        operation.setdefault("responses", {}).setdefault("503", dict(UNAVAILABLE_RESPONSE))
+                        operation.setdefault("responses", {}).setdefault("503", dict(_UNAVAILABLE_RESPONSE))
         return app.openapi_schema or generate()
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _operation_id(route: APIRoute) -> str:
+    # The handlers are private to their modules (`_get_run`); the operation ids clients name their
+    # methods after stay those of the operation (`get_run_v1_runs__run_id__get`).
+    return generate_unique_id(route).removeprefix("_")
 
 
 def _database(scope: Scope) -> Database | None:

@@ -40,17 +40,21 @@ from ledger.service.models import AppendEvents
 from ledger.service.security import bearer_credentials, require_token
 from ledger.service.state import Services
 
-PATH: Final = "/v1/runs/{run_id}/events"
+__all__ = [
+    "AppendRoute",
+]
+
+_PATH: Final = "/v1/runs/{run_id}/events"
 # `{run_id}` matches one path segment, as the router's path parameter does.
-_PATH: Final = re.compile(r"^/v1/runs/([^/]+)/events$")
+_PATH_PATTERN: Final = re.compile(r"^/v1/runs/([^/]+)/events$")
 
 
 def _append_route() -> APIRoute:
     """The FastAPI route this serves (its `ACCESS` entry and metrics label are the route's)."""
     for route in routes_runs.router.routes:
-        if isinstance(route, APIRoute) and route.path == PATH and "POST" in (route.methods or ()):
+        if isinstance(route, APIRoute) and route.path == _PATH and "POST" in (route.methods or ()):
             return route
-    raise LookupError(f"no POST {PATH} route")
+    raise LookupError(f"no POST {_PATH} route")
 
 
 def _is_json(scope: Scope) -> bool:
@@ -81,7 +85,11 @@ class AppendRoute:
         self.route = _append_route()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PATH.match(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        match = (
+            _PATH_PATTERN.match(scope["path"])
+            if scope["type"] == "http" and scope["method"] == "POST"
+            else None
+        )
         svc = getattr(scope["app"].state, "services", None) if match is not None else None
         if match is None or not isinstance(svc, Services) or not _is_json(scope):
             await self.app(scope, receive, send)

@@ -54,7 +54,19 @@ from ledger.errors import (
 )
 from ledger.service.json_answer import JsonAnswer
 
-log = logging.getLogger("ledger.service")
+__all__ = [
+    "CODE_BY_STATUS",
+    "ERROR_DESCRIPTIONS",
+    "RETRY_AFTER_S",
+    "describe_validation_error",
+    "error_body",
+    "error_responses",
+    "install_error_handlers",
+    "status_for",
+    "unavailable_message",
+]
+
+_log = logging.getLogger("ledger.service")
 
 # What each error status means, for the OpenAPI document (`error_responses`).
 ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
@@ -79,7 +91,7 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
 }
 
 # The status of each refusal (the first class that matches): the library's errors carry none.
-STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
+_STATUS_BY_ERROR: tuple[tuple[type[LedgerError], int], ...] = (
     (BadStreamRequest, 400),
     (StaleProducer, 403),
     (ReadOnlyStream, 405),
@@ -142,13 +154,13 @@ def error_responses(
     return documented
 
 
-def error_response(status: int, message: str, code: str | None = None, **extra: Any) -> JsonAnswer:
+def _error_response(status: int, message: str, code: str | None = None, **extra: Any) -> JsonAnswer:
     return JsonAnswer(error_body(status, message, code, **extra), status_code=status)
 
 
-def unavailable_response(exc: BaseException) -> JsonAnswer:
+def _unavailable_response(exc: BaseException) -> JsonAnswer:
     """The 503 answer to a database fault (`DB_FAULTS`)."""
-    response = error_response(503, unavailable_message(exc))
+    response = _error_response(503, unavailable_message(exc))
     response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
@@ -158,7 +170,7 @@ def unavailable_message(exc: BaseException) -> str:
     return f"the database is unavailable, retry later ({first_line})"
 
 
-def conflict_details(exc: Conflict) -> dict[str, Any]:
+def _conflict_details(exc: Conflict) -> dict[str, Any]:
     """The machine-readable part of a 409 answer: `code`, and what the client needs to act on it."""
     if isinstance(exc, StaleAttempt):
         return {"code": "stale_attempt", "producer_attempt": exc.current}
@@ -170,7 +182,7 @@ def conflict_details(exc: Conflict) -> dict[str, Any]:
 
 
 def status_for(exc: LedgerError) -> int:
-    for cls, status in STATUS_BY_ERROR:
+    for cls, status in _STATUS_BY_ERROR:
         if isinstance(exc, cls):
             return status
     return 400
@@ -204,16 +216,16 @@ def describe_validation_error(errors: Sequence[Any]) -> tuple[int, str]:
 async def _ledger_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, LedgerError)
     if isinstance(exc, CursorExpired):
-        return error_response(410, exc.message, "cursor_expired", first_seq=exc.first_seq)
+        return _error_response(410, exc.message, "cursor_expired", first_seq=exc.first_seq)
     if isinstance(exc, Conflict):
-        return error_response(409, exc.message, **conflict_details(exc))
-    return error_response(status_for(exc), exc.message)
+        return _error_response(409, exc.message, **_conflict_details(exc))
+    return _error_response(status_for(exc), exc.message)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JsonAnswer:
     assert isinstance(exc, RequestValidationError)
     status, message = describe_validation_error(exc.errors())
-    return error_response(status, message)
+    return _error_response(status, message)
 
 
 async def _http_error(request: Request, exc: Exception) -> JsonAnswer:
@@ -224,34 +236,34 @@ async def _http_error(request: Request, exc: Exception) -> JsonAnswer:
         message = f"method {request.method} is not allowed on {request.url.path}"
     else:
         message = str(exc.detail)
-    response = error_response(exc.status_code, message)
+    response = _error_response(exc.status_code, message)
     for name, value in (exc.headers or {}).items():
         response.headers[name] = value
     return response
 
 
 async def _unavailable(request: Request, exc: Exception) -> JsonAnswer:
-    log.warning(
+    _log.warning(
         "database unavailable: %s",
         unavailable_message(exc),
         extra={"method": request.method, "path": request.url.path, "error_type": type(exc).__name__},
     )
-    return unavailable_response(exc)
+    return _unavailable_response(exc)
 
 
 async def _overflow(request: Request, exc: Exception) -> JsonAnswer:
     # Backstop: a number too large for a time or an integer column that the library did not refuse.
-    log.warning(
+    _log.warning(
         "number out of range reached the library",
         exc_info=exc,
         extra={"method": request.method, "path": request.url.path},
     )
-    return error_response(422, f"invalid input: a number is out of range ({exc})")
+    return _error_response(422, f"invalid input: a number is out of range ({exc})")
 
 
 async def _unexpected(request: Request, exc: Exception) -> JsonAnswer:
-    log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal error (logged on the server)")
+    _log.error("unhandled error serving %s %s", request.method, request.url.path, exc_info=exc)
+    return _error_response(500, "internal error (logged on the server)")
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -30,11 +30,16 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
 
-LIMITS_ATTRIBUTE = "ledger_http_limits"
-REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 400: b"Bad Request"}
+__all__ = [
+    "HttpLimits",
+    "apply_limits",
+]
+
+_LIMITS_ATTRIBUTE = "ledger_http_limits"
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 400: b"Bad Request"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HttpLimits:
     max_header_bytes: int = 32 * 1024
     max_headers: int = 100
@@ -47,7 +52,7 @@ class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request that is over a limit."""
 
 
-class LimitedHttpProtocol(HttpToolsProtocol):
+class _LimitedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits `apply_limits` put on its config.
 
     Given to uvicorn by name (`http=`), so a worker process started by `--workers` finds it too;
@@ -56,7 +61,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self.limits: HttpLimits = getattr(config, LIMITS_ATTRIBUTE, None) or HttpLimits()
+        self.limits: HttpLimits = getattr(config, _LIMITS_ATTRIBUTE, None) or HttpLimits()
         self._head_open = False
         self._head_bytes = 0
         self._head_size = 0
@@ -161,13 +166,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         body = encode(error_body(status, message))
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, REASONS.get(status, b"Error"), len(body), body)
+            b"connection: close\r\n\r\n%s" % (status, _REASONS.get(status, b"Error"), len(body), body)
         )
         self.transport.close()
 
 
 def apply_limits(config: uvicorn.Config, limits: HttpLimits) -> uvicorn.Config:
-    """Serve `config`'s connections with `LimitedHttpProtocol` enforcing `limits`."""
-    config.http = LimitedHttpProtocol
-    setattr(config, LIMITS_ATTRIBUTE, limits)
+    """Serve `config`'s connections with `_LimitedHttpProtocol` enforcing `limits`."""
+    config.http = _LimitedHttpProtocol
+    setattr(config, _LIMITS_ATTRIBUTE, limits)
     return config

@@ -41,12 +41,17 @@ from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import read_body, replaying, send_json_error
 from ledger.service.security import refusal_answer
 
-log = logging.getLogger("ledger.service.idempotency")
+__all__ = [
+    "IdempotencyMiddleware",
+    "key_problem",
+]
 
-HEADER: Final = "Idempotency-Key"
-MAX_KEY_BYTES: Final = 1024
-METHODS: Final = frozenset({"POST", "PUT"})
-_HEADER_NAME: Final = HEADER.lower().encode()
+_log = logging.getLogger("ledger.service.idempotency")
+
+_HEADER: Final = "Idempotency-Key"
+_MAX_KEY_BYTES: Final = 1024
+_METHODS: Final = frozenset({"POST", "PUT"})
+_HEADER_NAME: Final = _HEADER.lower().encode()
 # Headers that change what a write does (a stream's content type, closing it, a producer's epoch
 # and seq, ...): part of the request's fingerprint. The same prefixes name the answer headers
 # that are part of the answer (a stream's next offset, ...), kept and given again with it.
@@ -54,7 +59,7 @@ _PROTOCOL_PREFIXES: Final = (b"stream-", b"producer-")
 _ANSWER_HEADERS: Final = frozenset({b"location"})
 
 
-def request_headers(scope: Scope) -> list[tuple[str, str]]:
+def _request_headers(scope: Scope) -> list[tuple[str, str]]:
     """The request's headers that change what it writes (names in lower case), for its fingerprint:
     its content type and the protocol's."""
     return [
@@ -64,7 +69,7 @@ def request_headers(scope: Scope) -> list[tuple[str, str]]:
     ]
 
 
-def is_json_body(scope: Scope) -> bool:
+def _is_json_body(scope: Scope) -> bool:
     """Whether the body is read as JSON (no content type, or a JSON one): fingerprinted by its
     meaning; any other body by its bytes (a stream's payload is bytes, `{"a": 1}` included)."""
     name: bytes
@@ -85,18 +90,18 @@ class _Discard(Exception):
 def key_problem(values: list[bytes]) -> str | None:
     """Why the request's Idempotency-Key header values are not one usable key, or None."""
     if len(values) > 1:
-        return f"{HEADER}: send it once"
+        return f"{_HEADER}: send it once"
     key = values[0].strip()
     if not key:
-        return f"{HEADER}: must not be empty"
-    if len(key) > MAX_KEY_BYTES:
-        return f"{HEADER}: must be at most {MAX_KEY_BYTES} bytes"
+        return f"{_HEADER}: must not be empty"
+    if len(key) > _MAX_KEY_BYTES:
+        return f"{_HEADER}: must be at most {_MAX_KEY_BYTES} bytes"
     if any(byte < 0x20 or byte == 0x7F for byte in key):
-        return f"{HEADER}: must not contain control characters"
+        return f"{_HEADER}: must not contain control characters"
     return None
 
 
-def bearer_token(scope: Scope) -> str | None:
+def _bearer_token(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
@@ -105,7 +110,7 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Captured:
     """The endpoint's answer, held back until the transaction has committed."""
 
@@ -197,7 +202,7 @@ class IdempotencyMiddleware:
             self.metrics.idempotency.labels(outcome).inc()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in METHODS:
+        if scope["type"] != "http" or scope["method"] not in _METHODS:
             await self.app(scope, receive, send)
             return
         values = [value for name, value in scope["headers"] if name == _HEADER_NAME]
@@ -208,7 +213,7 @@ class IdempotencyMiddleware:
         if problem is not None:
             await send_json_error(send, 422, problem)
             return
-        token = bearer_token(scope)
+        token = _bearer_token(scope)
         db = self.database(scope)
         if token is None or db is None:
             # No token: the endpoint answers 401, and there is no scope to keep an answer in.
@@ -223,7 +228,7 @@ class IdempotencyMiddleware:
         if refused is not None:
             await refused(scope, receive, send)
             return
-        key_scope = idempotency.Scope(
+        key_scope = idempotency.IdempotencyScope(
             token_fingerprint=idempotency.fingerprint_token(token),
             method=scope["method"],
             path=scope["path"],
@@ -237,11 +242,11 @@ class IdempotencyMiddleware:
         receive: Receive,
         send: Send,
         db: Database,
-        key_scope: idempotency.Scope,
+        key_scope: idempotency.IdempotencyScope,
         body: bytes,
     ) -> None:
         request_fingerprint = idempotency.fingerprint_body(
-            body, request_headers(scope), as_json=is_json_body(scope)
+            body, _request_headers(scope), as_json=_is_json_body(scope)
         )
         captured = _Captured()
         stored: idempotency.StoredAnswer | None = None
@@ -275,7 +280,7 @@ class IdempotencyMiddleware:
                 self._count("not_stored")
                 await captured.forward(send)
                 return
-            log.warning(
+            _log.warning(
                 "database unavailable for an idempotent request: %s",
                 unavailable_message(exc),
                 extra={"method": key_scope.method, "path": key_scope.path},
@@ -296,7 +301,7 @@ class IdempotencyMiddleware:
             await send_json_error(
                 send,
                 422,
-                f"{HEADER}: this key was used for a different request body on {key_scope.method} "
+                f"{_HEADER}: this key was used for a different request body on {key_scope.method} "
                 f"{key_scope.path}; a key names one request (send a new key for a new request)",
             )
         else:

@@ -19,6 +19,11 @@ import orjson
 import pydantic_core
 from starlette.responses import JSONResponse
 
+__all__ = [
+    "JsonAnswer",
+    "encode",
+]
+
 
 def encode(value: Any) -> bytes:
     """`value` as JSON bytes (see the module docstring)."""

@@ -38,6 +38,14 @@ from typing import Final
 
 from ledger.validate import MAX_JSON_DEPTH, json_depth
 
+__all__ = [
+    "BodyRefusal",
+    "body_problem",
+    "bracket_depth",
+    "encoding_problem",
+    "too_deep",
+]
+
 _NOT_BRACKET: Final = bytes(byte for byte in range(256) if byte not in b"[]{}")
 _SIGNS: Final = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # as signed bytes: +1, -1
 # Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.
@@ -49,8 +57,8 @@ _BYTE_ORDER_MARKS: Final = (
     (codecs.BOM_UTF16_BE, "UTF-16-BE"),
 )
 
-ENCODING_CODE: Final = "invalid_encoding"
-DEPTH_CODE: Final = "too_deep"
+_ENCODING_CODE: Final = "invalid_encoding"
+_DEPTH_CODE: Final = "too_deep"
 
 
 @dataclass(frozen=True)
@@ -131,10 +139,10 @@ def body_problem(body: bytes) -> BodyRefusal | None:
     """Why a request body is refused before the app sees it (bytes first, then nesting), or None."""
     encoding = encoding_problem(body)
     if encoding is not None:
-        return BodyRefusal(400, ENCODING_CODE, encoding)
+        return BodyRefusal(400, _ENCODING_CODE, encoding)
     depth = too_deep(body)
     if depth is not None:
-        return BodyRefusal(422, DEPTH_CODE, depth)
+        return BodyRefusal(422, _DEPTH_CODE, depth)
     return None
 
 

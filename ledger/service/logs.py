@@ -15,6 +15,12 @@ from typing import Any
 
 import orjson
 
+__all__ = [
+    "JsonFormatter",
+    "configure_json_logging",
+    "current_run_id",
+]
+
 current_run_id: ContextVar[str | None] = ContextVar("ledger_run_id", default=None)
 
 # Attributes every LogRecord has; anything else was passed with `extra=` and is logged as a field.

@@ -13,19 +13,25 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+__all__ = [
+    "CONTENT_TYPE",
+    "ServiceMetrics",
+]
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-Reading = Callable[[], float]
+_Reading = Callable[[], float]
 
 
 class _LiveSources(Collector):
     """Values owned by the listener and the watchdog, read when scraped."""
 
     def __init__(self) -> None:
-        self.listener_reconnects: Reading | None = None
-        self.waiters: Reading | None = None
-        self.listener_connected: Reading | None = None
-        self.watchdog_failures: Reading | None = None
+        self.listener_reconnects: _Reading | None = None
+        self.waiters: _Reading | None = None
+        self.listener_connected: _Reading | None = None
+        self.watchdog_failures: _Reading | None = None
+        self.event_reads: _Reading | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.listener_reconnects is not None:
@@ -43,6 +49,14 @@ class _LiveSources(Collector):
         if self.waiters is not None:
             yield GaugeMetricFamily(
                 "ledger_waiters", "Long-poll and SSE readers waiting for a wake-up.", value=self.waiters()
+            )
+        if self.event_reads is not None:
+            # Beside `ledger_waiters`: readers woken together share one read, so this grows by
+            # wake-ups, not by readers.
+            yield CounterMetricFamily(
+                "ledger_event_reads",
+                "Reads of the event log made for long-polls, SSE tails and event lists.",
+                value=self.event_reads(),
             )
         if self.watchdog_failures is not None:
             yield CounterMetricFamily(
@@ -107,15 +121,17 @@ class ServiceMetrics:
     def bind_sources(
         self,
         *,
-        listener_reconnects: Reading | None = None,
-        listener_connected: Reading | None = None,
-        waiters: Reading | None = None,
-        watchdog_failures: Reading | None = None,
+        listener_reconnects: _Reading | None = None,
+        listener_connected: _Reading | None = None,
+        waiters: _Reading | None = None,
+        watchdog_failures: _Reading | None = None,
+        event_reads: _Reading | None = None,
     ) -> None:
         self.live.listener_reconnects = listener_reconnects
         self.live.listener_connected = listener_connected
         self.live.waiters = waiters
         self.live.watchdog_failures = watchdog_failures
+        self.live.event_reads = event_reads
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

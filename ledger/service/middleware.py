@@ -23,7 +23,17 @@ from ledger.service.jsontext import BodyRefusal
 from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
 
-log = logging.getLogger("ledger.service.access")
+__all__ = [
+    "BodyLimitMiddleware",
+    "RequestContextMiddleware",
+    "RunPathMiddleware",
+    "path_run_id_problem",
+    "read_body",
+    "replaying",
+    "send_json_error",
+]
+
+_log = logging.getLogger("ledger.service.access")
 
 _RUN_PATH = re.compile(r"^/v1/runs/([^/]+)")
 _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
@@ -218,7 +228,7 @@ class RequestContextMiddleware:
             route = _route_template(scope)
             method = scope["method"]
             self.metrics.observe_request(method, route, status, elapsed)
-            log.info(
+            _log.info(
                 "%s %s %s",
                 method,
                 scope["path"],

@@ -28,6 +28,32 @@ from ledger.validate import (
     NODE_TIME_FIELDS,
 )
 
+__all__ = [
+    "CURSOR_PATTERN",
+    "INT4",
+    "NON_BLANK_PATTERN",
+    "RUN_ID",
+    "SEGMENT_PATTERN",
+    "STATUS_UPLOAD_SCHEMA",
+    "AddEntries",
+    "AppendEvents",
+    "BlockRun",
+    "Claim",
+    "IntegralInt",
+    "MapRun",
+    "Observations",
+    "OpenRun",
+    "Pool",
+    "ReadyEntry",
+    "RunId",
+    "SetTerminal",
+    "SheetRow",
+    "SheetRows",
+    "Version",
+    "VersionIds",
+    "digits_at_most",
+]
+
 # -- what the library accepts, as JSON Schema patterns (read by Python and ECMA engines alike) ---
 
 # What `str.isspace()` calls whitespace: a value of only these is blank.
@@ -54,7 +80,7 @@ SEGMENT_PATTERN: Final = f"^[^/{_CONTROL}]*[^/{_CONTROL}{_SPACE}][^/{_CONTROL}]*
 NON_BLANK_PATTERN: Final = f"^[^\\x00]*[^\\x00{_SPACE}][^\\x00]*$"
 CURSOR_PATTERN: Final = f"^(-1|now|{digits_at_most(INT64_MAX)})$"
 
-RUN_ID_SCHEMA: Final[dict[str, Any]] = {
+_RUN_ID_SCHEMA: Final[dict[str, Any]] = {
     "minLength": 1,
     "maxLength": MAX_RUN_ID_LENGTH,
     "pattern": SEGMENT_PATTERN,
@@ -64,7 +90,7 @@ RunId = Annotated[
     str,
     Path(
         description="1 to 512 characters, not blank, no '/' (nor %2F) or control characters",
-        json_schema_extra=RUN_ID_SCHEMA,
+        json_schema_extra=_RUN_ID_SCHEMA,
     ),
 ]
 Pool = Annotated[
@@ -78,22 +104,22 @@ Version = Annotated[
 
 # -- request values as JSON Schema (what the library's checks accept) ------------------------------
 
-TEXT: Final[dict[str, Any]] = {"type": "string", "pattern": "^[^\\x00]*$"}
-NON_BLANK: Final[dict[str, Any]] = {"type": "string", "pattern": NON_BLANK_PATTERN}
-RUN_ID: Final[dict[str, Any]] = {"type": "string", **RUN_ID_SCHEMA}
+_TEXT: Final[dict[str, Any]] = {"type": "string", "pattern": "^[^\\x00]*$"}
+_NON_BLANK: Final[dict[str, Any]] = {"type": "string", "pattern": NON_BLANK_PATTERN}
+RUN_ID: Final[dict[str, Any]] = {"type": "string", **_RUN_ID_SCHEMA}
 # The OpenAPI document holds bounds as floats: 2**63 is exact as one, INT64_MAX is not.
-BIGINT_BOUND: Final[dict[str, Any]] = {"minimum": 0, "exclusiveMaximum": INT64_MAX + 1}
-BIGINT: Final[dict[str, Any]] = {"type": "integer", **BIGINT_BOUND}
+_BIGINT_BOUND: Final[dict[str, Any]] = {"minimum": 0, "exclusiveMaximum": INT64_MAX + 1}
+_BIGINT: Final[dict[str, Any]] = {"type": "integer", **_BIGINT_BOUND}
 INT4: Final[dict[str, Any]] = {"type": "integer", "minimum": 0, "maximum": INT32_MAX}
-EPOCH_MS: Final[dict[str, Any]] = {"type": "number", "minimum": 0, "maximum": MAX_EPOCH_MS}
-JSON_VALUE: Final[dict[str, Any]] = {
+_EPOCH_MS: Final[dict[str, Any]] = {"type": "number", "minimum": 0, "maximum": MAX_EPOCH_MS}
+_JSON_VALUE: Final[dict[str, Any]] = {
     "description": f"any JSON value nesting at most {MAX_VALUE_DEPTH} levels, without NUL characters"
 }
-RUN_STATUS: Final[dict[str, Any]] = {**NON_BLANK, "not": {"enum": list(TERMINAL_STATUSES)}}
-STRINGS: Final[dict[str, Any]] = {"type": "array", "items": {"type": "string"}}
+_RUN_STATUS: Final[dict[str, Any]] = {**_NON_BLANK, "not": {"enum": list(TERMINAL_STATUSES)}}
+_STRINGS: Final[dict[str, Any]] = {"type": "array", "items": {"type": "string"}}
 # Nullable as anyOf, not a list of types: the OpenAPI model of older FastAPI takes one type only.
-LINES: Final[dict[str, Any]] = {"anyOf": [STRINGS, {"type": "null"}]}
-NULLABLE_TEXT: Final[dict[str, Any]] = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+_LINES: Final[dict[str, Any]] = {"anyOf": [_STRINGS, {"type": "null"}]}
+_NULLABLE_TEXT: Final[dict[str, Any]] = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -114,17 +140,17 @@ def _event(kind: str, required: list[str], fields: dict[str, Any], *, closed: bo
 
 
 # One schema per event type; an event's `seq` and `ts` are assigned by the ledger.
-EVENT_SCHEMAS: Final[list[dict[str, Any]]] = [
-    _event("status", ["status"], {"status": RUN_STATUS, "logs": LINES}),
+_EVENT_SCHEMAS: Final[list[dict[str, Any]]] = [
+    _event("status", ["status"], {"status": _RUN_STATUS, "logs": _LINES}),
     _event("log", ["line"], {"line": {"type": "string"}}),
     _event(
         "progress",
         ["status"],
         {
-            "status": RUN_STATUS,
-            "logs": LINES,
-            "active_node_id": _nullable(TEXT),
-            "active_artifact_table_namespace": _nullable(TEXT),
+            "status": _RUN_STATUS,
+            "logs": _LINES,
+            "active_node_id": _nullable(_TEXT),
+            "active_artifact_table_namespace": _nullable(_TEXT),
             "updated_at": _nullable({"type": "integer", "minimum": 0}),
         },
     ),
@@ -133,30 +159,30 @@ EVENT_SCHEMAS: Final[list[dict[str, Any]]] = [
         ["status"],
         {
             "status": {"enum": list(TERMINAL_STATUSES)},
-            "result": JSON_VALUE,
-            "error": NULLABLE_TEXT,
-            "total_rows": _nullable(BIGINT),
-            "duration_ms": _nullable(BIGINT),
-            "play_name": _nullable(TEXT),
+            "result": _JSON_VALUE,
+            "error": _NULLABLE_TEXT,
+            "total_rows": _nullable(_BIGINT),
+            "duration_ms": _nullable(_BIGINT),
+            "play_name": _nullable(_TEXT),
         },
     ),
     _event("log.gap", ["missing"], {"missing": {"type": "integer", "minimum": 1}}, closed=False),
     *(_event(kind, [], {}, closed=False) for kind in INGESTION_TYPES if kind != "log.gap"),
 ]
 
-EVENTS_SCHEMA: Final[dict[str, Any]] = {"minItems": 1, "items": {"oneOf": EVENT_SCHEMAS}}
+_EVENTS_SCHEMA: Final[dict[str, Any]] = {"minItems": 1, "items": {"oneOf": _EVENT_SCHEMAS}}
 
 _NODE_PROGRESS: Final[dict[str, Any]] = {
     "type": "object",
     "description": "unknown fields are ignored, nulls dropped",
     "properties": {
-        **{name: _nullable(BIGINT) for name in NODE_COUNT_FIELDS},
+        **{name: _nullable(_BIGINT) for name in NODE_COUNT_FIELDS},
         **{
             name: _nullable({"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS})
             for name in NODE_TIME_FIELDS
         },
-        "message": NULLABLE_TEXT,
-        "artifact_table_namespace": _nullable(TEXT),
+        "message": _NULLABLE_TEXT,
+        "artifact_table_namespace": _nullable(_TEXT),
         "node_io": _nullable({"type": "object"}),
     },
 }
@@ -171,15 +197,15 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
         "run_id": _nullable(RUN_ID),
         "status": {"enum": list(UPLOAD_STATUSES)},
         "error": _nullable({"type": "string", "description": "the run's terminal error (terminal statuses)"}),
-        "upload_seq": _nullable({**BIGINT, "minimum": 1}),
+        "upload_seq": _nullable({**_BIGINT, "minimum": 1}),
         "producer_attempt": _nullable(
             {**INT4, "description": f"at most {DEFAULT_MAX_ATTEMPT_STEP} above the run's current attempt"}
         ),
         "live_node_progress": _nullable(
-            {"type": "object", "propertyNames": NON_BLANK, "additionalProperties": _NODE_PROGRESS}
+            {"type": "object", "propertyNames": _NON_BLANK, "additionalProperties": _NODE_PROGRESS}
         ),
-        "live_logs": _nullable({**STRINGS, "maxItems": LIVE_LOG_TAIL_LIMIT}),
-        "live_log_total_count": _nullable(BIGINT),
+        "live_logs": _nullable({**_STRINGS, "maxItems": LIVE_LOG_TAIL_LIMIT}),
+        "live_log_total_count": _nullable(_BIGINT),
         "dataset_lifecycle_events": _nullable({"type": "array", "items": {"type": "object"}}),
         "activity_observations": _nullable(
             {
@@ -187,7 +213,7 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
                 "items": {
                     "type": "object",
                     "required": ["activityId", "observedAt"],
-                    "properties": {"activityId": NON_BLANK, "observedAt": {"type": "number"}},
+                    "properties": {"activityId": _NON_BLANK, "observedAt": {"type": "number"}},
                 },
             }
         ),
@@ -195,9 +221,9 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
             {
                 "type": "object",
                 "properties": {
-                    "lines": LINES,
+                    "lines": _LINES,
                     "dedupe_mode": {"enum": ["exact", "positional", "", None]},
-                    "total_count": _nullable(BIGINT),
+                    "total_count": _nullable(_BIGINT),
                 },
             }
         ),
@@ -206,7 +232,7 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
         "pipeline_steps": _nullable(
             {
                 "type": "array",
-                "items": NON_BLANK,
+                "items": _NON_BLANK,
                 "maxItems": MAX_PIPELINE_STEPS,
                 "uniqueItems": True,
                 "description": "The contract's step list (node ids) in pipeline order: every step shows "
@@ -231,20 +257,22 @@ def _integral(value: object) -> object:
 IntegralInt = Annotated[int, BeforeValidator(_integral)]
 
 
-class Body(BaseModel):
+class _StrictBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-Ids = Annotated[list[str], _documented({"minItems": 1, "items": NON_BLANK}, "distinct after de-duplication")]
-VersionField = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN}, "the code version, trimmed")]
-NonBlank = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN})]
-Text = Annotated[str | None, _documented({"pattern": TEXT["pattern"]})]
-Ms = Annotated[float | None, _documented({"minimum": 0})]
+_Ids = Annotated[
+    list[str], _documented({"minItems": 1, "items": _NON_BLANK}, "distinct after de-duplication")
+]
+_VersionField = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN}, "the code version, trimmed")]
+_NonBlank = Annotated[str, _documented({"pattern": NON_BLANK_PATTERN})]
+_Text = Annotated[str | None, _documented({"pattern": _TEXT["pattern"]})]
+_Ms = Annotated[float | None, _documented({"minimum": 0})]
 
 # -- warm pool ------------------------------------------------------------------------------------
 
 
-class AddEntries(Body):
+class AddEntries(_StrictBody):
     model_config = ConfigDict(
         json_schema_extra={
             "not": {
@@ -254,104 +282,104 @@ class AddEntries(Body):
         }
     )
 
-    version: VersionField
-    ids: Ids
-    ttl_ms: Ms = Field(None, description="0 or absent: the default; clamped to the maximum")
+    version: _VersionField
+    ids: _Ids
+    ttl_ms: _Ms = Field(None, description="0 or absent: the default; clamped to the maximum")
     ready: bool | None = None
     ready_at: float | None = Field(
         None, description="epoch ms; implies ready", json_schema_extra={"minimum": 0, "maximum": MAX_EPOCH_MS}
     )
 
 
-class Claim(Body):
-    version: VersionField
-    run_id: Annotated[str, _documented(RUN_ID_SCHEMA)]
-    min_ready_age_ms: Ms = None
+class Claim(_StrictBody):
+    version: _VersionField
+    run_id: Annotated[str, _documented(_RUN_ID_SCHEMA)]
+    min_ready_age_ms: _Ms = None
 
 
-class VersionIds(Body):
-    version: VersionField
-    ids: Ids
+class VersionIds(_StrictBody):
+    version: _VersionField
+    ids: _Ids
 
 
-class ReadyEntry(Body):
-    version: VersionField
-    id: NonBlank
+class ReadyEntry(_StrictBody):
+    version: _VersionField
+    id: _NonBlank
 
 
 # -- run mappings ---------------------------------------------------------------------------------
 
 
-class MapRun(Body):
-    instance_id: NonBlank
-    version: VersionField
+class MapRun(_StrictBody):
+    instance_id: _NonBlank
+    version: _VersionField
     started: bool = False
 
 
-class BlockRun(Body):
-    instance_id: NonBlank
-    version: VersionField
+class BlockRun(_StrictBody):
+    instance_id: _NonBlank
+    version: _VersionField
 
 
 # -- runs and events ------------------------------------------------------------------------------
 
 
-class OpenRun(Body):
-    run_id: Annotated[str, _documented(RUN_ID_SCHEMA)]
-    play_name: Text = None
+class OpenRun(_StrictBody):
+    run_id: Annotated[str, _documented(_RUN_ID_SCHEMA)]
+    play_name: _Text = None
 
 
-class AppendEvents(Body):
+class AppendEvents(_StrictBody):
     events: list[dict[str, Any]] = Field(
         description="flat events `{type, ...fields}`; seq and ts are assigned; a `terminal` event only last",
-        json_schema_extra=EVENTS_SCHEMA,
+        json_schema_extra=_EVENTS_SCHEMA,
     )
 
 
-class SetTerminal(Body):
+class SetTerminal(_StrictBody):
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = Field(None, json_schema_extra=JSON_VALUE)
+    result: Any = Field(None, json_schema_extra=_JSON_VALUE)
     error: str | None = None
-    total_rows: Annotated[IntegralInt | None, _documented(BIGINT_BOUND)] = None
-    duration_ms: Annotated[IntegralInt | None, _documented(BIGINT_BOUND)] = None
-    play_name: Text = None
+    total_rows: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
+    duration_ms: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
+    play_name: _Text = None
 
 
 # -- ingestion ------------------------------------------------------------------------------------
 
 
-class SheetRow(Body):
-    table_namespace: NonBlank
-    row_key: Annotated[str, _documented({"pattern": TEXT["pattern"]})]
+class SheetRow(_StrictBody):
+    table_namespace: _NonBlank
+    row_key: Annotated[str, _documented({"pattern": _TEXT["pattern"]})]
     status: Literal["pending", "completed", "failed"]
 
 
-class SheetRows(Body):
+class SheetRows(_StrictBody):
     rows: list[SheetRow]
 
 
-OBSERVATION_SCHEMA: Final[dict[str, Any]] = {
+_OBSERVATION_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "required": ["node_id", "attempt", "status"],
     "properties": {
-        "node_id": NON_BLANK,
+        "node_id": _NON_BLANK,
         "attempt": INT4,
         "invocation_seq": _nullable(INT4),
         "invocation_id": _nullable(
-            {**TEXT, "description": "its number after the last ':' is the default invocation_seq"}
+            {**_TEXT, "description": "its number after the last ':' is the default invocation_seq"}
         ),
         "status": {"enum": ["started", "completed", "failed"]},
-        "inputs": JSON_VALUE,
-        "outputs": JSON_VALUE,
-        "error": NULLABLE_TEXT,
-        "started_at": _nullable(EPOCH_MS),
-        "settled_at": _nullable(EPOCH_MS),
+        "inputs": _JSON_VALUE,
+        "outputs": _JSON_VALUE,
+        "error": _NULLABLE_TEXT,
+        "started_at": _nullable(_EPOCH_MS),
+        "settled_at": _nullable(_EPOCH_MS),
     },
 }
 
 
-class Observations(Body):
+class Observations(_StrictBody):
     observations: list[dict[str, Any]] = Field(
         description="times in epoch ms; the newest per node, attempt and invocation wins",
-        json_schema_extra={"items": OBSERVATION_SCHEMA},
+        json_schema_extra={"items": _OBSERVATION_SCHEMA},
     )

@@ -31,7 +31,11 @@ from ledger.service.models import CURSOR_PATTERN, RunId
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
-log = logging.getLogger("ledger.service.events")
+__all__ = [
+    "router",
+]
+
+_log = logging.getLogger("ledger.service.events")
 
 router = APIRouter(
     prefix="/v1/runs/{run_id}",
@@ -40,23 +44,23 @@ router = APIRouter(
     responses=error_responses(401, 403, 404, 410, 422, 503),
 )
 
-Svc = Annotated[Services, Depends(services)]
-After = Annotated[
+_Svc = Annotated[Services, Depends(services)]
+_After = Annotated[
     str,
     Query(
         description="a seq, -1 (from the oldest retained event) or now (only what comes next)",
         json_schema_extra={"pattern": CURSOR_PATTERN},
     ),
 ]
-TimeoutMs = Annotated[
+_TimeoutMs = Annotated[
     int,
     Query(description=f"how long to wait for a new event, in ms (clamped to 0 to {MAX_LIST_TIMEOUT_MS:,})"),
 ]
-Limit = Annotated[
+_Limit = Annotated[
     int, Query(description="page size", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT})
 ]
 # One event of the stream (comments are not events): `data` is the event (`Event`) as JSON.
-SSE_EVENT_SCHEMA = {
+_SSE_EVENT_SCHEMA = {
     "type": "object",
     "required": ["id", "event", "data"],
     "properties": {
@@ -66,8 +70,8 @@ SSE_EVENT_SCHEMA = {
     },
 }
 # Surrounding whitespace is not part of a header value; an empty one leaves the cursor to `after`.
-LAST_EVENT_ID_PATTERN = f"^[ \\t]*({CURSOR_PATTERN[1:-1]})?[ \\t]*$"
-PAGE = DEFAULT_LIST_LIMIT
+_LAST_EVENT_ID_PATTERN = f"^[ \\t]*({CURSOR_PATTERN[1:-1]})?[ \\t]*$"
+_PAGE = DEFAULT_LIST_LIMIT
 
 
 @router.get(
@@ -75,8 +79,8 @@ PAGE = DEFAULT_LIST_LIMIT
     summary="Events after a cursor; waits up to timeout_ms (max 30 s) when there are none",
     response_model=shapes.EventPage,
 )
-async def list_events(
-    run_id: RunId, svc: Svc, after: After = "-1", timeout_ms: TimeoutMs = 0, limit: Limit = PAGE
+async def _list_events(
+    run_id: RunId, svc: _Svc, after: _After = "-1", timeout_ms: _TimeoutMs = 0, limit: _Limit = _PAGE
 ) -> Response:
     with tracing.span("events long-poll wait", run_id=run_id, after=after, timeout_ms=timeout_ms):
         finished, page = await svc.drain.race(svc.runlog.wait_page(run_id, after, timeout_ms, limit))
@@ -88,7 +92,7 @@ async def list_events(
     return Response(page.encoded(encode), media_type="application/json")
 
 
-def sse_event(event: Mapping[str, Any]) -> str:
+def _sse_event(event: Mapping[str, Any]) -> str:
     """One event in SSE framing; JSON never contains a raw newline, so `data` is one line."""
     data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
     return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n"
@@ -108,16 +112,16 @@ def _cursor(after: str, last_event_id: str) -> tuple[str, str]:
     response_class=StreamingResponse,
     responses={
         200: {
-            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
+            "content": {"text/event-stream": {"schema": _SSE_EVENT_SCHEMA}},
             "description": "`id: <seq>`, `event: <type>`, `data: <the event as JSON>` per event; "
             "comments while idle; ends after the terminal event",
         },
         204: {"description": "the run is finished and nothing is newer than the cursor"},
     },
 )
-async def stream_events(
+async def _stream_events(
     run_id: RunId,
-    svc: Svc,
+    svc: _Svc,
     after: Annotated[
         str,
         Query(
@@ -129,14 +133,14 @@ async def stream_events(
         Header(
             alias="Last-Event-ID",
             description="the last seq this client has (what an EventSource sends on reconnect)",
-            json_schema_extra={"pattern": LAST_EVENT_ID_PATTERN},
+            json_schema_extra={"pattern": _LAST_EVENT_ID_PATTERN},
         ),
     ] = "",
 ) -> Response:
     raw, source = _cursor(after, last_event_id)
     cursor = validate.cursor(source, raw)
     # Read before answering: an unknown run or an expired cursor get a proper status.
-    first = await svc.runlog.list_events(run_id, "now" if cursor is None else cursor, 0, PAGE)
+    first = await svc.runlog.list_events(run_id, "now" if cursor is None else cursor, 0, _PAGE)
     if not first["events"] and first["terminal"] is not None:
         return Response(status_code=204)
     start = first["latest_seq"] if cursor is None else cursor
@@ -151,7 +155,7 @@ async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage
     keepalive_ms = max(1, int(svc.settings.sse_keepalive_s * 1000))
     # Sent at once so the client sees the stream open even before the first event.
     yield ": stream open\n\n"
-    page, frames = first, "".join(sse_event(event) for event in first["events"])
+    page, frames = first, "".join(_sse_event(event) for event in first["events"])
     try:
         while True:
             events = page["events"]
@@ -161,23 +165,22 @@ async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage
                 cursor = events[-1]["seq"]
                 if events[-1]["type"] == "terminal":
                     return
-                # Maybe more pages behind this one: read on without waiting.
-                shared = await svc.runlog.wait_page(run_id, cursor, 0, PAGE)
-                page, frames = shared.page, shared.frames(sse_event)
-                continue
-            if page["terminal"] is not None:
+            elif page["terminal"] is not None:
                 return
+            # Pages behind this one come back at once: the wait reads before it waits, and that
+            # read is shared by every tail of the run at the same cursor, where a read of each
+            # tail's own would be one per tail after every wake-up.
             with tracing.span("events stream wait", run_id=run_id, after=cursor):
                 finished, waited = await svc.drain.race(
-                    svc.runlog.wait_page(run_id, cursor, keepalive_ms, PAGE)
+                    svc.runlog.wait_page(run_id, cursor, keepalive_ms, _PAGE)
                 )
             if not finished:
                 return
             assert waited is not None
             # Shared with every tail of the run woken by the same read: framed once for them all.
-            page, frames = waited.page, waited.frames(sse_event)
+            page, frames = waited.page, waited.frames(_sse_event)
             if not page["events"] and page["terminal"] is None:
                 yield ": keep-alive\n\n"
     except LedgerFailure as exc:
         # The status line is gone; end the stream and let the reconnect get the proper answer.
-        log.warning("event stream ended early: %s", exc, extra={"after": cursor})
+        _log.warning("event stream ended early: %s", exc, extra={"after": cursor})

@@ -26,6 +26,10 @@ from ledger.service.models import STATUS_UPLOAD_SCHEMA, Observations, RunId, She
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
+__all__ = [
+    "router",
+]
+
 router = APIRouter(
     prefix="/v1/runs/{run_id}",
     tags=["ingestion"],
@@ -33,11 +37,11 @@ router = APIRouter(
     responses=error_responses(401, 403, 422, 503),
 )
 
-Svc = Annotated[Services, Depends(services)]
+_Svc = Annotated[Services, Depends(services)]
 # Writes with a body can also be unreadable (400) or too large (413).
-WITH_BODY = error_responses(400, 413)
+_WITH_BODY = error_responses(400, 413)
 
-UPLOAD_DESCRIPTION = (
+_UPLOAD_DESCRIPTION = (
     "`{run_id, upload_seq, status, live_node_progress, live_logs, live_log_total_count, "
     "producer_attempt, dataset_lifecycle_events, activity_observations, terminal_log_replay, "
     "last_checkpoint_at}`. `status` is `running` or a terminal status (`completed`, `failed`, "
@@ -53,7 +57,7 @@ UPLOAD_DESCRIPTION = (
 
 
 # The schema the framework would generate for a `dict` body carrying STATUS_UPLOAD_SCHEMA.
-UPLOAD_REQUEST_BODY: dict[str, Any] = {
+_UPLOAD_REQUEST_BODY: dict[str, Any] = {
     "required": True,
     "content": {
         "application/json": {
@@ -84,7 +88,7 @@ def _body_error(kind: str, message: str, body: object, **extra: Any) -> RequestV
     return RequestValidationError([{"type": kind, "loc": ("body",), "msg": message, "input": body, **extra}])
 
 
-async def json_object_body(request: Request) -> dict[str, Any]:
+async def _json_object_body(request: Request) -> dict[str, Any]:
     """The request's JSON object body, refused the way a `dict` body parameter would be."""
     raw = await request.body()
     if not raw:
@@ -115,15 +119,15 @@ async def json_object_body(request: Request) -> dict[str, Any]:
 @router.post(
     "/status",
     summary="Apply a reporter status upload (idempotent; 409 `stale_attempt` or `terminal`)",
-    description=UPLOAD_DESCRIPTION,
+    description=_UPLOAD_DESCRIPTION,
     responses=error_responses(400, 409, 413),
-    openapi_extra={"requestBody": UPLOAD_REQUEST_BODY},
+    openapi_extra={"requestBody": _UPLOAD_REQUEST_BODY},
 )
-async def status_upload(run_id: RunId, request: Request, svc: Svc) -> shapes.UploadResult:
+async def _status_upload(run_id: RunId, request: Request, svc: _Svc) -> shapes.UploadResult:
     applied = await apply_status_upload(
         svc.db,
         run_id,
-        await json_object_body(request),
+        await _json_object_body(request),
         max_events_per_run=svc.settings.max_events_per_run,
         max_attempt_step=svc.settings.max_attempt_step,
     )
@@ -143,9 +147,9 @@ async def status_upload(run_id: RunId, request: Request, svc: Svc) -> shapes.Upl
 @router.post(
     "/sheets",
     summary="Record sheet row outcomes (upsert by table namespace and row key)",
-    responses=WITH_BODY,
+    responses=_WITH_BODY,
 )
-async def record_sheets(run_id: RunId, body: SheetRows, svc: Svc) -> shapes.Recorded:
+async def _record_sheets(run_id: RunId, body: SheetRows, svc: _Svc) -> shapes.Recorded:
     rows = [row.model_dump() for row in body.rows]
     return {"recorded": await record_sheet_rows(svc.db, run_id, rows)}
 
@@ -153,19 +157,19 @@ async def record_sheets(run_id: RunId, body: SheetRows, svc: Svc) -> shapes.Reco
 @router.get(
     "/sheets", summary="Per table namespace: completed, failed and total rows", responses=error_responses(404)
 )
-async def get_sheets(run_id: RunId, svc: Svc) -> shapes.SheetOutcomes:
+async def _get_sheets(run_id: RunId, svc: _Svc) -> shapes.SheetOutcomes:
     return {"outcomes": await sheet_outcomes(svc.db, run_id)}
 
 
 @router.post(
     "/observations",
     summary="Record durable node observations (newest per invocation wins)",
-    responses=WITH_BODY,
+    responses=_WITH_BODY,
 )
-async def post_observations(run_id: RunId, body: Observations, svc: Svc) -> shapes.Recorded:
+async def _post_observations(run_id: RunId, body: Observations, svc: _Svc) -> shapes.Recorded:
     return {"recorded": await record_observations(svc.db, run_id, body.observations)}
 
 
 @router.get("/observations", summary="The run's node observations", responses=error_responses(404))
-async def get_observations(run_id: RunId, svc: Svc) -> shapes.ObservationList:
+async def _get_observations(run_id: RunId, svc: _Svc) -> shapes.ObservationList:
     return {"observations": await list_observations(svc.db, run_id)}

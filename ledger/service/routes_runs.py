@@ -20,6 +20,11 @@ from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, RunId
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
+__all__ = [
+    "append_answer",
+    "router",
+]
+
 router = APIRouter(
     prefix="/v1/runs",
     tags=["runs"],
@@ -27,11 +32,11 @@ router = APIRouter(
     responses=error_responses(401, 403, 422, 503),
 )
 
-Svc = Annotated[Services, Depends(services)]
+_Svc = Annotated[Services, Depends(services)]
 
 
 @router.post("", summary="Open a run (idempotent)", responses=error_responses(400, 413))
-async def open_run(body: OpenRun, svc: Svc) -> shapes.Run:
+async def _open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
     return await svc.runlog.open_run(body.run_id, body.play_name)
 
 
@@ -39,8 +44,8 @@ async def open_run(body: OpenRun, svc: Svc) -> shapes.Run:
     "",
     summary="The newest runs (the run_overview view), newest first, a page at a time; for `ledger runs`",
 )
-async def list_runs(
-    svc: Svc,
+async def _list_runs(
+    svc: _Svc,
     limit: Annotated[
         int,
         Query(description="how many runs", json_schema_extra={"minimum": 1, "maximum": MAX_RUNS_LIMIT}),
@@ -61,7 +66,7 @@ async def list_runs(
     summary="The run: status, last seq, terminal state, live node progress, the attempt's resume position",
     responses=error_responses(404),
 )
-async def get_run(run_id: RunId, svc: Svc) -> shapes.Run:
+async def _get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
     return await svc.runlog.get_run(run_id)
 
 
@@ -70,9 +75,9 @@ async def get_run(run_id: RunId, svc: Svc) -> shapes.Run:
     summary="The text of the run's last `tail` log lines, oldest first",
     responses=error_responses(404),
 )
-async def get_logs(
+async def _get_logs(
     run_id: RunId,
-    svc: Svc,
+    svc: _Svc,
     tail: Annotated[
         int,
         Query(description="how many lines", json_schema_extra={"minimum": 1, "maximum": MAX_LIST_LIMIT}),
@@ -87,7 +92,7 @@ async def get_logs(
     responses=error_responses(400, 404, 409, 413),
     response_model=shapes.AppendedEvents,
 )
-async def append_events(run_id: RunId, body: AppendEvents, svc: Svc) -> JsonAnswer:
+async def _append_events(run_id: RunId, body: AppendEvents, svc: _Svc) -> JsonAnswer:
     # Valid appends are served by `ledger.service.append_route` with `append_answer`; this route
     # answers the rest (and is what the OpenAPI document describes).
     return await append_answer(svc, run_id, body.events)
@@ -107,7 +112,7 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
     summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
     responses=error_responses(400, 404, 409, 413),
 )
-async def set_terminal(run_id: RunId, body: SetTerminal, svc: Svc) -> shapes.TerminalState:
+async def _set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.TerminalStateBody:
     return await svc.runlog.set_terminal(
         run_id,
         body.status,
@@ -124,7 +129,7 @@ async def set_terminal(run_id: RunId, body: SetTerminal, svc: Svc) -> shapes.Ter
     summary="The terminal state, or null while the run is live",
     responses=error_responses(404),
 )
-async def get_terminal(run_id: RunId, svc: Svc) -> shapes.TerminalAnswer:
+async def _get_terminal(run_id: RunId, svc: _Svc) -> shapes.TerminalAnswer:
     return {"state": await svc.runlog.get_terminal(run_id)}
 
 
@@ -143,7 +148,7 @@ async def get_terminal(run_id: RunId, svc: Svc) -> shapes.TerminalAnswer:
         },
     ),
 )
-async def map_run(run_id: RunId, body: MapRun, svc: Svc) -> shapes.MapResult:
+async def _map_run(run_id: RunId, body: MapRun, svc: _Svc) -> shapes.MapResult:
     return await svc.pool.map_run(run_id, body.instance_id, body.version, body.started)
 
 
@@ -152,10 +157,10 @@ async def map_run(run_id: RunId, body: MapRun, svc: Svc) -> shapes.MapResult:
     summary="Block an instance from the run unless it started it",
     responses=error_responses(400, 413),
 )
-async def block_run(run_id: RunId, body: BlockRun, svc: Svc) -> shapes.BlockResult:
+async def _block_run(run_id: RunId, body: BlockRun, svc: _Svc) -> shapes.BlockResult:
     return await svc.pool.block_run(run_id, body.instance_id, body.version)
 
 
 @router.get("/{run_id}/mapping", summary="The instance serving the run (same version only)")
-async def resolve_run(run_id: RunId, version: Version, svc: Svc) -> shapes.ResolvedMapping:
+async def _resolve_run(run_id: RunId, version: Version, svc: _Svc) -> shapes.ResolvedMapping:
     return await svc.pool.resolve_run(run_id, version)

@@ -34,32 +34,38 @@ from ledger.streams.rules import NOW, START, bad_request, format_offset
 from ledger.streams.runs import RUNS_PREFIX, RunStreams
 from ledger.streams.store import AppendRequest, Chunk, CreateRequest, Stream, StreamStore
 
+__all__ = [
+    "PREFIX",
+    "StreamHeadersMiddleware",
+    "router",
+]
+
 PREFIX: Final = "/v1/stream/"
 
 router = APIRouter(prefix="/v1/stream", tags=["streams"], dependencies=[Depends(require_token)])
-Svc = Annotated[Services, Depends(services)]
+_Svc = Annotated[Services, Depends(services)]
 
-EXPOSED: Final = (
+_EXPOSED: Final = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, "
     "Stream-Expires-At, Stream-SSE-Data-Encoding, ETag, Location, Producer-Epoch, Producer-Seq, "
     "Producer-Expected-Seq, Producer-Received-Seq"
 )
-ALLOWED_HEADERS: Final = (
+_ALLOWED_HEADERS: Final = (
     "Authorization, Content-Type, If-None-Match, Stream-TTL, Stream-Expires-At, Stream-Seq, "
     "Stream-Closed, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, Producer-Id, "
     "Producer-Epoch, Producer-Seq"
 )
 # On every answer under the prefix, errors included: no MIME sniffing, readable cross-origin.
-SECURITY_HEADERS: Final = (
+_SECURITY_HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"cross-origin-resource-policy", b"cross-origin"),
     (b"access-control-allow-origin", b"*"),
-    (b"access-control-expose-headers", EXPOSED.encode()),
+    (b"access-control-expose-headers", _EXPOSED.encode()),
 )
-CACHEABLE: Final = "private, max-age=60, stale-while-revalidate=300"
+_CACHEABLE: Final = "private, max-age=60, stale-while-revalidate=300"
 # How much of a refused upload is read before answering; past it the connection is just closed.
-MAX_DRAIN_BYTES: Final = 64 * 1024 * 1024
-DRAIN_TIMEOUT_S: Final = 30.0
+_MAX_DRAIN_BYTES: Final = 64 * 1024 * 1024
+_DRAIN_TIMEOUT_S: Final = 30.0
 
 
 class StreamHeadersMiddleware:
@@ -79,9 +85,9 @@ class StreamHeadersMiddleware:
                     "type": "http.response.start",
                     "status": 204,
                     "headers": [
-                        *SECURITY_HEADERS,
+                        *_SECURITY_HEADERS,
                         (b"access-control-allow-methods", b"GET, HEAD, PUT, POST, DELETE, OPTIONS"),
-                        (b"access-control-allow-headers", ALLOWED_HEADERS.encode()),
+                        (b"access-control-allow-headers", _ALLOWED_HEADERS.encode()),
                         (b"access-control-max-age", b"600"),
                     ],
                 }
@@ -105,22 +111,22 @@ class StreamHeadersMiddleware:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 if not body_read:
-                    await drain(receive_noting_the_end)
-                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+                    await _drain(receive_noting_the_end)
+                message = {**message, "headers": [*message.get("headers", []), *_SECURITY_HEADERS]}
             await send(message)
 
         await self.app(scope, receive_noting_the_end, send_with_headers)
 
 
-async def drain(receive: Receive) -> None:
+async def _drain(receive: Receive) -> None:
     """Read (and drop) what is left of a request body before answering it, up to a bound.
 
     An answer given early (413 for a declared length over the limit) would otherwise reach a client
     still uploading as a reset connection: fetch sends the whole body before it reads the answer.
     """
-    left = MAX_DRAIN_BYTES
+    left = _MAX_DRAIN_BYTES
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+        async with asyncio.timeout(_DRAIN_TIMEOUT_S):
             while left > 0:
                 message = await receive()
                 if message["type"] != "http.request" or not message.get("more_body", False):
@@ -131,20 +137,20 @@ async def drain(receive: Receive) -> None:
 # -- answers ---------------------------------------------------------------------------------
 
 
-def refused(exc: StreamRefused | CursorExpired | NotFound) -> Response:
+def _refused(exc: StreamRefused | CursorExpired | NotFound) -> Response:
     status = status_for(exc)
     body = json.dumps(error_body(status, exc.message)).encode()
     headers = exc.headers if isinstance(exc, StreamRefused) else {}
     return Response(body, status, headers={**headers, "content-type": "application/json"})
 
 
-async def answer(work: Coroutine[Any, Any, Response]) -> Response:
+async def _answer(work: Coroutine[Any, Any, Response]) -> Response:
     """Run an endpoint's work; a protocol refusal (or an expired cursor, a run that does not
     exist) becomes its 4xx with the protocol's headers."""
     try:
         return await work
     except (StreamRefused, CursorExpired, NotFound) as exc:
-        return refused(exc)
+        return _refused(exc)
 
 
 def _meta_headers(stream: Stream) -> dict[str, str]:
@@ -189,7 +195,7 @@ def _fork_source(raw: str) -> str:
         raise bad_request("Stream-Forked-From: must be UTF-8 once percent-decoded") from None
 
 
-def stream_name(request: Request, name: str) -> str:
+def _stream_name(request: Request, name: str) -> str:
     """The stream's name, checked: its bytes as percent-decoded from the raw path (`name`, the
     router's copy, has bytes that are not UTF-8 silently replaced), which must be UTF-8."""
     raw = request.scope.get("raw_path")
@@ -203,16 +209,16 @@ def stream_name(request: Request, name: str) -> str:
                 name = unquote_to_bytes(raw[len(PREFIX) :]).decode("utf-8")
             except UnicodeDecodeError:
                 raise bad_request("stream name: must be UTF-8 once percent-decoded") from None
-    return check_name(name)
+    return _check_name(name)
 
 
-def location(request: Request, name: str) -> str:
+def _location(request: Request, name: str) -> str:
     """The stream's URL, percent-encoded: a header carries bytes of one byte per character, and a
     name may hold any character (`?` and `#` included)."""
     return f"{str(request.base_url).rstrip('/')}{PREFIX}{quote(name, safe='/')}"
 
 
-def check_name(name: str) -> str:
+def _check_name(name: str) -> str:
     if not name or len(name.encode()) > rules.MAX_NAME_BYTES:
         raise bad_request(f"stream name: 1 to {rules.MAX_NAME_BYTES} bytes")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
@@ -364,7 +370,7 @@ def _responses(success: dict[int | str, dict[str, Any]], *errors: int) -> dict[i
 
 _WRITTEN: Final = _headers(Stream_Next_Offset=_NEXT, Stream_Closed="`true` when the stream is closed.")
 _BODY_ERRORS: Final = (400, 413, 422)
-CREATE_DOC: Final[dict[str, Any]] = {
+_CREATE_DOC: Final[dict[str, Any]] = {
     "responses": _responses(
         {
             200: {"description": "It exists with the same configuration.", "headers": _WRITTEN},
@@ -389,7 +395,7 @@ _APPENDED: Final = {
         Producer_Epoch="The producer's epoch, echoed.", Producer_Seq="The producer's last applied seq."
     ),
 }
-APPEND_DOC: Final[dict[str, Any]] = {
+_APPEND_DOC: Final[dict[str, Any]] = {
     "responses": _responses(
         {
             200: {"description": "A producer's new batch, appended.", "headers": _APPENDED},
@@ -406,11 +412,11 @@ APPEND_DOC: Final[dict[str, Any]] = {
     ),
     "openapi_extra": {"parameters": _APPEND_PARAMETERS, "requestBody": _BODY},
 }
-DELETE_DOC: Final[dict[str, Any]] = {
+_DELETE_DOC: Final[dict[str, Any]] = {
     "responses": _responses({204: {"description": "Deleted."}}, 400, 401, 403, 404, 405, 410, 503),
     "openapi_extra": {"parameters": [_NAME]},
 }
-HEAD_DOC: Final[dict[str, Any]] = {
+_HEAD_DOC: Final[dict[str, Any]] = {
     "responses": _responses(
         {
             200: {
@@ -444,7 +450,7 @@ _READ: Final = {
         Cache_Control="Whether the answer may be cached.",
     ),
 }
-READ_DOC: Final[dict[str, Any]] = {
+_READ_DOC: Final[dict[str, Any]] = {
     "responses": _responses(
         {
             200: {
@@ -482,14 +488,14 @@ READ_DOC: Final[dict[str, Any]] = {
     "/{name:path}",
     summary="Create a stream (200 if it exists with the same configuration)",
     response_class=Response,
-    **CREATE_DOC,
+    **_CREATE_DOC,
 )
-async def create_stream(request: Request, svc: Svc) -> Response:
-    return await answer(_create(request.path_params["name"], request, svc))
+async def _create_stream(request: Request, svc: _Svc) -> Response:
+    return await _answer(_create(request.path_params["name"], request, svc))
 
 
-async def _create(name: str, request: Request, svc: Svc) -> Response:
-    name = stream_name(request, name)
+async def _create(name: str, request: Request, svc: _Svc) -> Response:
+    name = _stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     ttl_raw, expires_raw = _header(request, "Stream-TTL"), _header(request, "Stream-Expires-At")
@@ -522,7 +528,7 @@ async def _create(name: str, request: Request, svc: Svc) -> Response:
     created, stream = await _store(svc).create(name, create)
     headers = _meta_headers(stream)
     if created:
-        headers["Location"] = location(request, name)
+        headers["Location"] = _location(request, name)
     return Response(status_code=201 if created else 200, headers=headers)
 
 
@@ -530,14 +536,14 @@ async def _create(name: str, request: Request, svc: Svc) -> Response:
     "/{name:path}",
     summary="Append to a stream; Stream-Closed: true closes it",
     response_class=Response,
-    **APPEND_DOC,
+    **_APPEND_DOC,
 )
-async def append_stream(request: Request, svc: Svc) -> Response:
-    return await answer(_append(request.path_params["name"], request, svc))
+async def _append_stream(request: Request, svc: _Svc) -> Response:
+    return await _answer(_append(request.path_params["name"], request, svc))
 
 
-async def _append(name: str, request: Request, svc: Svc) -> Response:
-    name = stream_name(request, name)
+async def _append(name: str, request: Request, svc: _Svc) -> Response:
+    name = _stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     body = await request.body()
@@ -569,14 +575,14 @@ async def _append(name: str, request: Request, svc: Svc) -> Response:
 
 
 @router.delete(
-    "/{name:path}", status_code=204, summary="Delete a stream", response_class=Response, **DELETE_DOC
+    "/{name:path}", status_code=204, summary="Delete a stream", response_class=Response, **_DELETE_DOC
 )
-async def delete_stream(request: Request, svc: Svc) -> Response:
-    return await answer(_delete(request.path_params["name"], request, svc))
+async def _delete_stream(request: Request, svc: _Svc) -> Response:
+    return await _answer(_delete(request.path_params["name"], request, svc))
 
 
-async def _delete(name: str, request: Request, svc: Svc) -> Response:
-    name = stream_name(request, name)
+async def _delete(name: str, request: Request, svc: _Svc) -> Response:
+    name = _stream_name(request, name)
     if _run_id(name) is not None:
         raise _read_only(name)
     await _store(svc).delete(name)
@@ -587,14 +593,14 @@ async def _delete(name: str, request: Request, svc: Svc) -> Response:
     "/{name:path}",
     summary="A stream's metadata: content type, tail offset, TTL, closed",
     response_class=Response,
-    **HEAD_DOC,
+    **_HEAD_DOC,
 )
-async def head_stream(request: Request, svc: Svc) -> Response:
-    return await answer(_head(request.path_params["name"], request, svc))
+async def _head_stream(request: Request, svc: _Svc) -> Response:
+    return await _answer(_head(request.path_params["name"], request, svc))
 
 
-async def _head(name: str, request: Request, svc: Svc) -> Response:
-    name = stream_name(request, name)
+async def _head(name: str, request: Request, svc: _Svc) -> Response:
+    name = _stream_name(request, name)
     run_id = _run_id(name)
     stream = await (RunStreams(svc.runlog).head(run_id) if run_id is not None else _store(svc).head(name))
     headers = {**_meta_headers(stream), "Cache-Control": "no-store"}
@@ -612,10 +618,10 @@ async def _head(name: str, request: Request, svc: Svc) -> Response:
     "/{name:path}",
     summary="Read from an offset: catch-up, live=long-poll (204 on timeout) or live=sse",
     response_class=Response,
-    **READ_DOC,
+    **_READ_DOC,
 )
-async def read_stream(request: Request, svc: Svc) -> Response:
-    return await answer(_read(request.path_params["name"], request, svc))
+async def _read_stream(request: Request, svc: _Svc) -> Response:
+    return await _answer(_read(request.path_params["name"], request, svc))
 
 
 class _Reader:
@@ -651,8 +657,8 @@ def _chunk_headers(chunk: Chunk) -> dict[str, str]:
     return headers
 
 
-async def _read(name: str, request: Request, svc: Svc) -> Response:
-    name = stream_name(request, name)
+async def _read(name: str, request: Request, svc: _Svc) -> Response:
+    name = _stream_name(request, name)
     offsets = request.query_params.getlist("offset")
     if len(offsets) > 1:
         raise bad_request("offset: send it once")
@@ -681,7 +687,7 @@ async def _read(name: str, request: Request, svc: Svc) -> Response:
             headers["Stream-Up-To-Date"] = "true"
             headers.pop("content-type")
             return Response(status_code=204, headers=headers)
-        return Response(_body(chunk), 200, headers={**headers, "Cache-Control": CACHEABLE})
+        return Response(_body(chunk), 200, headers={**headers, "Cache-Control": _CACHEABLE})
     chunk = await reader.read(offset)
     body = _body(chunk)
     headers = _chunk_headers(chunk)
@@ -690,7 +696,7 @@ async def _read(name: str, request: Request, svc: Svc) -> Response:
         return Response(body, 200, headers=headers)
     etag = f'"{chunk.start}-{chunk.next}-{zlib.crc32(body):08x}{"-c" if chunk.at_closed_end else ""}"'
     headers["ETag"] = etag
-    headers["Cache-Control"] = "no-store" if chunk.up_to_date else CACHEABLE
+    headers["Cache-Control"] = "no-store" if chunk.up_to_date else _CACHEABLE
     if etag in [v.strip() for v in request.headers.get("if-none-match", "").split(",")]:
         return Response(
             status_code=304, headers={"ETag": etag, "Stream-Next-Offset": headers["Stream-Next-Offset"]}

@@ -17,6 +17,12 @@ from ledger.service.errors import error_responses
 from ledger.service.models import INT4, RUN_ID, IntegralInt
 from ledger.service.security import keyring_of, require_token
 
+__all__ = [
+    "MintToken",
+    "MintedToken",
+    "router",
+]
+
 router = APIRouter(
     prefix="/v1/tokens",
     tags=["tokens"],
@@ -73,7 +79,7 @@ class MintedToken(BaseModel):
     summary="Mint a read or run token (admin only)",
     responses=error_responses(400, 403, 413, notes={403: "Only an admin token may mint."}),
 )
-async def mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
+async def _mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
     scope, run_id, max_attempt, ttl_s = tokens.check_request(
         body.scope, body.run_id, body.max_attempt, body.ttl_s
     )

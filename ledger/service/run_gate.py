@@ -21,6 +21,10 @@ from ledger import tracing
 from ledger.service.errors import RETRY_AFTER_S
 from ledger.service.middleware import send_json_error
 
+__all__ = [
+    "RunWriteGate",
+]
+
 _RUN_WRITE_PATH = re.compile(r"^/v1/runs/([^/]+)/")
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -3,7 +3,7 @@ default, the API docs is authorized here.
 
 One dependency, `require_token`, sits on every protected router. It
 
-1. resolves the caller's credential (`resolve_credential`: the one place a request's credential is
+1. resolves the caller's credential (`_resolve_credential`: the one place a request's credential is
    read: the bearer header, else on GET and HEAD the dashboard's session cookie; an admin API
    token, else a minted token verified with the keyring, no database read; one verified lately is
    remembered, its expiry still checked on every use: `ledger.service.verified_tokens`), and
@@ -47,6 +47,18 @@ from ledger.tokens import (
     Keyring,
     Need,
 )
+
+__all__ = [
+    "ACCESS",
+    "SESSION_COOKIE",
+    "api_access",
+    "bearer_credentials",
+    "install_security",
+    "keyring_of",
+    "refusal_answer",
+    "require_token",
+    "session_credentials",
+]
 
 # auto_error=False: a missing header gets our own 401 body, not FastAPI's 403.
 _bearer = HTTPBearer(
@@ -113,7 +125,7 @@ ACCESS: Final[dict[tuple[str, str], Need]] = {
 }
 
 
-class AccessDenied(HTTPException):
+class _AccessDenied(HTTPException):
     """401 (no acceptable credential) or 403 (a credential outside its scope); `code` says which."""
 
     def __init__(self, status: int, message: str, code: str) -> None:
@@ -123,7 +135,7 @@ class AccessDenied(HTTPException):
 
 
 async def _access_denied(request: Request, exc: Exception) -> JsonAnswer:
-    assert isinstance(exc, AccessDenied)
+    assert isinstance(exc, _AccessDenied)
     return JsonAnswer(
         error_body(exc.status_code, exc.message, exc.code), status_code=exc.status_code, headers=exc.headers
     )
@@ -134,7 +146,7 @@ def install_security(app: FastAPI, admin_tokens: tuple[str, ...], keyring: Keyri
     app.state.tokens = admin_tokens
     app.state.token_keys = keyring
     app.state.verified_tokens = VerifiedTokens(keyring)
-    app.add_exception_handler(AccessDenied, _access_denied)
+    app.add_exception_handler(_AccessDenied, _access_denied)
 
 
 def keyring_of(request: Request) -> Keyring:
@@ -143,17 +155,17 @@ def keyring_of(request: Request) -> Keyring:
     return found
 
 
-def verified_tokens_of(request: Request) -> VerifiedTokens:
+def _verified_tokens_of(request: Request) -> VerifiedTokens:
     found = request.app.state.verified_tokens
     assert isinstance(found, VerifiedTokens)
     return found
 
 
-async def resolve_credential(
+async def _resolve_credential(
     request: Request, credentials: HTTPAuthorizationCredentials | None = None
 ) -> Grant:
     """The caller's grant, from `credentials` (default: the request's bearer header, else on a
-    GET or HEAD the dashboard's session cookie); `AccessDenied` 401 when none is acceptable.
+    GET or HEAD the dashboard's session cookie); `_AccessDenied` 401 when none is acceptable.
 
     The one place a credential is read: any other kind is resolved here, into the token it stands
     for, and is then held to `ACCESS` like any token.
@@ -161,19 +173,19 @@ async def resolve_credential(
     if credentials is None:
         credentials = await _bearer(request) or session_credentials(request)
     if credentials is None:
-        raise AccessDenied(401, "missing bearer token (Authorization: Bearer <token>)", "unauthorized")
+        raise _AccessDenied(401, "missing bearer token (Authorization: Bearer <token>)", "unauthorized")
     presented = credentials.credentials
     # Every admin token is compared (constant time) before a minted token is looked at.
     if token_matches(presented, request.app.state.tokens):
         return tokens.ADMIN
     if tokens.looks_minted(presented):
         try:
-            return verified_tokens_of(request).verify(presented, now_s=time.time())
+            return _verified_tokens_of(request).verify(presented, now_s=time.time())
         except tokens.TokenExpired as exc:
-            raise AccessDenied(401, str(exc), "token_expired") from None
+            raise _AccessDenied(401, str(exc), "token_expired") from None
         except tokens.TokenError as exc:
-            raise AccessDenied(401, f"invalid bearer token: {exc}", "unauthorized") from None
-    raise AccessDenied(401, "invalid bearer token", "unauthorized")
+            raise _AccessDenied(401, f"invalid bearer token: {exc}", "unauthorized") from None
+    raise _AccessDenied(401, "invalid bearer token", "unauthorized")
 
 
 async def bearer_credentials(request: Request) -> HTTPAuthorizationCredentials | None:
@@ -190,7 +202,7 @@ def session_credentials(request: Request) -> HTTPAuthorizationCredentials | None
     return HTTPAuthorizationCredentials(scheme="Bearer", credentials=token) if token else None
 
 
-def route_need(request: Request) -> Need:
+def _route_need(request: Request) -> Need:
     """The `ACCESS` entry of the request's route; admin-only when the route has none."""
     route = request.scope.get("route")
     path = route.path if isinstance(route, APIRoute) else request.url.path
@@ -215,13 +227,13 @@ async def require_token(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Grant:
     """Authorize the request with `credentials` (see the module docstring): the caller's grant,
-    else `AccessDenied` (an `HTTPException`) 401 or 403."""
-    return await authorize(request, credentials, route_need(request))
+    else `_AccessDenied` (an `HTTPException`) 401 or 403."""
+    return await _authorize(request, credentials, _route_need(request))
 
 
-async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None, need: Need) -> Grant:
-    """The caller's grant when it may make the request needing `need`, else `AccessDenied`."""
-    grant = await resolve_credential(request, credentials)
+async def _authorize(request: Request, credentials: HTTPAuthorizationCredentials | None, need: Need) -> Grant:
+    """The caller's grant when it may make the request needing `need`, else `_AccessDenied`."""
+    grant = await _resolve_credential(request, credentials)
     if grant.scope is tokens.Scope.ADMIN:
         return grant
     run_id: object = None
@@ -236,7 +248,7 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
             attempt = await _body_field(request, "producer_attempt")
     problem = tokens.refusal(grant, need, run_id=run_id, attempt=attempt)
     if problem is not None:
-        raise AccessDenied(403, problem, "forbidden")
+        raise _AccessDenied(403, problem, "forbidden")
     return grant
 
 
@@ -274,7 +286,7 @@ async def refusal_answer(scope: Scope, receive: Receive) -> JsonAnswer | None:
     need, params = access
     request = Request({**scope, "path_params": params}, receive)
     try:
-        await authorize(request, await bearer_credentials(request), need)
-    except AccessDenied as exc:
+        await _authorize(request, await bearer_credentials(request), need)
+    except _AccessDenied as exc:
         return await _access_denied(request, exc)
     return None

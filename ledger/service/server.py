@@ -26,7 +26,15 @@ from ledger.service.http_limits import HttpLimits, apply_limits
 from ledger.service.settings import ServiceSettings
 from ledger.service.state import Services
 
-log = logging.getLogger("ledger.service")
+__all__ = [
+    "LedgerServer",
+    "bind_socket",
+    "build_server",
+    "run_until_stopped",
+    "serve_workers",
+]
+
+_log = logging.getLogger("ledger.service")
 
 
 class LedgerServer(uvicorn.Server):
@@ -55,7 +63,7 @@ class LedgerServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def http_limits(settings: ServiceSettings) -> HttpLimits:
+def _http_limits(settings: ServiceSettings) -> HttpLimits:
     return HttpLimits(
         max_header_bytes=settings.max_header_bytes,
         max_headers=settings.max_headers,
@@ -65,7 +73,7 @@ def http_limits(settings: ServiceSettings) -> HttpLimits:
     )
 
 
-def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
+def _uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
     """uvicorn's options for the service."""
     return {
         "lifespan": "on",
@@ -80,7 +88,7 @@ def uvicorn_options(settings: ServiceSettings) -> dict[str, Any]:
     }
 
 
-def raise_open_files_limit(wanted: int) -> None:
+def _raise_open_files_limit(wanted: int) -> None:
     """Raise this process's soft limit on open files toward `wanted` (at most the hard limit):
     the common default of 1024 would fail requests long before the connection cap does."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -92,14 +100,14 @@ def raise_open_files_limit(wanted: int) -> None:
 
 def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
     # Connections, plus the pool, the listener, logs and a margin.
-    raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
+    _raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        **{**uvicorn_options(settings), **overrides},
+        **{**_uvicorn_options(settings), **overrides},
     )
-    return LedgerServer(apply_limits(config, http_limits(settings)), app)
+    return LedgerServer(apply_limits(config, _http_limits(settings)), app)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -133,11 +141,11 @@ def serve_workers(
     SIGTERM/SIGINT to this process has stopped them all, each with its graceful shutdown; a worker
     that dies is replaced."""
     config = uvicorn.Config(
-        factory, factory=True, host=settings.host, port=settings.port, **uvicorn_options(settings)
+        factory, factory=True, host=settings.host, port=settings.port, **_uvicorn_options(settings)
     )
-    apply_limits(config, http_limits(settings))
+    apply_limits(config, _http_limits(settings))
     # Inherited by the workers.
-    raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
+    _raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
     if sock is None:
         sock = config.bind_socket()
     spawn = multiprocessing.get_context("spawn")
@@ -156,7 +164,7 @@ def serve_workers(
         while not stop.wait(1.0):
             for index, process in enumerate(processes):
                 if not process.is_alive():
-                    log.warning("worker %s exited with %s; starting another", process.pid, process.exitcode)
+                    _log.warning("worker %s exited with %s; starting another", process.pid, process.exitcode)
                     processes[index] = started()
     finally:
         for process in processes:

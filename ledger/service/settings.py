@@ -17,33 +17,40 @@ from ledger.runlog import retention
 from ledger.runlog.store import DEFAULT_MAX_EVENTS_PER_RUN
 from ledger.runlog.watchdog import DEFAULT_INTERVAL_S, DEFAULT_STALL_AFTER_S
 
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "ServiceSettings",
+    "load_service_settings",
+]
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
-MAX_BODY_VAR = "LEDGER_MAX_BODY_BYTES"
-KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
-PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
-POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
-POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
-LOCK_TIMEOUT_VAR = "LEDGER_DB_LOCK_TIMEOUT_S"
-STATEMENT_TIMEOUT_VAR = "LEDGER_DB_STATEMENT_TIMEOUT_S"
-TRANSACTION_POOLING_VAR = "LEDGER_DB_TRANSACTION_POOLING"
-MAX_HEADER_BYTES_VAR = "LEDGER_MAX_HEADER_BYTES"
-MAX_HEADERS_VAR = "LEDGER_MAX_HEADERS"
-KEEPALIVE_TIMEOUT_VAR = "LEDGER_KEEPALIVE_TIMEOUT_S"
-REQUEST_TIMEOUT_VAR = "LEDGER_REQUEST_TIMEOUT_S"
-MAX_CONNECTIONS_VAR = "LEDGER_MAX_CONNECTIONS"
-SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
-MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
-MAX_ATTEMPT_STEP_VAR = "LEDGER_MAX_ATTEMPT_STEP"
-WATCHDOG_VAR = "LEDGER_WATCHDOG"
-WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
-WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
-STREAM_LONG_POLL_VAR = "LEDGER_STREAM_LONG_POLL_S"
-STREAM_SSE_MAX_VAR = "LEDGER_STREAM_SSE_MAX_S"
-RUN_RETENTION_VAR = retention.RETENTION_VAR
+_MAX_BODY_VAR = "LEDGER_MAX_BODY_BYTES"
+_KEEPALIVE_VAR = "LEDGER_SSE_KEEPALIVE_S"
+_PUBLIC_DOCS_VAR = "LEDGER_PUBLIC_DOCS"
+_POOL_SIZE_VAR = "LEDGER_DB_POOL_SIZE"
+_POOL_TIMEOUT_VAR = "LEDGER_DB_POOL_TIMEOUT_S"
+_LOCK_TIMEOUT_VAR = "LEDGER_DB_LOCK_TIMEOUT_S"
+_STATEMENT_TIMEOUT_VAR = "LEDGER_DB_STATEMENT_TIMEOUT_S"
+_TRANSACTION_POOLING_VAR = "LEDGER_DB_TRANSACTION_POOLING"
+_MAX_HEADER_BYTES_VAR = "LEDGER_MAX_HEADER_BYTES"
+_MAX_HEADERS_VAR = "LEDGER_MAX_HEADERS"
+_KEEPALIVE_TIMEOUT_VAR = "LEDGER_KEEPALIVE_TIMEOUT_S"
+_REQUEST_TIMEOUT_VAR = "LEDGER_REQUEST_TIMEOUT_S"
+_MAX_CONNECTIONS_VAR = "LEDGER_MAX_CONNECTIONS"
+_SHUTDOWN_GRACE_VAR = "LEDGER_SHUTDOWN_GRACE_S"
+_MAX_EVENTS_VAR = "LEDGER_MAX_EVENTS_PER_RUN"
+_MAX_ATTEMPT_STEP_VAR = "LEDGER_MAX_ATTEMPT_STEP"
+_WATCHDOG_VAR = "LEDGER_WATCHDOG"
+_WATCHDOG_STALL_VAR = "LEDGER_WATCHDOG_STALL_S"
+_WATCHDOG_INTERVAL_VAR = "LEDGER_WATCHDOG_INTERVAL_S"
+_STREAM_LONG_POLL_VAR = "LEDGER_STREAM_LONG_POLL_S"
+_STREAM_SSE_MAX_VAR = "LEDGER_STREAM_SSE_MAX_S"
+_RUN_RETENTION_VAR = retention.RETENTION_VAR
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServiceSettings:
     """What the service needs beyond the database URL and the tokens."""
 
@@ -129,28 +136,28 @@ def load_service_settings(
     return ServiceSettings(
         host=host or DEFAULT_HOST,
         port=DEFAULT_PORT if port is None else port,
-        max_body_bytes=int(_number(env, MAX_BODY_VAR, defaults.max_body_bytes, minimum=1)),
-        sse_keepalive_s=_number(env, KEEPALIVE_VAR, defaults.sse_keepalive_s, minimum=0.01),
-        public_docs=_flag(env, PUBLIC_DOCS_VAR, defaults.public_docs),
-        db_pool_size=int(_number(env, POOL_SIZE_VAR, defaults.db_pool_size, minimum=2)),
-        db_pool_timeout_s=_number(env, POOL_TIMEOUT_VAR, defaults.db_pool_timeout_s, minimum=0.1),
-        db_lock_timeout_s=_number(env, LOCK_TIMEOUT_VAR, defaults.db_lock_timeout_s, minimum=0.001),
+        max_body_bytes=int(_number(env, _MAX_BODY_VAR, defaults.max_body_bytes, minimum=1)),
+        sse_keepalive_s=_number(env, _KEEPALIVE_VAR, defaults.sse_keepalive_s, minimum=0.01),
+        public_docs=_flag(env, _PUBLIC_DOCS_VAR, defaults.public_docs),
+        db_pool_size=int(_number(env, _POOL_SIZE_VAR, defaults.db_pool_size, minimum=2)),
+        db_pool_timeout_s=_number(env, _POOL_TIMEOUT_VAR, defaults.db_pool_timeout_s, minimum=0.1),
+        db_lock_timeout_s=_number(env, _LOCK_TIMEOUT_VAR, defaults.db_lock_timeout_s, minimum=0.001),
         db_statement_timeout_s=_number(
-            env, STATEMENT_TIMEOUT_VAR, defaults.db_statement_timeout_s, minimum=0.001
+            env, _STATEMENT_TIMEOUT_VAR, defaults.db_statement_timeout_s, minimum=0.001
         ),
-        db_transaction_pooling=_flag(env, TRANSACTION_POOLING_VAR, defaults.db_transaction_pooling),
-        max_header_bytes=int(_number(env, MAX_HEADER_BYTES_VAR, defaults.max_header_bytes, minimum=1024)),
-        max_headers=int(_number(env, MAX_HEADERS_VAR, defaults.max_headers, minimum=8)),
-        keepalive_timeout_s=_number(env, KEEPALIVE_TIMEOUT_VAR, defaults.keepalive_timeout_s, minimum=0.1),
-        request_timeout_s=_number(env, REQUEST_TIMEOUT_VAR, defaults.request_timeout_s, minimum=0.1),
-        max_connections=int(_number(env, MAX_CONNECTIONS_VAR, defaults.max_connections, minimum=1)),
-        shutdown_grace_s=_number(env, SHUTDOWN_GRACE_VAR, defaults.shutdown_grace_s, minimum=0),
-        max_events_per_run=int(_number(env, MAX_EVENTS_VAR, defaults.max_events_per_run, minimum=0)),
-        max_attempt_step=int(_number(env, MAX_ATTEMPT_STEP_VAR, defaults.max_attempt_step, minimum=1)),
-        watchdog=_flag(env, WATCHDOG_VAR, defaults.watchdog),
-        watchdog_stall_s=_number(env, WATCHDOG_STALL_VAR, defaults.watchdog_stall_s, minimum=0.1),
-        watchdog_interval_s=_number(env, WATCHDOG_INTERVAL_VAR, defaults.watchdog_interval_s, minimum=0.01),
-        run_retention=retention.parse_retention(env.get(RUN_RETENTION_VAR)),
-        stream_long_poll_s=_number(env, STREAM_LONG_POLL_VAR, defaults.stream_long_poll_s, minimum=0.01),
-        stream_sse_max_s=_number(env, STREAM_SSE_MAX_VAR, defaults.stream_sse_max_s, minimum=0.01),
+        db_transaction_pooling=_flag(env, _TRANSACTION_POOLING_VAR, defaults.db_transaction_pooling),
+        max_header_bytes=int(_number(env, _MAX_HEADER_BYTES_VAR, defaults.max_header_bytes, minimum=1024)),
+        max_headers=int(_number(env, _MAX_HEADERS_VAR, defaults.max_headers, minimum=8)),
+        keepalive_timeout_s=_number(env, _KEEPALIVE_TIMEOUT_VAR, defaults.keepalive_timeout_s, minimum=0.1),
+        request_timeout_s=_number(env, _REQUEST_TIMEOUT_VAR, defaults.request_timeout_s, minimum=0.1),
+        max_connections=int(_number(env, _MAX_CONNECTIONS_VAR, defaults.max_connections, minimum=1)),
+        shutdown_grace_s=_number(env, _SHUTDOWN_GRACE_VAR, defaults.shutdown_grace_s, minimum=0),
+        max_events_per_run=int(_number(env, _MAX_EVENTS_VAR, defaults.max_events_per_run, minimum=0)),
+        max_attempt_step=int(_number(env, _MAX_ATTEMPT_STEP_VAR, defaults.max_attempt_step, minimum=1)),
+        watchdog=_flag(env, _WATCHDOG_VAR, defaults.watchdog),
+        watchdog_stall_s=_number(env, _WATCHDOG_STALL_VAR, defaults.watchdog_stall_s, minimum=0.1),
+        watchdog_interval_s=_number(env, _WATCHDOG_INTERVAL_VAR, defaults.watchdog_interval_s, minimum=0.01),
+        run_retention=retention.parse_retention(env.get(_RUN_RETENTION_VAR)),
+        stream_long_poll_s=_number(env, _STREAM_LONG_POLL_VAR, defaults.stream_long_poll_s, minimum=0.01),
+        stream_sse_max_s=_number(env, _STREAM_SSE_MAX_VAR, defaults.stream_sse_max_s, minimum=0.01),
     )

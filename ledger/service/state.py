@@ -16,7 +16,13 @@ from ledger.runlog.store import RunLog
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.settings import ServiceSettings
 
-T = TypeVar("T")
+__all__ = [
+    "Drain",
+    "Services",
+    "services",
+]
+
+_T = TypeVar("_T")
 
 
 class Drain:
@@ -39,7 +45,7 @@ class Drain:
         for task in list(self._racing):
             loop.call_soon(task.cancel)
 
-    async def race(self, work: Awaitable[T]) -> tuple[bool, T | None]:
+    async def race(self, work: Awaitable[_T]) -> tuple[bool, _T | None]:
         """Run `work` until it finishes or draining starts: `(True, result)` or `(False, None)`.
 
         The work is awaited directly (no watcher task per race): a thousand long-polls woken at
@@ -61,7 +67,7 @@ class Drain:
             self._racing.discard(task)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Services:
     """One per process, built by the lifespan; endpoints reach it through `services(request)`."""
 

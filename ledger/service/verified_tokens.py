@@ -18,8 +18,12 @@ from typing import Final
 from ledger import tokens
 from ledger.tokens import Grant, Keyring
 
-DEFAULT_HOLD_S: Final = 60.0
-DEFAULT_MAX_ENTRIES: Final = 4096
+__all__ = [
+    "VerifiedTokens",
+]
+
+_DEFAULT_HOLD_S: Final = 60.0
+_DEFAULT_MAX_ENTRIES: Final = 4096
 
 
 class VerifiedTokens:
@@ -29,8 +33,8 @@ class VerifiedTokens:
         self,
         keyring: Keyring,
         *,
-        hold_s: float = DEFAULT_HOLD_S,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
+        hold_s: float = _DEFAULT_HOLD_S,
+        max_entries: int = _DEFAULT_MAX_ENTRIES,
     ) -> None:
         self.keyring = keyring
         self.hold_s = hold_s

@@ -17,16 +17,38 @@ from typing import Final, Literal
 
 from ledger.errors import BadStreamRequest
 
+__all__ = [
+    "MAX_NAME_BYTES",
+    "NOW",
+    "START",
+    "Producer",
+    "bad_request",
+    "cursor_for",
+    "format_offset",
+    "is_json",
+    "is_textual",
+    "json_array",
+    "json_messages",
+    "media_type",
+    "parse_bool_header",
+    "parse_decimal",
+    "parse_expires_at",
+    "parse_offset",
+    "parse_producer",
+    "sse_control",
+    "sse_data",
+]
+
 START: Final = "-1"
 NOW: Final = "now"
-OFFSET_ZERO: Final = "0000000000000000_0000000000000000"
-MAX_SAFE_INTEGER: Final = 2**53 - 1
+_OFFSET_ZERO: Final = "0000000000000000_0000000000000000"
+_MAX_SAFE_INTEGER: Final = 2**53 - 1
 MAX_NAME_BYTES: Final = 1024
-DEFAULT_CONTENT_TYPE: Final = "application/octet-stream"
+_DEFAULT_CONTENT_TYPE: Final = "application/octet-stream"
 
 # Cursors count fixed intervals from a fixed epoch, so every server (and CDN) agrees on them.
-CURSOR_EPOCH_S: Final = datetime(2024, 10, 9, tzinfo=UTC).timestamp()
-CURSOR_INTERVAL_S: Final = 20
+_CURSOR_EPOCH_S: Final = datetime(2024, 10, 9, tzinfo=UTC).timestamp()
+_CURSOR_INTERVAL_S: Final = 20
 
 _OFFSET = re.compile(r"^(\d{16})_(\d{16})$")
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]*)$")
@@ -40,11 +62,11 @@ def format_offset(position: int) -> str:
     return f"{0:016d}_{position:016d}"
 
 
-Start = Literal["-1"]
-Now = Literal["now"]
+_Start = Literal["-1"]
+_Now = Literal["now"]
 
 
-def parse_offset(raw: str, name: str = "offset") -> int | Start | Now:
+def parse_offset(raw: str, name: str = "offset") -> int | _Start | _Now:
     """A position, `-1` (the start) or `now` (the tail); 400 for anything else."""
     if raw == START:
         return START
@@ -56,7 +78,7 @@ def parse_offset(raw: str, name: str = "offset") -> int | Start | Now:
     return int(match.group(2))
 
 
-def parse_decimal(name: str, raw: str, *, maximum: int = MAX_SAFE_INTEGER) -> int:
+def parse_decimal(name: str, raw: str, *, maximum: int = _MAX_SAFE_INTEGER) -> int:
     """A non-negative decimal integer without sign, leading zeros, fraction or exponent."""
     value = raw.strip()
     if _DECIMAL.match(value) is None or int(value) > maximum:
@@ -173,7 +195,7 @@ def json_array(messages: list[bytes]) -> bytes:
 def cursor_for(now_s: float, client_cursor: str | None) -> str:
     """The `Stream-Cursor` of a live answer: the current interval, and always past the client's
     own cursor (with jitter), so a CDN never serves one cached answer in a loop."""
-    current = int((now_s - CURSOR_EPOCH_S) // CURSOR_INTERVAL_S)
+    current = int((now_s - _CURSOR_EPOCH_S) // _CURSOR_INTERVAL_S)
     if client_cursor is not None and client_cursor.isdigit() and int(client_cursor) >= current:
         return str(int(client_cursor) + random.randint(1, 180))
     return str(current)

@@ -15,15 +15,20 @@ from ledger.runlog.store import RunLog
 from ledger.streams.rules import NOW, START
 from ledger.streams.store import Chunk, Stream
 
+__all__ = [
+    "RUNS_PREFIX",
+    "RunStreams",
+]
+
 RUNS_PREFIX: Final = "runs/"
-CONTENT_TYPE: Final = "application/json"
-PAGE: Final = 1000
+_CONTENT_TYPE: Final = "application/json"
+_PAGE: Final = 1000
 
 
 def _stream(run_id: str, page: shapes.EventPage) -> Stream:
     return Stream(
         name=RUNS_PREFIX + run_id,
-        content_type=CONTENT_TYPE,
+        content_type=_CONTENT_TYPE,
         ttl_s=None,
         expires_at=None,
         expires=None,
@@ -53,12 +58,12 @@ class RunStreams:
     async def read(self, run_id: str, offset: int | str, timeout_s: float) -> Chunk:
         """The events after `offset` (a seq, `-1` or `now`), waiting up to `timeout_s` for one."""
         after: int | str = "now" if offset == NOW else (-1 if offset == START else int(offset))
-        page = await self.runlog.list_events(run_id, after, int(timeout_s * 1000), PAGE)
+        page = await self.runlog.list_events(run_id, after, int(timeout_s * 1000), _PAGE)
         stream = _stream(run_id, page)
         events = page["events"]
         payloads = [json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() for e in events]
         if events:
             start = int(events[0]["seq"]) - 1
-            return Chunk(stream, start, payloads, int(events[-1]["seq"]))
+            return Chunk(stream=stream, start=start, payloads=payloads, next=int(events[-1]["seq"]))
         position = stream.tail if offset in (NOW, START) else min(int(offset), stream.tail)
-        return Chunk(stream, position, [], position)
+        return Chunk(stream=stream, start=position, payloads=[], next=position)

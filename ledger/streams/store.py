@@ -35,24 +35,32 @@ from ledger.streams.rules import (
     media_type,
 )
 
+__all__ = [
+    "AppendRequest",
+    "Chunk",
+    "CreateRequest",
+    "Stream",
+    "StreamStore",
+]
+
 # A read answers at most this many bytes (at least one whole append); the client reads on.
-MAX_READ_BYTES: Final = 1024 * 1024
-MAX_READ_ROWS: Final = 10_000
-DEFAULT_POLL_INTERVAL_S: Final = 1.0
+_MAX_READ_BYTES: Final = 1024 * 1024
+_MAX_READ_ROWS: Final = 10_000
+_DEFAULT_POLL_INTERVAL_S: Final = 1.0
 
 _EXPIRED = """(s.expires_at IS NOT NULL AND s.expires_at <= now())
     OR (s.ttl_s IS NOT NULL AND s.touched_at + make_interval(secs => s.ttl_s) <= now())"""
 
-SELECT_SQL: Final = f"""
+_SELECT_SQL: Final = f"""
 SELECT s.*, ({_EXPIRED}) AS expired,
        CASE WHEN s.ttl_s IS NOT NULL THEN s.touched_at + make_interval(secs => s.ttl_s)
             ELSE s.expires_at END AS expires,
        EXISTS (SELECT 1 FROM ledger.streams f WHERE f.forked_from = s.name) AS has_forks
 FROM ledger.streams s WHERE s.name = %(name)s
 """
-LOCK_SQL: Final = SELECT_SQL + " FOR UPDATE OF s"
+_LOCK_SQL: Final = _SELECT_SQL + " FOR UPDATE OF s"
 
-INSERT_SQL: Final = """
+_INSERT_SQL: Final = """
 INSERT INTO ledger.streams
     (name, content_type, ttl_s, expires_at, forked_from, fork_offset, fork_sub_offset, tail)
 VALUES (%(name)s, %(content_type)s, %(ttl_s)s, %(expires_at)s, %(forked_from)s, %(fork_offset)s,
@@ -60,27 +68,27 @@ VALUES (%(name)s, %(content_type)s, %(ttl_s)s, %(expires_at)s, %(forked_from)s, 
 ON CONFLICT (name) DO NOTHING
 """
 
-INSERT_DATA_SQL: Final = """
+_INSERT_DATA_SQL: Final = """
 INSERT INTO ledger.stream_data (name, "offset", end_offset, payload)
 SELECT %(name)s, o, e, p
 FROM unnest(%(offsets)s::bigint[], %(ends)s::bigint[], %(payloads)s::bytea[]) AS t(o, e, p)
 """
 
-UPDATE_SQL: Final = """
+_UPDATE_SQL: Final = """
 UPDATE ledger.streams
 SET tail = %(tail)s, closed = %(closed)s, closed_by = %(closed_by)s, producers = %(producers)s,
     last_stream_seq = %(last_stream_seq)s, touched_at = now()
 WHERE name = %(name)s
 """
 
-NOTIFY_SQL: Final = "SELECT pg_notify(%(channel)s, %(payload)s)"
+_NOTIFY_SQL: Final = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
-TOUCH_SQL: Final = "UPDATE ledger.streams SET touched_at = now() WHERE name = %(name)s AND ttl_s IS NOT NULL"
+_TOUCH_SQL: Final = "UPDATE ledger.streams SET touched_at = now() WHERE name = %(name)s AND ttl_s IS NOT NULL"
 
 # The rows covering positions from `pos` on, across a fork chain given as parallel arrays of
 # segments (stream, from, to): per segment the row straddling the start (found by one backward
 # index probe) and the rows after it; cut at `max_bytes` (always at least one row).
-READ_SQL: Final = """
+_READ_SQL: Final = """
 WITH picked AS (
     SELECT d."offset", d.end_offset, d.payload, seg.lo, seg.hi
     FROM unnest(%(names)s::text[], %(los)s::bigint[], %(his)s::bigint[]) AS seg(name, lo, hi)
@@ -105,12 +113,12 @@ ORDER BY "offset" LIMIT %(rows)s
 """
 
 
-def waiter_key(name: str) -> str:
+def _waiter_key(name: str) -> str:
     """The listener key of a stream's wake-ups; never a run id (run ids hold no `/`)."""
     return f"/stream/{name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stream:
     """A stream's metadata as stored."""
 
@@ -162,7 +170,7 @@ def _stream(row: Row) -> Stream:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CreateRequest:
     content_type: str | None
     ttl_s: int | None
@@ -174,7 +182,7 @@ class CreateRequest:
     fork_sub_offset: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AppendRequest:
     content_type: str | None
     body: bytes
@@ -183,8 +191,8 @@ class AppendRequest:
     stream_seq: str | None
 
 
-@dataclass(frozen=True)
-class AppendResult:
+@dataclass(frozen=True, kw_only=True)
+class _AppendResult:
     """What an append did: `duplicate` (an idempotent producer's retry, nothing written)."""
 
     stream: Stream
@@ -195,7 +203,7 @@ class AppendResult:
     producer_seq: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Chunk:
     """A read: the stream, the payloads from the requested position, and where the next read starts."""
 
@@ -213,11 +221,11 @@ class Chunk:
         return self.stream.closed and self.up_to_date
 
 
-def gone(name: str) -> StreamGone:
+def _gone(name: str) -> StreamGone:
     return StreamGone(f"stream {name!r} was deleted (its forks still read it)")
 
 
-def not_found(name: str) -> StreamNotFound:
+def _not_found(name: str) -> StreamNotFound:
     return StreamNotFound(f"no stream {name!r}")
 
 
@@ -229,7 +237,7 @@ class StreamStore:
         db: Database,
         *,
         listener: Listener | None = None,
-        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        poll_interval_s: float = _DEFAULT_POLL_INTERVAL_S,
     ) -> None:
         self.db = db
         self.listener = listener
@@ -238,7 +246,7 @@ class StreamStore:
     # -- metadata ---------------------------------------------------------------------------
 
     async def _get(self, conn: Conn, name: str, *, lock: bool = False) -> Stream | None:
-        cur = await conn.execute(LOCK_SQL if lock else SELECT_SQL, {"name": name})
+        cur = await conn.execute(_LOCK_SQL if lock else _SELECT_SQL, {"name": name})
         row = await cur.fetchone()
         return _stream(row) if row is not None else None
 
@@ -248,9 +256,9 @@ class StreamStore:
         if stream is None or stream.expired:
             if stream is not None and lock:
                 await self._remove(conn, stream)
-            raise not_found(name)
+            raise _not_found(name)
         if stream.deleted:
-            raise gone(name)
+            raise _gone(name)
         return stream
 
     async def head(self, name: str) -> Stream:
@@ -291,7 +299,7 @@ class StreamStore:
             content_type = content_type or "application/octet-stream"
             tail = fork_offset or 0
             cur = await conn.execute(
-                INSERT_SQL,
+                _INSERT_SQL,
                 {
                     "name": name,
                     "content_type": content_type,
@@ -318,7 +326,7 @@ class StreamStore:
                     tail = await self._insert(conn, name, _rows(tail, payloads, is_json(content_type)))
             if tail != (fork_offset or 0) or request.closed:
                 await conn.execute(
-                    UPDATE_SQL,
+                    _UPDATE_SQL,
                     {
                         "name": name,
                         "tail": tail,
@@ -365,7 +373,7 @@ class StreamStore:
     ) -> list[tuple[int, int, bytes]]:
         """The first `count` units of the append at `position` (bytes, or JSON messages), copied
         into the fork: a fork inside an append owns its part of it."""
-        rows = await self._rows(conn, source, position, MAX_READ_BYTES)
+        rows = await self._rows(conn, source, position, _MAX_READ_BYTES)
         if not rows:
             raise bad_request("Stream-Fork-Sub-Offset: nothing is stored at Stream-Fork-Offset")
         if source.json:
@@ -404,7 +412,7 @@ class StreamStore:
 
     # -- append -------------------------------------------------------------------------------
 
-    async def append(self, name: str, request: AppendRequest) -> AppendResult:
+    async def append(self, name: str, request: AppendRequest) -> _AppendResult:
         async with self.db.transaction() as conn:
             stream = await self._live(conn, name, lock=True)
             producers = dict(stream.producers)
@@ -420,8 +428,13 @@ class StreamStore:
                     if producer.seq != 0:
                         raise bad_request("Producer-Seq: a new producer epoch starts at 0")
                 elif producer.seq <= state["seq"]:
-                    return AppendResult(
-                        stream, stream.tail, stream.closed, True, state["epoch"], state["seq"]
+                    return _AppendResult(
+                        stream=stream,
+                        tail=stream.tail,
+                        closed=stream.closed,
+                        duplicate=True,
+                        producer_epoch=state["epoch"],
+                        producer_seq=state["seq"],
                     )
                 elif producer.seq > state["seq"] + 1:
                     raise StreamConflict(
@@ -433,7 +446,7 @@ class StreamStore:
                     )
             if stream.closed:
                 if not request.body and producer is None:
-                    return AppendResult(stream, stream.tail, True, True)
+                    return _AppendResult(stream=stream, tail=stream.tail, closed=True, duplicate=True)
                 raise StreamConflict(
                     f"stream {name!r} is closed",
                     {"Stream-Closed": "true", "Stream-Next-Offset": format_offset(stream.tail)},
@@ -457,7 +470,7 @@ class StreamStore:
                 producers[producer.id] = {"epoch": producer.epoch, "seq": producer.seq}
             closed_by = producer.as_json() if request.close and producer is not None else None
             await conn.execute(
-                UPDATE_SQL,
+                _UPDATE_SQL,
                 {
                     "name": name,
                     "tail": tail,
@@ -468,18 +481,18 @@ class StreamStore:
                 },
             )
             await self._notify(conn, name, tail)
-            return AppendResult(
-                stream,
-                tail,
-                request.close,
-                False,
-                producer.epoch if producer is not None else None,
-                producer.seq if producer is not None else None,
+            return _AppendResult(
+                stream=stream,
+                tail=tail,
+                closed=request.close,
+                duplicate=False,
+                producer_epoch=producer.epoch if producer is not None else None,
+                producer_seq=producer.seq if producer is not None else None,
             )
 
     async def _insert(self, conn: Conn, name: str, rows: list[tuple[int, int, bytes]]) -> int:
         await conn.execute(
-            INSERT_DATA_SQL,
+            _INSERT_DATA_SQL,
             {
                 "name": name,
                 "offsets": [r[0] for r in rows],
@@ -490,8 +503,8 @@ class StreamStore:
         return rows[-1][1]
 
     async def _notify(self, conn: Conn, name: str, tail: int) -> None:
-        payload = json.dumps({"run_id": waiter_key(name), "seq": tail})
-        await conn.execute(NOTIFY_SQL, {"channel": CHANNEL, "payload": payload})
+        payload = json.dumps({"run_id": _waiter_key(name), "seq": tail})
+        await conn.execute(_NOTIFY_SQL, {"channel": CHANNEL, "payload": payload})
 
     # -- read ---------------------------------------------------------------------------------
 
@@ -513,13 +526,13 @@ class StreamStore:
     ) -> list[tuple[int, int, bytes]]:
         segments = await self._chain(conn, stream)
         cur = await conn.execute(
-            READ_SQL,
+            _READ_SQL,
             {
                 "names": [s[0] for s in segments],
                 "los": [s[1] for s in segments],
                 "his": [s[2] for s in segments],
                 "pos": position,
-                "rows": MAX_READ_ROWS,
+                "rows": _MAX_READ_ROWS,
                 "max_bytes": max_bytes,
             },
         )
@@ -540,24 +553,24 @@ class StreamStore:
         async with self.db.connection() as conn:
             stream = await self._live(conn, name)
             if touch and stream.ttl_s is not None:
-                await conn.execute(TOUCH_SQL, {"name": name})
+                await conn.execute(_TOUCH_SQL, {"name": name})
             if offset == NOW:
-                return Chunk(stream, stream.tail, [], stream.tail)
+                return Chunk(stream=stream, start=stream.tail, payloads=[], next=stream.tail)
             position = 0 if offset == START else int(offset)
             if position > stream.tail:
                 raise bad_request("offset: beyond the stream's tail")
             if position == stream.tail:
-                return Chunk(stream, position, [], position)
-            rows = await self._rows(conn, stream, position, MAX_READ_BYTES)
+                return Chunk(stream=stream, start=position, payloads=[], next=position)
+            rows = await self._rows(conn, stream, position, _MAX_READ_BYTES)
         if not rows:
-            return Chunk(stream, position, [], stream.tail)
-        return Chunk(stream, position, [r[2] for r in rows], rows[-1][1])
+            return Chunk(stream=stream, start=position, payloads=[], next=stream.tail)
+        return Chunk(stream=stream, start=position, payloads=[r[2] for r in rows], next=rows[-1][1])
 
     async def wait_read(self, name: str, offset: int | str, timeout_s: float) -> Chunk:
         """Like `read`, but waits up to `timeout_s` for data past `offset` (or the stream's close)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        waiter = self.listener.register(waiter_key(name)) if self.listener is not None else None
+        waiter = self.listener.register(_waiter_key(name)) if self.listener is not None else None
         try:
             chunk = await self.read(name, offset)
             position = chunk.start

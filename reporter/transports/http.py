@@ -31,12 +31,17 @@ from ledger.client import AsyncLedgerClient, RetryPolicy
 from ledger.errors import LedgerError, NotFound
 from ledger.validate import is_int
 
+__all__ = [
+    "DEFAULT_RETRY_POLICY",
+    "HttpTransport",
+]
+
 # The reporter outlasts longer outages per request than a command does: its uploads carry the run.
 DEFAULT_RETRY_POLICY: Final = RetryPolicy(
     max_attempts=6, max_total_s=60.0, initial_wait_s=0.5, max_wait_s=10.0
 )
 # The bearer token a worker is given (a run token for its run, or an admin token).
-TOKEN_VAR: Final = "LEDGER_TOKEN"
+_TOKEN_VAR: Final = "LEDGER_TOKEN"
 _T = TypeVar("_T")
 
 
@@ -58,7 +63,7 @@ class HttpTransport:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if token is None:
-            token = os.environ.get(TOKEN_VAR, "").strip() or None
+            token = os.environ.get(_TOKEN_VAR, "").strip() or None
         self.client = AsyncLedgerClient(
             base_url, token, timeout_s=timeout_s, retry=retry_policy, transport=transport, sleep=sleep
         )

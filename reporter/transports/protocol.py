@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+__all__ = [
+    "Transport",
+    "terminal_message",
+]
+
 
 def terminal_message(run_id: str, terminal: dict[str, Any]) -> str:
     """Who ended the run and how, from its stored terminal state."""

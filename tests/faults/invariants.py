@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from ledger.idempotency import Scope
+from ledger.idempotency import IdempotencyScope
 
 # (what the rule says, a query returning the rows that break it)
 RULES: tuple[tuple[str, str], ...] = (
@@ -185,7 +185,12 @@ def _idempotency_problems(conn: psycopg.Connection[dict[str, Any]]) -> list[str]
     ).fetchall()
     for row in rows:
         where = f"{row['method']} {row['path']} key {row['idempotency_key']!r}"
-        scope = Scope(row["token_fingerprint"], row["method"], row["path"], row["idempotency_key"].encode())
+        scope = IdempotencyScope(
+            token_fingerprint=row["token_fingerprint"],
+            method=row["method"],
+            path=row["path"],
+            key=row["idempotency_key"].encode(),
+        )
         if not _HEX64.fullmatch(row["token_fingerprint"]):
             problems.append(f"{where}: token fingerprint {row['token_fingerprint']!r} is not a SHA-256")
         # A key that is not UTF-8 is stored repaired (U+FFFD) for readers: its digest cannot be redone.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ledger.idempotency import Scope, fingerprint_token
+from ledger.idempotency import IdempotencyScope, fingerprint_token
 from tests.conftest import delete_all_rows
 from tests.faults.invariants import violations
 
@@ -39,7 +39,7 @@ def _run(conn: psycopg.Connection[object], run_id: str, types: list[str], *, ter
 
 
 def key(conn: psycopg.Connection[object], path: str, body: object, *, digest: str | None = None) -> None:
-    scope = Scope(TOKEN, "POST", path, b"k")
+    scope = IdempotencyScope(token_fingerprint=TOKEN, method="POST", path=path, key=b"k")
     conn.execute(
         "INSERT INTO ledger.idempotency_keys (token_fingerprint, scope_digest, method, path,"
         " idempotency_key, request_fingerprint, status_code, content_type, response_body)"

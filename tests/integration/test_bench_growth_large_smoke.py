@@ -46,3 +46,7 @@ def test_quick_large_growth_measures_every_stage(large_database_url: str) -> Non
         }
         assert all(r["wal_bytes"] > 0 for r in stage["retention"].values()), stage["retention"]
         assert stage["sizes"]["events_table"] > 0
+        assert stage["sizes"]["database"] > stage["sizes"]["events_table"]
+        assert stage["pages"]["event page"] > 0 and stage["pages"]["run list"] > 0
+        # One partition per day filled (a day is 1,000 events in the quick profile), and today's.
+        assert stage["pages"]["partitions"] > stage["target"] // 1_000, stage["pages"]

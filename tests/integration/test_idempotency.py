@@ -197,8 +197,18 @@ async def test_an_expired_key_is_a_new_request(app: FastAPI, client: httpx.Async
 
 
 async def store(db: Database, key: str, age: timedelta) -> None:
-    scope = idempotency.Scope(idempotency.fingerprint_token(TOKEN), "POST", "/v1/runs", key.encode())
-    answer = idempotency.StoredAnswer(idempotency.fingerprint_body(b"{}"), 200, "application/json", b"{}")
+    scope = idempotency.IdempotencyScope(
+        token_fingerprint=idempotency.fingerprint_token(TOKEN),
+        method="POST",
+        path="/v1/runs",
+        key=key.encode(),
+    )
+    answer = idempotency.StoredAnswer(
+        request_fingerprint=idempotency.fingerprint_body(b"{}"),
+        status_code=200,
+        content_type="application/json",
+        body=b"{}",
+    )
     async with db.transaction() as conn:
         await idempotency.store_answer(conn, scope, answer)
         await conn.execute(

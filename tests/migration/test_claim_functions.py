@@ -63,7 +63,8 @@ def test_0007_adds_the_functions_and_the_index_and_its_downgrade_removes_them(em
     assert present(empty_url) == ALL
     migrate.downgrade(empty_url, "0006")
     assert present(empty_url) == NOTHING
-    migrate.upgrade(empty_url)
+    # 0013 replaces the claim and the collect by their `_v2` versions.
+    migrate.upgrade(empty_url, "0012")
     assert present(empty_url) == ALL
 
 

@@ -84,3 +84,69 @@ def test_the_ledger_s_own_modules_import_the_reporter_only_where_both_meet() -> 
             if module == "reporter" or module.startswith("reporter."):
                 users.add(rel)
     assert users and all(rel.startswith(allowed) for rel in users), sorted(users)
+
+
+# The driver's errors are translated once, where the stores meet the database
+# (`ledger.db.driver_errors`); above that, code catches the library's errors. These modules may
+# still name the driver's error classes, each for its own reason:
+DRIVER_ERROR_MODULES = {
+    "ledger/db.py": "the translation itself, and the pool's checks of a connection",
+    "ledger/embedded.py": "starts and probes its own server",
+    "ledger/migrate.py": "unwraps SQLAlchemy's wrapper for the translation",
+    "ledger/runlog/conversion.py": "retries its own lock timeout while dropping the old table",
+    "ledger/testing.py": "administers test servers and databases, beneath any store",
+}
+DRIVER_ERROR_HOMES = ("psycopg.errors", "sqlalchemy.exc", "psycopg_pool")
+
+
+def _names_a_driver_error(dotted: str) -> bool:
+    if dotted.startswith(DRIVER_ERROR_HOMES):
+        return True
+    head, _, name = dotted.partition(".")
+    return head == "psycopg" and "." not in name and (name.endswith(("Error", "Warning")) or name == "errors")
+
+
+def driver_error_uses(source: str) -> list[str]:
+    """The driver's error classes (or their modules) `source` imports or names."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.startswith(DRIVER_ERROR_HOMES)]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found += [
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if _names_a_driver_error(f"{node.module}.{alias.name}")
+            ]
+        elif isinstance(node, ast.Attribute):
+            dotted = ast.unparse(node)
+            if _names_a_driver_error(dotted):
+                found.append(dotted)
+    return found
+
+
+def test_only_the_stores_boundary_names_the_driver_s_errors() -> None:
+    users = {}
+    for package in ("ledger", "reporter"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith("ledger/migrations/versions/") or rel in DRIVER_ERROR_MODULES:
+                continue
+            uses = driver_error_uses(path.read_text(encoding="utf-8"))
+            if uses:
+                users[rel] = sorted(set(uses))
+    assert users == {}
+
+
+def test_a_driver_error_named_above_the_stores_is_caught() -> None:
+    assert driver_error_uses(
+        "import psycopg\ntry:\n    pass\nexcept psycopg.OperationalError:\n    pass\n"
+    ) == ["psycopg.OperationalError"]
+    assert driver_error_uses("import sqlalchemy.exc\n") == ["sqlalchemy.exc"]
+    assert driver_error_uses("from psycopg import errors\n") == ["psycopg.errors"]
+    assert driver_error_uses("from psycopg.errors import LockNotAvailable\n") == [
+        "psycopg.errors.LockNotAvailable"
+    ]
+    assert driver_error_uses("from sqlalchemy.exc import DBAPIError\n") == ["sqlalchemy.exc.DBAPIError"]
+    # The driver's connections and SQL composition are not its errors.
+    assert driver_error_uses("import psycopg\nfrom psycopg import sql\nc: psycopg.AsyncConnection\n") == []

@@ -43,9 +43,9 @@ def test_a_signed_token_with_well_formed_claims_verifies() -> None:
     exp = NOW + 60
     assert tokens.verify(
         KEYRING, signed(scope="read", exp=exp, run=None, max_attempt=None), now_s=NOW
-    ) == Grant(Scope.READ, None, None, exp, KID)
+    ) == Grant(scope=Scope.READ, run_id=None, max_attempt=None, expires_at_s=exp, kid=KID)
     assert tokens.verify(KEYRING, signed(scope="run", exp=exp, run="r", max_attempt=0), now_s=NOW) == Grant(
-        Scope.RUN, "r", 0, exp, KID
+        scope=Scope.RUN, run_id="r", max_attempt=0, expires_at_s=exp, kid=KID
     )
 
 
@@ -150,11 +150,11 @@ def test_a_refusal_ends_by_naming_the_tokens_that_may() -> None:
 
 
 def test_a_refused_grant_is_told_which_token_the_run_needs() -> None:
-    read = Grant(Scope.READ, None, None, NOW, KID)
+    read = Grant(scope=Scope.READ, expires_at_s=NOW, kid=KID)
     assert tokens.refusal(read, tokens.WRITE_RUN, run_id="r1") == (
         "a read token may only read; this request needs a run token for run 'r1' or an admin token"
     )
-    run = Grant(Scope.RUN, "r2", 1, NOW, KID)
+    run = Grant(scope=Scope.RUN, run_id="r2", max_attempt=1, expires_at_s=NOW, kid=KID)
     assert tokens.refusal(run, tokens.WRITE_RUN, run_id="r1") == (
         "a run token for run 'r2' (attempts up to 1) may not touch run 'r1'; "
         "this request needs a run token for run 'r1' or an admin token"

@@ -60,7 +60,9 @@ def test_a_minted_run_token_verifies_to_the_grant_it_was_minted_with() -> None:
     token, minted = tokens.mint(OLD, Scope.RUN, now_s=NOW, ttl_s=60, run_id="run-a", max_attempt=2)
     assert tokens.looks_minted(token)
     assert tokens.verify(OLD, token, now_s=NOW) == minted
-    assert minted == Grant(Scope.RUN, "run-a", 2, int(NOW) + 60, "k1")
+    assert minted == Grant(
+        scope=Scope.RUN, run_id="run-a", max_attempt=2, expires_at_s=int(NOW) + 60, kid="k1"
+    )
     assert claims_of(token) == {
         "exp": int(NOW) + 60,
         "kid": "k1",
@@ -72,7 +74,9 @@ def test_a_minted_run_token_verifies_to_the_grant_it_was_minted_with() -> None:
 
 def test_a_read_token_carries_no_run() -> None:
     token, minted = tokens.mint(OLD, Scope.READ, now_s=NOW, ttl_s=60)
-    assert tokens.verify(OLD, token, now_s=NOW) == Grant(Scope.READ, None, None, int(NOW) + 60, "k1")
+    assert tokens.verify(OLD, token, now_s=NOW) == Grant(
+        scope=Scope.READ, run_id=None, max_attempt=None, expires_at_s=int(NOW) + 60, kid="k1"
+    )
     assert minted.run_id is None and minted.max_attempt is None
 
 
@@ -305,8 +309,8 @@ def test_ttl_seconds_refuses_other_forms(text: str) -> None:
 
 # -- what each scope may do ---------------------------------------------------------------------
 
-READ = Grant(Scope.READ, expires_at_s=1, kid="k")
-RUN_A = Grant(Scope.RUN, "run-a", 2, 1, "k")
+READ = Grant(scope=Scope.READ, expires_at_s=1, kid="k")
+RUN_A = Grant(scope=Scope.RUN, run_id="run-a", max_attempt=2, expires_at_s=1, kid="k")
 
 
 @pytest.mark.parametrize("need", [ADMIN_ONLY, READ_ANY, READ_RUN, WRITE_RUN, OPEN_RUN, UPLOAD_RUN])

@@ -98,3 +98,44 @@ def test_without_the_extra_the_variables_give_one_line_and_the_service_runs_untr
         "tracing is off: OTEL_* asks for it but OpenTelemetry is not installed (opentelemetry"
     )
     assert said[0].endswith("): pip install 'run-ledger[otel]'")
+
+
+# A process where something else (another library, a host application) has installed a tracer
+# provider, while the service was not asked to trace: it must still send no span.
+_FOREIGN_PROVIDER = textwrap.dedent(
+    """
+    import asyncio, httpx
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from ledger.service.app import create_app
+    from ledger.service.settings import load_service_settings
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    app = create_app(load_service_settings(), "postgresql://127.0.0.1:1/none", ["token"])
+
+    async def ask():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://ledger") as http:
+            return [(await http.get(path)).status_code for path in ("/healthz", "/v1/runs/r", "/nowhere")]
+
+    print("answers", asyncio.run(ask()))
+    print("spans", [span.name for span in exporter.get_finished_spans()])
+    """
+)
+
+
+def test_a_tracer_provider_installed_by_someone_else_does_not_make_the_service_trace() -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    clean = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+    done = subprocess.run(
+        [sys.executable, "-c", _FOREIGN_PROVIDER], env=clean, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    answers, spans = done.stdout.splitlines()
+    assert answers == "answers [200, 401, 404]"
+    assert spans == "spans []"

@@ -10,6 +10,14 @@ import sys
 
 import click
 
+__all__ = [
+    "DEFAULT_RATE",
+    "DEFAULT_ROWS",
+    "TERMINAL_PACE_S",
+    "demo",
+    "pace_for",
+]
+
 DEFAULT_ROWS = 6_000
 DEFAULT_RATE = 900.0
 # On a terminal the run is stretched to about a minute: long enough to open its page and sign in.

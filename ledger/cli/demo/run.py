@@ -41,12 +41,16 @@ from ledger.cli.exits import EXIT_INTERRUPTED
 from ledger.config import load_settings
 from ledger.db import resolve_url
 
-STARTUP_TIMEOUT_S = 30.0
-WATCH_TIMEOUT_S = 60.0
+__all__ = [
+    "main",
+]
+
+_STARTUP_TIMEOUT_S = 30.0
+_WATCH_TIMEOUT_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
-class DemoService:
+class _DemoService:
     """The demo's running service: where it listens, the one-off token it accepts, and the event
     set by Ctrl-C or SIGTERM."""
 
@@ -59,7 +63,7 @@ class DemoService:
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[asyncio.Event]:
+def _stop_on_signals() -> Iterator[asyncio.Event]:
     """An event set by SIGINT or SIGTERM while the block runs.
 
     uvicorn installs handlers of its own while it serves, which would stop the service on the
@@ -83,7 +87,7 @@ def stop_on_signals() -> Iterator[asyncio.Event]:
 
 
 @contextlib.asynccontextmanager
-async def running_service(database_url: str) -> AsyncIterator[DemoService]:
+async def _running_service(database_url: str) -> AsyncIterator[_DemoService]:
     """The ledger service in this process on a free local port, with a one-off token."""
     # The web stack loads only for the commands that serve.
     from ledger.service.app import create_app
@@ -99,20 +103,20 @@ async def running_service(database_url: str) -> AsyncIterator[DemoService]:
     server = build_server(create_app(settings, database_url, [token]), settings)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
         while not server.started:
             if task.done():
                 task.result()
                 raise click.ClickException("the demo's ledger service stopped while starting")
             if time.monotonic() > deadline:
                 raise click.ClickException(
-                    f"the demo's ledger service did not start in {STARTUP_TIMEOUT_S:g}s"
+                    f"the demo's ledger service did not start in {_STARTUP_TIMEOUT_S:g}s"
                 )
             await asyncio.sleep(0.05)
         # The handlers stay until the service has shut down: a second Ctrl-C meanwhile is absorbed.
-        with stop_on_signals() as stop:
+        with _stop_on_signals() as stop:
             try:
-                yield DemoService(f"http://127.0.0.1:{port}", token, stop)
+                yield _DemoService(f"http://127.0.0.1:{port}", token, stop)
             finally:
                 server.should_exit = True
                 with contextlib.suppress(Exception):
@@ -125,7 +129,7 @@ async def running_service(database_url: str) -> AsyncIterator[DemoService]:
         sock.close()
 
 
-async def watch(base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> None:
+async def _watch(base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]) -> None:
     """Tail the run's events (SSE) until its terminal event, resuming after a dropped connection."""
     last_seq: int | None = None
     headers = {"Authorization": f"Bearer {token}"}
@@ -153,11 +157,11 @@ async def watch(base_url: str, token: str, run_id: str, on_event: Callable[[dict
     raise click.ClickException(f"lost the event stream of run {run_id}")
 
 
-class Interrupted(Exception):
+class _Interrupted(Exception):
     """Ctrl-C or SIGTERM before the run finished."""
 
 
-async def run_demo(
+async def _run_demo(
     database_url: str,
     plan: DemoPlan,
     console: Console,
@@ -168,9 +172,9 @@ async def run_demo(
 ) -> dict[str, Any]:
     """Serve, drive and show one demo run; returns the run and its sheet outcomes as the ledger has
     them, after handing them to `on_outcome`. With `keep_serving`, the service then stays up until
-    Ctrl-C or SIGTERM. Raises `Interrupted` when either comes before the run has finished."""
+    Ctrl-C or SIGTERM. Raises `_Interrupted` when either comes before the run has finished."""
     run_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    view = DemoView(run_id, plan.step_order())
+    view = DemoView(run_id=run_id, step_order=plan.step_order())
     screen = Live(view.renderable(), console=console, refresh_per_second=8) if live else None
 
     def on_event(event: dict[str, Any]) -> None:
@@ -180,13 +184,13 @@ async def run_demo(
         elif line is not None:
             print(line, flush=True)
 
-    async with running_service(database_url) as service:
+    async with _running_service(database_url) as service:
         headers = {"Authorization": f"Bearer {service.token}"}
         async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=30) as http:
             await open_run(http, run_id)
-            say(console, f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
-            for line in page_lines(service, run_id, keep_serving=keep_serving):
-                say(console, line)
+            _say(console, f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
+            for line in _page_lines(service, run_id, keep_serving=keep_serving):
+                _say(console, line)
             with screen or contextlib.nullcontext():
                 report = await _until_stopped(
                     _drive_and_watch(plan, service.base_url, service.token, run_id, on_event), service.stop
@@ -197,18 +201,18 @@ async def run_demo(
         if on_outcome is not None:
             on_outcome(outcome)
         if keep_serving and not service.stop.is_set():
-            say(console, f"\nserving {service.run_page(run_id)} until Ctrl-C")
+            _say(console, f"\nserving {service.run_page(run_id)} until Ctrl-C")
             await service.stop.wait()
-            say(console, "stopping the service")
+            _say(console, "stopping the service")
     return outcome
 
 
-def say(console: Console, line: str) -> None:
+def _say(console: Console, line: str) -> None:
     # As written: no markup, and no wrapping inside a URL or a token.
     console.print(line, markup=False, soft_wrap=True)
 
 
-def page_lines(service: DemoService, run_id: str, *, keep_serving: bool) -> list[str]:
+def _page_lines(service: _DemoService, run_id: str, *, keep_serving: bool) -> list[str]:
     """Where to watch the run in a browser and how to sign in; the token is never part of a URL."""
     until = "until Ctrl-C after the run" if keep_serving else "while the demo runs"
     return [
@@ -218,14 +222,14 @@ def page_lines(service: DemoService, run_id: str, *, keep_serving: bool) -> list
 
 
 async def _until_stopped(work: Any, stop: asyncio.Event) -> DriveReport:
-    """`work`'s result, unless `stop` is set first: then `work` is cancelled and `Interrupted` raised."""
+    """`work`'s result, unless `stop` is set first: then `work` is cancelled and `_Interrupted` raised."""
     task: asyncio.Task[DriveReport] = asyncio.ensure_future(work)
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
-        raise Interrupted
+        raise _Interrupted
     finally:
         for pending in (task, stopped):
             if not pending.done():
@@ -237,12 +241,12 @@ async def _until_stopped(work: Any, stop: asyncio.Event) -> DriveReport:
 async def _drive_and_watch(
     plan: DemoPlan, base_url: str, token: str, run_id: str, on_event: Callable[[dict[str, Any]], None]
 ) -> DriveReport:
-    watcher = asyncio.create_task(watch(base_url, token, run_id, on_event))
+    watcher = asyncio.create_task(_watch(base_url, token, run_id, on_event))
     try:
         # The worker's side of the run as one trace (when OTEL_* asks): its uploads and what they did.
         with tracing.span("ledger demo run", run_id=run_id):
             report = await drive(plan, base_url, token, run_id)
-        await asyncio.wait_for(asyncio.shield(watcher), timeout=WATCH_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.shield(watcher), timeout=_WATCH_TIMEOUT_S)
         return report
     finally:
         if not watcher.done():
@@ -251,7 +255,7 @@ async def _drive_and_watch(
                 await watcher
 
 
-def summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
+def _summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
     """The reconciliation story of the map step: live counters, checkpoint, sheet outcomes, ledger."""
     run, report = outcome["run"], outcome["report"]
     stored = (run.get("live_node_progress") or {}).get(plan.map_node_id()) or {}
@@ -285,7 +289,7 @@ def summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
     return lines
 
 
-def inspection_sql(run_id: str) -> list[str]:
+def _inspection_sql(run_id: str) -> list[str]:
     return [
         "SELECT run_id, status, age, last_event_type, steps_done, steps_total, rows_completed, rows_failed"
         f" FROM ledger.run_overview WHERE run_id = '{run_id}';",
@@ -296,13 +300,13 @@ def inspection_sql(run_id: str) -> list[str]:
     ]
 
 
-def print_outcome(outcome: dict[str, Any], plan: DemoPlan) -> None:
+def _print_outcome(outcome: dict[str, Any], plan: DemoPlan) -> None:
     """The reconciliation and how to inspect the run afterwards."""
-    for line in summary_lines(outcome, plan):
+    for line in _summary_lines(outcome, plan):
         click.echo(line)
     run_id = outcome["run"]["run_id"]
     click.echo("\nInspect it with SQL: `ledger psql` opens psql on this database, then")
-    for statement in inspection_sql(run_id):
+    for statement in _inspection_sql(run_id):
         click.echo(f"    {statement}")
     click.echo(f"\nOr with `ledger serve` running: ledger runs; ledger run {run_id}")
 
@@ -319,17 +323,17 @@ def main(plan: DemoPlan, *, keep_serving: bool) -> None:
         else:
             probe(url)
         migrate.upgrade(url)
-        demo = run_demo(
+        demo = _run_demo(
             url,
             plan,
             console,
             live=console.is_terminal,
             keep_serving=keep_serving,
-            on_outcome=lambda outcome: print_outcome(outcome, plan),
+            on_outcome=lambda outcome: _print_outcome(outcome, plan),
         )
         try:
             asyncio.run(demo)
-        except Interrupted:
+        except _Interrupted:
             click.echo("stopped before the run finished: it stays open in the ledger", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     finally:

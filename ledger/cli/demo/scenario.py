@@ -28,12 +28,21 @@ import httpx
 
 from reporter import HttpTransport, ProgressReporter, SimulatedRun
 
+__all__ = [
+    "DEMO_PLAY",
+    "DemoPlan",
+    "DriveReport",
+    "Pacer",
+    "drive",
+    "open_run",
+]
+
 DEMO_PLAY = "demo.enrich-leads"
-PRE_DATASET_STEPS = ("load", "validate", "dedupe")
-SHEET_BATCH = 2_000
+_PRE_DATASET_STEPS = ("load", "validate", "dedupe")
+_SHEET_BATCH = 2_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DemoPlan:
     """What the simulated run does (rows, failures, pace) and what the ledger must end with."""
 
@@ -71,7 +80,7 @@ class DemoPlan:
         """The simulation's pipeline with two more code steps before the dataset."""
         contract = self.simulation().contract()
         substeps = contract["staticPipeline"]["substeps"]
-        extra = [{"type": "code", "id": step, "field": step} for step in PRE_DATASET_STEPS[1:]]
+        extra = [{"type": "code", "id": step, "field": step} for step in _PRE_DATASET_STEPS[1:]]
         contract["staticPipeline"]["substeps"] = [substeps[0], *extra, *substeps[1:]]
         return contract
 
@@ -122,10 +131,10 @@ class DemoPlan:
         }
 
 
-Sleep = Callable[[float], Awaitable[None]]
+_Sleep = Callable[[float], Awaitable[None]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DriveReport:
     """The runner's result and the map step's live counters just before reconciliation."""
 
@@ -138,7 +147,7 @@ class DriveReport:
 class Pacer:
     """Holds the simulated worker to `rate` rows per second (sleeping only when ahead)."""
 
-    def __init__(self, rate: float, clock: Callable[[], float], sleep: Sleep) -> None:
+    def __init__(self, rate: float, clock: Callable[[], float], sleep: _Sleep) -> None:
         self.rate = rate
         self.clock = clock
         self.sleep = sleep
@@ -167,10 +176,10 @@ async def open_run(http: httpx.AsyncClient, run_id: str) -> None:
     response.raise_for_status()
 
 
-async def post_sheet_rows(http: httpx.AsyncClient, run_id: str, rows: list[dict[str, str]]) -> None:
-    for start in range(0, len(rows), SHEET_BATCH):
+async def _post_sheet_rows(http: httpx.AsyncClient, run_id: str, rows: list[dict[str, str]]) -> None:
+    for start in range(0, len(rows), _SHEET_BATCH):
         response = await http.post(
-            _run_path(run_id, "/sheets"), json={"rows": rows[start : start + SHEET_BATCH]}
+            _run_path(run_id, "/sheets"), json={"rows": rows[start : start + _SHEET_BATCH]}
         )
         response.raise_for_status()
 
@@ -182,7 +191,7 @@ async def drive(
     run_id: str,
     *,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Sleep = asyncio.sleep,
+    sleep: _Sleep = asyncio.sleep,
 ) -> DriveReport:
     """Run the simulated worker against the service; returns its result and the pre-reconciliation
     counters of the map step.
@@ -216,10 +225,10 @@ async def drive(
                 await pacer.row()
                 # The data plane records each page's outcomes once the page is through.
                 if pacer.rows - written >= page or pacer.rows == plan.rows:
-                    await post_sheet_rows(http, run_id, sheet_rows[written : pacer.rows])
+                    await _post_sheet_rows(http, run_id, sheet_rows[written : pacer.rows])
                     written = pacer.rows
         assert result is not None, "the simulation always ends with a result"
-        await post_sheet_rows(http, run_id, sheet_rows[written:])
+        await _post_sheet_rows(http, run_id, sheet_rows[written:])
         # Read now: finalize rewrites the node in place.
         live = reporter.state.nodes.get(plan.map_node_id())
         report = DriveReport(

@@ -22,12 +22,16 @@ from rich.text import Text
 from ledger import validate
 from ledger.cli import render
 
-RECENT_EVENTS = 8
+__all__ = [
+    "DemoView",
+]
+
+_RECENT_EVENTS = 8
 _COUNT_KEYS = ("completed", "failed", "total")
 
 
-@dataclass
-class StepLive:
+@dataclass(kw_only=True)
+class _StepLive:
     """One step as the ledger's events describe it."""
 
     node_id: str
@@ -59,25 +63,25 @@ def _int(value: object) -> int | None:
     return value if validate.is_int(value) else None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DemoView:
     """The live picture of one run, in the step order of its pipeline."""
 
     run_id: str
     step_order: Sequence[str]
-    steps: dict[str, StepLive] = field(default_factory=dict)
+    steps: dict[str, _StepLive] = field(default_factory=dict)
     by_type: Counter[str] = field(default_factory=Counter)
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_EVENTS))
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=_RECENT_EVENTS))
     terminal: dict[str, Any] | None = None
     started_at: float | None = None
     elapsed: float = 0.0
 
     def __post_init__(self) -> None:
         for node_id in self.step_order:
-            self.steps.setdefault(node_id, StepLive(node_id))
+            self.steps.setdefault(node_id, _StepLive(node_id=node_id))
 
-    def step(self, node_id: str) -> StepLive:
-        return self.steps.setdefault(node_id, StepLive(node_id))
+    def step(self, node_id: str) -> _StepLive:
+        return self.steps.setdefault(node_id, _StepLive(node_id=node_id))
 
     def apply(self, event: Mapping[str, Any], t: float) -> str | None:
         """Fold one event that arrived at `t` (seconds); the plain progress line for it, if any."""
@@ -98,7 +102,7 @@ class DemoView:
             return None
         return f"{self.stamp()} {kind:<10} {render.event_summary(event)}"
 
-    def _apply_step(self, kind: str, step: StepLive, event: Mapping[str, Any], t: float) -> str:
+    def _apply_step(self, kind: str, step: _StepLive, event: Mapping[str, Any], t: float) -> str:
         if kind == "step.started":
             if step.state == "not started":
                 step.state = "running"

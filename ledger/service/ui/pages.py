@@ -17,6 +17,12 @@ from fastapi.responses import HTMLResponse
 
 from ledger.service.ui.session import PAGE_HEADERS
 
+__all__ = [
+    "nav",
+    "page",
+    "render",
+]
+
 _PACKAGE = "ledger.service.ui"
 
 

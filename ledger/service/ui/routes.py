@@ -26,32 +26,36 @@ from ledger.service.ui import data
 from ledger.service.ui.pages import nav, page, render
 from ledger.service.ui.session import PAGE_HEADERS, authorize, clear_session, same_origin, set_session
 
+__all__ = [
+    "router",
+]
+
 router = APIRouter(include_in_schema=False)
 
-Svc = Annotated[Services, Depends(services)]
+_Svc = Annotated[Services, Depends(services)]
 
-SIGN_IN = "/ui/sign-in"
-HOME = "/ui/"
+_SIGN_IN = "/ui/sign-in"
+_HOME = "/ui/"
 # A pasted token is short; a bigger form is not a sign-in.
-MAX_FORM_BYTES = 16 * 1024
-STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+_MAX_FORM_BYTES = 16 * 1024
+_STATIC_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 
 
-def _to_sign_in(back_to: str = HOME) -> RedirectResponse:
+def _to_sign_in(back_to: str = _HOME) -> RedirectResponse:
     # 303: the browser follows with a GET, whatever the method of the request was.
-    target = SIGN_IN if back_to == HOME else f"{SIGN_IN}?next={quote(back_to, safe='/')}"
+    target = _SIGN_IN if back_to == _HOME else f"{_SIGN_IN}?next={quote(back_to, safe='/')}"
     return RedirectResponse(target, status_code=303, headers=PAGE_HEADERS)
 
 
-def safe_next(value: str | None) -> str:
+def _safe_next(value: str | None) -> str:
     """Where signing in leads: `value` when it is a path of the dashboard on this origin, else the
     runs list. Anything that could name another site (`//host`, a scheme, a backslash, which some
     browsers read as a slash) or another part of the service is refused."""
-    if not value or not value.startswith(HOME) or "\\" in value or any(ord(c) < 0x20 for c in value):
-        return HOME
+    if not value or not value.startswith(_HOME) or "\\" in value or any(ord(c) < 0x20 for c in value):
+        return _HOME
     parts = urlsplit(value)
-    if parts.scheme or parts.netloc or not parts.path.startswith(HOME):
-        return HOME
+    if parts.scheme or parts.netloc or not parts.path.startswith(_HOME):
+        return _HOME
     return value
 
 
@@ -70,7 +74,7 @@ async def _refused(request: Request) -> Response | None:
     if denied is None:
         return None
     if denied.status_code == 401:
-        return _to_sign_in(safe_next(_page_path(request)))
+        return _to_sign_in(_safe_next(_page_path(request)))
     return page(
         render("not_found.html", heading="Not allowed", message=denied.detail),
         title="Not allowed",
@@ -80,23 +84,23 @@ async def _refused(request: Request) -> Response | None:
 
 
 @router.get("/")
-async def root() -> RedirectResponse:
+async def _root() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
 
 
 @router.get("/favicon.ico")
-async def favicon() -> Response:
+async def _favicon() -> Response:
     # Browsers ask for it on every page; there is none, and a 404 would litter their consoles.
     return Response(status_code=204)
 
 
 @router.get("/ui")
-async def ui_bare() -> RedirectResponse:
+async def _ui_bare() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
 
 
 @router.get("/ui/", response_model=None)
-async def runs_page(request: Request) -> Response:
+async def _runs_page(request: Request) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     options = "".join(render("option.html", value=status) for status in ("running", *TERMINAL_STATUSES))
@@ -105,7 +109,7 @@ async def runs_page(request: Request) -> Response:
 
 
 @router.get("/ui/runs/{run_id}", response_model=None)
-async def run_page(run_id: str, request: Request, svc: Svc) -> Response:
+async def _run_page(run_id: str, request: Request, svc: _Svc) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     try:
@@ -125,7 +129,7 @@ async def run_page(run_id: str, request: Request, svc: Svc) -> Response:
 
 
 @router.get("/ui/pool", response_model=None)
-async def pool_page(request: Request) -> Response:
+async def _pool_page(request: Request) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     return page(render("pool.html"), title="Warm pool", script="pool.js", nav=nav("pool"))
@@ -136,19 +140,19 @@ def _sign_in_form(error: str, back_to: str, status_code: int = 200) -> Response:
 
 
 @router.get("/ui/sign-in")
-async def sign_in_page(request: Request) -> Response:
-    return _sign_in_form("", safe_next(request.query_params.get("next")))
+async def _sign_in_page(request: Request) -> Response:
+    return _sign_in_form("", _safe_next(request.query_params.get("next")))
 
 
 @router.post("/ui/sign-in")
-async def sign_in(request: Request) -> Response:
+async def _sign_in(request: Request) -> Response:
     if not same_origin(request):
         error = "This form must be sent from this service's own page."
-        return _sign_in_form(error, HOME, 403)
+        return _sign_in_form(error, _HOME, 403)
     body = await request.body()
-    fields = parse_qs(body[:MAX_FORM_BYTES].decode("utf-8", "replace"), max_num_fields=8)
+    fields = parse_qs(body[:_MAX_FORM_BYTES].decode("utf-8", "replace"), max_num_fields=8)
     token = (fields.get("token") or [""])[0].strip()
-    back_to = safe_next((fields.get("next") or [""])[0])
+    back_to = _safe_next((fields.get("next") or [""])[0])
     if not token:
         return _sign_in_form("Paste a token.", back_to, 400)
     denied = await authorize(request, token)
@@ -161,25 +165,25 @@ async def sign_in(request: Request) -> Response:
 
 
 @router.post("/ui/sign-out")
-async def sign_out(request: Request) -> Response:
+async def _sign_out(request: Request) -> Response:
     response = _to_sign_in()
     clear_session(response, request)
     return response
 
 
 @router.get("/ui/static/{name}")
-async def static(name: str) -> Response:
+async def _static(name: str) -> Response:
     suffix = name[name.rfind(".") :] if "." in name else ""
     resource = files("ledger.service.ui").joinpath("static", name)
-    if suffix not in STATIC_TYPES or "/" in name or name.startswith(".") or not resource.is_file():
+    if suffix not in _STATIC_TYPES or "/" in name or name.startswith(".") or not resource.is_file():
         return Response("not found", status_code=404, media_type="text/plain")
     return Response(
         resource.read_bytes(),
-        media_type=STATIC_TYPES[suffix],
+        media_type=_STATIC_TYPES[suffix],
         headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
     )
 
 
 @router.get("/ui/api/pools", dependencies=[Depends(require_token)])
-async def pools(svc: Svc) -> dict[str, Any]:
+async def _pools(svc: _Svc) -> dict[str, Any]:
     return await data.pools(svc.db)

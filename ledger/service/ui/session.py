@@ -13,14 +13,22 @@ from starlette.exceptions import HTTPException
 
 from ledger.service.security import SESSION_COOKIE, require_token
 
+__all__ = [
+    "PAGE_HEADERS",
+    "authorize",
+    "clear_session",
+    "same_origin",
+    "set_session",
+]
+
 # No inline script or style and nothing from another origin: a run id or log line that slipped
 # past escaping still could not run.
-CONTENT_SECURITY_POLICY = (
+_CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 PAGE_HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "Content-Security-Policy": _CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     # Not no-referrer: with it a browser sends `Origin: null` on the sign-in form, which we check.
     "Referrer-Policy": "same-origin",
@@ -29,7 +37,7 @@ PAGE_HEADERS = {
 }
 
 
-def is_https(request: Request) -> bool:
+def _is_https(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
@@ -40,13 +48,13 @@ def set_session(response: Response, request: Request, token: str) -> None:
         path="/",
         httponly=True,
         samesite="strict",
-        secure=is_https(request),
+        secure=_is_https(request),
     )
 
 
 def clear_session(response: Response, request: Request) -> None:
     response.delete_cookie(
-        SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=is_https(request)
+        SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=_is_https(request)
     )
 
 

@@ -118,7 +118,7 @@ def _check(
         assert counts == (expected.available, expected.warming)
 
         claimed = conn.execute(
-            "SELECT * FROM ledger.pool_claim('p', 'v1', 'run', 'lock', %s, %s, %s, %s, false)",
+            "SELECT * FROM ledger.pool_claim_v2('p', 'v1', 'run', 'lock', false, %s, %s, %s, %s)",
             (NOW, *limits, S.mapping_ttl_ms),
         ).fetchone()
         choice = rules.choose_claim(entries, "v1", NOW, min_age, S, busy)
@@ -127,7 +127,7 @@ def _check(
 
         left = [e for e in entries if e != choice]
         deleted = conn.execute(
-            "SELECT ledger.pool_collect('p', 'v1', %s, %s)", (NOW, S.ready_max_age_ms)
+            "SELECT ledger.pool_collect_v2('p', 'v1', %s, %s)", (NOW, S.ready_max_age_ms)
         ).fetchone()
         kept = conn.execute("SELECT id FROM ledger.pool_entries ORDER BY id").fetchall()
         survivors = sorted(e.id for e in left if not rules.is_garbage(e, "v1", NOW, S))

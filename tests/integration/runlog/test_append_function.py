@@ -141,6 +141,54 @@ async def test_a_batch_past_retention_trims_itself_but_keeps_its_terminal_event(
     assert await stored(db, "r1") == [(6, "terminal"), (7, "log")]
 
 
+async def trimmed_through(db: Database, run_id: str) -> int:
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT events_trimmed_through FROM ledger.runs WHERE run_id = %s", (run_id,)
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row["events_trimmed_through"])
+
+
+async def test_retention_trims_from_its_watermark_and_reads_start_above_it(db: Database) -> None:
+    # The trim remembers the seq it reached, so later trims and reads never walk what it removed;
+    # the rows it keeps and the first seq a reader is told are those of the plain rule.
+    runlog = RunLog(db, max_events_per_run=3)
+    await runlog.open_run("r1")
+    assert await trimmed_through(db, "r1") == 0
+    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(3)])
+    assert await trimmed_through(db, "r1") == 0  # at the limit: nothing trimmed
+    await runlog.append("r1", [{"type": "log", "line": "4"}])
+    assert await trimmed_through(db, "r1") == 1  # one past it
+    assert [seq for seq, _ in await stored(db, "r1")] == [2, 3, 4]
+    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(5, 11)])
+    assert await trimmed_through(db, "r1") == 7
+    assert [seq for seq, _ in await stored(db, "r1")] == [8, 9, 10]
+    page = await runlog.list_events("r1")
+    assert page["first_seq"] == 8 and [e["seq"] for e in page["events"]] == [8, 9, 10]
+    # Rows above the watermark are still trimmed by the rule alone: one put back by hand below the
+    # cutoff goes on the next append, one below the watermark is not looked at again.
+    async with db.connection() as conn:
+        for seq in (5, 9):
+            await conn.execute(
+                "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, payload)"
+                " SELECT run_id, %s, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = 'r1'"
+                " ON CONFLICT DO NOTHING",
+                (seq,),
+            )
+    # Retention raised later: the watermark stays, nothing comes back and nothing more goes.
+    raised = RunLog(db, max_events_per_run=100)
+    await raised.append("r1", [{"type": "log", "line": "11"}])
+    assert await trimmed_through(db, "r1") == 7
+    assert [seq for seq, _ in await stored(db, "r1")] == [5, 8, 9, 10, 11]
+    # The reader's first seq counts from the watermark: the stray row below it is not an event.
+    assert (await raised.list_events("r1", 7))["first_seq"] == 8
+    await runlog.append("r1", [{"type": "log", "line": "12"}, {"type": "terminal", "status": "completed"}])
+    assert await trimmed_through(db, "r1") == 10
+    assert [seq for seq, _ in await stored(db, "r1")] == [5, 11, 12, 13]
+
+
 async def test_one_notification_per_transaction_with_the_run_and_seq_it_reached(
     db: Database, listen: psycopg.AsyncConnection[Any]
 ) -> None:

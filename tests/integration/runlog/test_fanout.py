@@ -162,3 +162,43 @@ async def test_readers_timing_out_in_turn_leave_nothing_queued_for_the_next_wake
     assert watch.pending == 1 and listener.timeouts >= 1
     await writer.append("r1", [{"type": "log", "line": "at last"}])
     assert lines(await holding) == ["at last"]
+
+
+async def test_readers_arriving_together_share_the_read_in_flight(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    # Nothing was committed since the read started, so it sees all a newcomer must see.
+    notifications = listener.notifications
+    await writer.append("r1", [{"type": "log", "line": "a"}])
+    await until(lambda: listener.notifications > notifications)  # "a"'s wake-up is behind us
+    runlog.hold = release = asyncio.Event()
+    reads = runlog.reads
+    first = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS))
+    await runlog.held.wait()
+    others = [asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS)) for _ in range(20)]
+    await until(lambda: listener.waiter_count >= 21 or any(task.done() for task in others))
+    release.set()
+    pages = await asyncio.gather(first, *others)
+    assert all(lines(page) == ["a"] for page in pages)
+    assert runlog.reads == reads + 1
+
+
+async def test_a_reader_arriving_after_a_wake_up_never_takes_a_read_started_before_it(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    notifications = listener.notifications
+    await writer.append("r1", [{"type": "log", "line": "a"}])
+    await until(lambda: listener.notifications > notifications)
+    runlog.hold = release = asyncio.Event()
+    reads = runlog.reads
+    early = asyncio.create_task(runlog.list_events("r1", after=0, timeout_ms=LONG_MS))
+    await runlog.held.wait()  # its snapshot has only "a"
+    notifications = listener.notifications
+    await writer.append("r1", [{"type": "log", "line": "b"}])
+    await until(lambda: listener.notifications > notifications)
+    # "b"'s notification came before this reader: the read in flight predates it, so it reads anew.
+    late = await runlog.list_events("r1", after=0, timeout_ms=LONG_MS)
+    assert lines(late) == ["a", "b"]
+    release.set()
+    assert lines(await early) == ["a"]  # arrived before "b": a page without it is its true answer
+    assert runlog.reads == reads + 2

@@ -3,6 +3,7 @@ partitions (manual clock), every run-scoped statement on one partition, keys rea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,9 +15,10 @@ from click.testing import CliRunner
 from ledger.cli.app import cli
 from ledger.clock import ManualClock
 from ledger.db import Database
+from ledger.errors import DatabaseUnavailable, SchemaMissing
 from ledger.ingest.store import apply_status_upload
 from ledger.runlog import partitions
-from ledger.runlog.store import RunLog
+from ledger.runlog.store import RunLog, read_page
 from ledger.runlog.watchdog import Watchdog
 
 DAY = timedelta(days=1)
@@ -154,6 +156,28 @@ async def test_retention_drops_whole_partitions_and_deletes_straddlers_one_by_on
     assert day_b not in await names(db) and await runs(db) == []
 
 
+async def test_a_partition_the_database_will_not_drop_is_the_library_s_error(db: Database) -> None:
+    # The watchdog leaves such a partition for its next pass: it catches the library's errors, so
+    # the drop must raise those, with the driver's error kept as the cause.
+    clock = ManualClock(at("2097-06-10T13:00:00"))
+    await RunLog(db, clock=clock).open_run("kept")
+    async with db.connection() as conn:
+        (partition,) = [
+            p for p in await partitions.list_partitions(conn) if p.name == "run_events_20970610_20970611"
+        ]
+    # Finishing a detach that never started is refused (the partition is not pending).
+    with pytest.raises(DatabaseUnavailable) as refused:
+        await partitions.drop_partition(db, dataclasses.replace(partition, detach_pending=True))
+    assert isinstance(refused.value.__cause__, psycopg.errors.ObjectNotInPrerequisiteState)
+    # A partition already gone (another watchdog dropped it).
+    with pytest.raises(SchemaMissing) as gone:
+        await partitions.drop_partition(db, dataclasses.replace(partition, name="run_events_gone"))
+    assert isinstance(gone.value.__cause__, psycopg.errors.UndefinedTable)
+    assert partition.name in await names(db)
+    await partitions.drop_partition(db, partition)
+    assert partition.name not in await names(db)
+
+
 # -- one partition per run-scoped statement ----------------------------------------------------------
 
 TOUCHES = """
@@ -237,6 +261,32 @@ async def test_every_run_scoped_statement_touches_one_partition(
     clock.current = at("2098-03-09T12:00:00")
     fresh = await touched(lambda: apply_status_upload(db, "fresh", {**upload, "status": "running"}))
     assert len(fresh) == 1
+
+
+# The event log partitions this transaction holds a lock on: every partition a statement's plan
+# kept, whether its executor then scanned it or pruned it at run time.
+LOCKED_PARTITIONS = r"""
+SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND c.relkind = 'r'
+  AND c.relname LIKE 'run\_events\_%'
+"""
+
+
+async def test_a_runs_first_read_plans_its_own_partition_alone(db: Database) -> None:
+    # A read that finds the run's partition only at run time has every partition planned, locked
+    # and set up first: a cost growing with the partitions retention keeps, which the scan counts
+    # above do not see.
+    clock = ManualClock()
+    runlog = RunLog(db, clock=clock)
+    for day in ("2096-05-01", "2096-05-05", "2096-05-09"):
+        await make_run(runlog, clock, f"first-read-{day}", at(f"{day}T10:00:00"), None)
+    async with db.transaction() as conn:
+        shared, created_at = await read_page(conn, "first-read-2096-05-05", -1, 100)
+        cur = await conn.execute(LOCKED_PARTITIONS)
+        locked = {row["relname"] for row in await cur.fetchall()}
+    assert created_at == at("2096-05-05T10:00:00")
+    assert [e["line"] for e in shared.page["events"]] == ["hello", "again"]
+    assert locked == {"run_events_20960505_20960506"}
 
 
 # -- ready to distribute by run_id ---------------------------------------------------------------------

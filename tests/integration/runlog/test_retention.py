@@ -139,12 +139,15 @@ def test_ledger_gc_dry_run_counts_and_gc_deletes(clean_database_url: str) -> Non
     # `ledger gc` reads the database's clock, so these runs are really this old: young enough
     # that no other watchdog on the database (30 days by default) deletes them under the test.
     with psycopg.connect(clean_database_url) as conn:
-        for run_id, hours in (("older", 48), ("newer", 2)):
+        # Newer ended just over an hour ago: past a retention of 60 minutes, and in the day (the
+        # partition) the cutoff falls in at any time of day - two hours ago would be yesterday's
+        # partition, dropped whole, between midnight and 2 a.m.
+        for run_id, seconds in (("older", 48 * 3600), ("newer", 3600 + 1)):
             conn.execute(
                 "INSERT INTO ledger.runs (run_id, status, terminal_status, created_at, completed_at)"
-                " VALUES (%(id)s, 'completed', 'completed', now() - make_interval(hours => %(h)s),"
-                " now() - make_interval(hours => %(h)s))",
-                {"id": run_id, "h": hours},
+                " VALUES (%(id)s, 'completed', 'completed', now() - make_interval(secs => %(s)s),"
+                " now() - make_interval(secs => %(s)s))",
+                {"id": run_id, "s": seconds},
             )
             conn.execute(
                 "SELECT ledger.ensure_run_events_partition(created_at) FROM ledger.runs WHERE run_id = %s",

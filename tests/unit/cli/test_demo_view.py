@@ -85,7 +85,7 @@ async def test_pacer_sleeps_only_when_ahead_and_in_slices() -> None:
 
 
 def test_view_tracks_steps_rates_and_prints_plain_lines_for_non_log_events() -> None:
-    view = DemoView("run-1", ["load", "enrich", "notify"])
+    view = DemoView(run_id="run-1", step_order=["load", "enrich", "notify"])
     assert view.apply({"seq": 1, "type": "log", "ts": 0, "line": "hello"}, 10.0) is None
     assert view.apply({"seq": 2, "type": "step.started", "node_id": "enrich", "ts": 0}, 10.5) == (
         "[   0.5s] started    enrich"
@@ -127,7 +127,7 @@ def test_view_tracks_steps_rates_and_prints_plain_lines_for_non_log_events() -> 
 
 
 def test_view_renders_bars_rates_and_the_latest_events() -> None:
-    view = DemoView("run-2", ["load", "enrich"])
+    view = DemoView(run_id="run-2", step_order=["load", "enrich"])
     view.apply({"seq": 1, "type": "step.progress", "node_id": "enrich", "completed": 100, "total": 400}, 1.0)
     view.apply({"seq": 2, "type": "step.progress", "node_id": "enrich", "completed": 300, "total": 400}, 2.0)
     for seq in range(3, 20):

@@ -24,14 +24,20 @@ TS = "[2026-03-04T05:06:07.890Z] "
         (
             "Starting map over 5000 items with concurrency 8 (table namespace: leads_r1; "
             "10 already satisfied; 4990 pending)",
-            MapStart(5000, "leads_r1", 10, 4990),
+            MapStart(total=5000, table_namespace="leads_r1", already_satisfied=10, pending=4990),
         ),
         (
             TS + "Starting map over 12 items in 1 page (key: leads ; 3 duplicate keys skipped; 9 pending)",
-            MapStart(12, "leads", 3, 9),
+            MapStart(total=12, table_namespace="leads", already_satisfied=3, pending=9),
         ),
-        ("Starting map over 7 items now (table namespace: leads_x)", MapStart(7, "leads_x", 0, None)),
-        ("starting MAP over 7 items now (TABLE NAMESPACE: leads_x)", MapStart(7, "leads_x", 0, None)),
+        (
+            "Starting map over 7 items now (table namespace: leads_x)",
+            MapStart(total=7, table_namespace="leads_x", already_satisfied=0, pending=None),
+        ),
+        (
+            "starting MAP over 7 items now (TABLE NAMESPACE: leads_x)",
+            MapStart(total=7, table_namespace="leads_x", already_satisfied=0, pending=None),
+        ),
     ],
 )
 def test_map_start_matches(line: str, expected: MapStart) -> None:

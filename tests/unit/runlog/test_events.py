@@ -146,11 +146,11 @@ def test_terminal_state_validation_and_repeats() -> None:
     state = parse_terminal_state({"status": "failed", "error": "boom", "duration_ms": 9}, field="")
     assert state == TerminalState(status="failed", error="boom", duration_ms=9)
     stored = {**state.payload(), "completed_at": 1}
-    assert TerminalState("failed").agrees_with(stored)
-    assert TerminalState("failed", error="boom").agrees_with(stored)
-    assert not TerminalState("failed", error="other").agrees_with(stored)
-    assert not TerminalState("failed", duration_ms=10).agrees_with(stored)
-    assert not TerminalState("completed").agrees_with(stored)
+    assert TerminalState(status="failed").agrees_with(stored)
+    assert TerminalState(status="failed", error="boom").agrees_with(stored)
+    assert not TerminalState(status="failed", error="other").agrees_with(stored)
+    assert not TerminalState(status="failed", duration_ms=10).agrees_with(stored)
+    assert not TerminalState(status="completed").agrees_with(stored)
     for body, field in [
         ({}, "status"),
         ({"status": "ok"}, "status"),
