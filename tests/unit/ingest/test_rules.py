@@ -555,6 +555,7 @@ def test_a_replaced_node_keeps_its_position_and_a_node_cannot_set_one() -> None:
         (["load", ""], "pipeline_steps[1]", ""),
         (["load", 3], "pipeline_steps[1]", ""),
         (["load", "map", "load"], "pipeline_steps", "names step 'load' twice"),
+        (["load", "map", "map"], "pipeline_steps", "names step 'map' twice"),
     ],
 )
 def test_bad_pipeline_steps_are_refused_by_name(steps: Any, field: str, problem: str) -> None:

@@ -82,6 +82,8 @@ def mapping(**changes: Any) -> RunMapping:
         (lambda: rules.check_flag("started", 1), "started"),
         (lambda: PoolSettings(max_ttl_ms=0), "max_ttl_ms"),
         (lambda: PoolSettings(default_ttl_ms=10, max_ttl_ms=5), "default_ttl_ms"),
+        (lambda: PoolSettings(min_ready_age_ms=-1), "min_ready_age_ms"),
+        (lambda: PoolSettings(min_ready_age_ms="5"), "min_ready_age_ms"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_input_names_the_field(call: Any, field: str) -> None:
@@ -96,6 +98,10 @@ def test_names_are_trimmed_and_ids_kept_deduplicated_in_order() -> None:
     assert rules.check_pool(" default ") == "default"
     assert rules.check_id("run_id", " r 1 ") == " r 1 "
     assert rules.check_ids(("b", "a", "b")) == ["b", "a"]
+
+
+def test_a_minimum_ready_age_of_zero_is_allowed() -> None:
+    assert PoolSettings(min_ready_age_ms=0).min_ready_age_ms == 0
 
 
 def test_ttl_defaults_clamps_and_floors() -> None:
