@@ -501,3 +501,11 @@ def test_a_settled_map_started_the_rows_it_settled_within_its_total(
         event["event"]["totalRows"] = total
     folder.on_runner_event(event)
     assert node(folder, "enrich")["started_rows"] == started
+
+
+def test_only_a_log_line_is_kept_as_a_log_line() -> None:
+    """Another kind of line that happens to carry a `line` field is not a log line."""
+    folder, _, _ = make()
+    folder.on_runner_event({"type": "row_update", "tableNamespace": "t", "rowKey": "1", "line": "not a log"})
+    folder.on_runner_event({"type": "result", "line": "nor this"})
+    assert folder.state.log_total_count == 0 and list(folder.state.logs) == []
