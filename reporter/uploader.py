@@ -5,7 +5,8 @@ caller that is cancelled never cancels the upload the other callers are waiting 
 request that arrives while an upload is in flight merges into the one pending request:
 
 * a terminal status (``completed``/``failed``/``cancelled``) beats ``running``;
-* ``required`` is OR-ed;
+* each caller keeps its own ``required``: a failed upload rejects the required callers it carried,
+  whatever they merged with, and resolves the best-effort ones;
 * a terminal log replay, once asked for, is kept;
 * every caller's future is resolved (or, for required callers, rejected) by the merged upload.
 
@@ -103,8 +104,9 @@ def epoch_ms_now() -> int:
 @dataclass(kw_only=True)
 class FlushRequest:
     status: Status = "running"
-    required: bool = False
     terminal_log_replay: dict[str, Any] | None = None
+    # Each caller's future with its own `required`: that, not the merged request, decides whether a
+    # failure rejects it.
     waiters: list[tuple[asyncio.Future[None], bool]] = field(default_factory=list)
     error: str | None = None  # the run's terminal error, with a terminal status
 
@@ -113,7 +115,6 @@ class FlushRequest:
         terminal = other if other.status != "running" else self
         return FlushRequest(
             status=terminal.status,
-            required=self.required or other.required,
             terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
             waiters=self.waiters + other.waiters,
             error=terminal.error,
@@ -272,7 +273,7 @@ class CoalescingUploader:
             self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
             return self._idle_future(loop) if waiter else None
         self._last_flush_at = now
-        request = FlushRequest(status=status, required=required, terminal_log_replay=replay, error=error)
+        request = FlushRequest(status=status, terminal_log_replay=replay, error=error)
         future: asyncio.Future[None] | None = None
         if waiter:
             future = loop.create_future()
@@ -382,7 +383,8 @@ class CoalescingUploader:
                 return
             if await self._current_attempt():
                 snapshot = self.state.snapshot()
-                self._unacked = self._numbered(self.payload(request, snapshot, self.upload_seq + 1), request)
+                body = self.payload(request, snapshot, self.upload_seq + 1)
+                self._unacked = self._numbered(body, request.terminal_log_replay)
                 await self._send_unacked()
         except LedgerError as exc:
             self._refused(exc)
@@ -400,12 +402,13 @@ class CoalescingUploader:
             return
         _settle(request, None)
 
-    def _numbered(self, body: dict[str, Any], request: FlushRequest) -> list[_Unacked]:
-        """`body` split to fit the body limit, each part numbered with the next ``upload_seq``."""
+    def _numbered(self, body: dict[str, Any], replay: dict[str, Any] | None) -> list[_Unacked]:
+        """`body` split to fit the body limit, each part numbered with the next ``upload_seq`` and
+        kept with the `replay` its request carried."""
         parts: list[_Unacked] = []
         for part in split_upload(body, self.bounds.max_body_bytes, shrunk=self._shrunk):
             self.upload_seq += 1
-            parts.append(_Unacked({**part, "upload_seq": self.upload_seq}, request.terminal_log_replay))
+            parts.append(_Unacked({**part, "upload_seq": self.upload_seq}, replay))
         return parts
 
     def _shrunk(self, kind: str) -> None:
@@ -437,13 +440,9 @@ class CoalescingUploader:
         pending, self._unacked = self._unacked, []
         self.upload_seq = pending[0].body["upload_seq"] - 1  # none of them was applied
         for unacked in pending:
-            request = FlushRequest(
-                status=unacked.body["status"],
-                terminal_log_replay=unacked.replay,
-                error=unacked.body.get("error"),
-            )
+            # The body carries its status and error; the parts split from it carry them on.
             body = sanitize_upload(unacked.body, self.sanitizer)
-            self._unacked.extend(self._numbered(body, request))
+            self._unacked.extend(self._numbered(body, unacked.replay))
 
     async def _resend_covers(self, request: FlushRequest) -> bool:
         """Send the unacked uploads again; True when they already carry all `request` asks for."""

@@ -18,6 +18,8 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent.toml")
 # (Not `message`: a node's progress message is data the ledger shows, not an error's text.)
 _MESSAGE_NAMES = frozenset({"problem", "detail", "expected"})
 _LOG_METHODS = frozenset({"debug", "info", "warning", "error", "exception", "critical"})
+# A module's logger, public or private (`_log`: modules list what they export in `__all__`).
+_LOGGERS = frozenset({"log", "logger", "_log", "_logger", "logging"})
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def _is_logging(func: ast.expr) -> bool:
         isinstance(func, ast.Attribute)
         and func.attr in _LOG_METHODS
         and isinstance(func.value, ast.Name)
-        and func.value.id in {"log", "logger", "logging"}
+        and func.value.id in _LOGGERS
     )
 
 

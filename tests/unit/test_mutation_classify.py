@@ -57,3 +57,6 @@ def test_any_argument_of_a_log_line_or_an_exception_being_built_is_message_only(
     assert is_message_only(LOGGING, LOGGING.replace('f"run {self.run_id!r} was stopped"', "None"))
     assert not is_message_only(LOGGING, LOGGING.replace("StaleAttemptError(", "ValueError("))
     assert not is_message_only(LOGGING, LOGGING.replace("log.warning", "log.debug"))
+    private = LOGGING.replace("log.warning", "_log.warning")
+    assert is_message_only(private, private.replace("self.run_id, exc", "None, exc"))
+    assert not is_message_only(private, private.replace("_log.warning", "_log.debug"))

@@ -76,6 +76,27 @@ def test_a_tiny_bound_still_yields_a_marker_within_it() -> None:
     assert len(kept.encode()) <= 64 and cut_of(kept, "y" * 1_000) > 0
 
 
+def test_a_bound_with_no_room_beside_the_marker_keeps_none_of_the_line() -> None:
+    kept = truncate_line("y" * 1_000, 10)
+    assert MARKER.fullmatch(kept) and cut_of(kept, "y" * 1_000) == 1_000
+
+
+def test_log_line_bounds_the_line_by_the_bytes_it_is_given() -> None:
+    kept = validate.log_line("z" * 1_000, 100)
+    assert len(kept.encode()) <= 100 and cut_of(kept, "z" * 1_000) > 0
+
+
+def test_a_body_is_compact_json_in_utf8_with_non_ascii_unescaped() -> None:
+    """The reporter measures an upload by these bytes and sends exactly them."""
+    assert encode_body({"a": [1, "é€😀"], "b": None}) == '{"a":[1,"é€😀"],"b":null}'.encode()
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_a_body_with_a_number_json_cannot_hold_is_refused(number: float) -> None:
+    with pytest.raises(ValueError):
+        encode_body({"n": number})
+
+
 def test_log_line_repairs_before_it_truncates() -> None:
     assert validate.log_line("bad \x00 byte") == "bad \ufffd byte"
     kept = validate.log_line("\x00" * (MAX_LOG_LINE_BYTES + 1))
@@ -95,6 +116,53 @@ def test_the_bounds_of_a_smaller_limit_leave_a_line_and_a_value_room_in_one_body
     assert (
         bounds.log_line_bytes <= MAX_LOG_LINE_BYTES and bounds.value_bytes <= validate.MAX_UPLOAD_VALUE_BYTES
     )
+
+
+MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("limit", "line", "tail", "value"),
+    [
+        # A line a sixteenth of the body, a value a quarter, the tail two bodies.
+        (4_096, 256, 8_192, 1_024),
+        (65_536, 4_096, 131_072, 16_384),
+        (4_101, 256, 8_202, 1_025),  # shares in whole bytes, rounded down
+        # No line bound below 64 bytes: room for the cut marker with a few bytes either side.
+        (1_008, 64, 2_016, 252),
+        (1_024, 64, 2_048, 256),
+        (1_040, 65, 2_080, 260),
+        # None above its default: the default limit's shares are the defaults themselves.
+        (MIB - 16, 65_535, 2 * MIB - 32, 262_140),
+        (MIB, 65_536, 2 * MIB, 262_144),
+        (MIB + 16, 65_536, 2 * MIB, 262_144),
+        (4 * MIB, 65_536, 2 * MIB, 262_144),
+    ],
+)
+def test_the_bounds_of_a_body_limit_are_its_shares_within_the_defaults(
+    limit: int, line: int, tail: int, value: int
+) -> None:
+    bounds = UploadBounds.for_body_limit(limit)
+    assert (bounds.max_body_bytes, bounds.log_line_bytes, bounds.log_tail_bytes, bounds.value_bytes) == (
+        limit,
+        line,
+        tail,
+        value,
+    )
+
+
+@pytest.mark.parametrize("limit", [-5, 0, 1])
+def test_a_body_limit_below_one_byte_is_read_as_one(limit: int) -> None:
+    assert UploadBounds.for_body_limit(limit) == UploadBounds(
+        max_body_bytes=1, log_line_bytes=64, log_tail_bytes=2, value_bytes=0
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("", 0), ("plain", 5), ("é", 2), ("€", 3), ("😀", 4), ("a€b😀", 9), ("\x7f\x80", 3)]
+)
+def test_utf8_length_counts_the_bytes_of_the_encoded_text(text: str, size: int) -> None:
+    assert validate.utf8_length(text) == size == len(text.encode())
 
 
 @pytest.mark.parametrize(("extra", "kept"), [(-1, True), (0, True), (1, False)])

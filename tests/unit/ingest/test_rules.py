@@ -24,7 +24,7 @@ from ledger.ingest.rules import (
     replay_digest,
     replay_end,
 )
-from ledger.validate import MAX_PIPELINE_STEPS
+from ledger.validate import MAX_LOG_LINE_BYTES, MAX_PIPELINE_STEPS
 
 # -- validation ----------------------------------------------------------------------------------
 
@@ -549,17 +549,35 @@ def test_a_replaced_node_keeps_its_position_and_a_node_cannot_set_one() -> None:
 
 
 @pytest.mark.parametrize(
-    ("steps", "problem"),
+    ("steps", "field", "problem"),
     [
-        ("load", "pipeline_steps"),
-        (["load", ""], "pipeline_steps[1]"),
-        (["load", 3], "pipeline_steps[1]"),
-        (["load", "map", "load"], "names step 'load' twice"),
+        ("load", "pipeline_steps", "must be"),
+        (["load", ""], "pipeline_steps[1]", ""),
+        (["load", 3], "pipeline_steps[1]", ""),
+        (["load", "map", "load"], "pipeline_steps", "names step 'load' twice"),
+        (["load", "map", "map"], "pipeline_steps", "names step 'map' twice"),
     ],
 )
-def test_bad_pipeline_steps_are_refused_by_name(steps: Any, problem: str) -> None:
-    with pytest.raises(InvalidInput, match=re.escape(problem)):
+def test_bad_pipeline_steps_are_refused_by_name(steps: Any, field: str, problem: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(problem) if problem else None) as refused:
         _upload(pipeline_steps=steps)
+    assert refused.value.field == field
+
+
+# -- the run's error -------------------------------------------------------------------------------
+
+
+def test_the_runs_error_is_free_text_repaired_and_bounded() -> None:
+    """Like a log line: unstorable characters repaired, an over-long one cut to a line's bound,
+    absent or null none; only a value that is not text is refused, by name."""
+    assert _upload(status="failed", error="bad \x00 byte").error == "bad \ufffd byte"
+    long = _upload(status="failed", error="e" * (MAX_LOG_LINE_BYTES + 1)).error
+    assert long is not None and long.startswith("eee") and len(long.encode()) <= MAX_LOG_LINE_BYTES
+    assert _upload(status="failed").error is None
+    assert _upload(status="failed", error=None).error is None
+    with pytest.raises(InvalidInput) as refused:
+        _upload(status="failed", error=42)
+    assert refused.value.field == "error"
 
 
 @pytest.mark.parametrize("count", [MAX_PIPELINE_STEPS - 1, MAX_PIPELINE_STEPS, MAX_PIPELINE_STEPS + 1])

@@ -82,6 +82,8 @@ def mapping(**changes: Any) -> RunMapping:
         (lambda: rules.check_flag("started", 1), "started"),
         (lambda: PoolSettings(max_ttl_ms=0), "max_ttl_ms"),
         (lambda: PoolSettings(default_ttl_ms=10, max_ttl_ms=5), "default_ttl_ms"),
+        (lambda: PoolSettings(min_ready_age_ms=-1), "min_ready_age_ms"),
+        (lambda: PoolSettings(min_ready_age_ms="5"), "min_ready_age_ms"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_input_names_the_field(call: Any, field: str) -> None:
@@ -96,6 +98,10 @@ def test_names_are_trimmed_and_ids_kept_deduplicated_in_order() -> None:
     assert rules.check_pool(" default ") == "default"
     assert rules.check_id("run_id", " r 1 ") == " r 1 "
     assert rules.check_ids(("b", "a", "b")) == ["b", "a"]
+
+
+def test_a_minimum_ready_age_of_zero_is_allowed() -> None:
+    assert PoolSettings(min_ready_age_ms=0).min_ready_age_ms == 0
 
 
 def test_ttl_defaults_clamps_and_floors() -> None:
@@ -288,3 +294,28 @@ def test_resolution() -> None:
     assert rules.resolution(started, "v1", NOW) == rules.Resolution("i1", NOW - MIN, delete=False)
     blocked = mapping(state="blocked", instance_id="", blocked_instance_id="i1")
     assert rules.resolution(blocked, "v1", NOW) == rules.Resolution(None, None, delete=False)
+
+
+# -- one instance, one place -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ready_ago", [None, 2 * MIN, 10 * 24 * 60 * MIN])
+def test_an_entry_holds_its_instance_until_it_expires_ready_warming_or_stale(
+    ready_ago: timedelta | None,
+) -> None:
+    assert rules.holds_instance(entry(ready_ago=ready_ago, expires_in=US), NOW)
+    assert not rules.holds_instance(entry(ready_ago=ready_ago, expires_in=timedelta(0)), NOW)
+    assert not rules.holds_instance(entry(ready_ago=ready_ago, expires_in=-US), NOW)
+    # Of another version it is still there (for a claim of its version, or an add to refresh).
+    assert rules.holds_instance(entry(version="v0", ready_ago=ready_ago), NOW)
+
+
+def test_a_mapping_serves_its_run_while_live_with_an_instance_and_the_run_not_ended() -> None:
+    assert rules.serves_live_run(mapping(), False, NOW)
+    assert rules.serves_live_run(mapping(expires_at=NOW + US), False, NOW)
+    assert not rules.serves_live_run(mapping(), True, NOW)  # the run ended
+    assert not rules.serves_live_run(mapping(expires_at=NOW), False, NOW)  # the mapping expired
+    assert not rules.serves_live_run(mapping(expires_at=NOW), True, NOW)
+    blocked = mapping(state="blocked", instance_id="", blocked_instance_id="i1")
+    assert not rules.serves_live_run(blocked, False, NOW)  # a blocked run has no instance
+    assert not rules.serves_live_run(mapping(instance_id="", expires_at=NOW), False, NOW)

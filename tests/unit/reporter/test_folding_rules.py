@@ -10,6 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+import pytest
+
 from reporter.lifecycle import StepState
 from tests.unit.reporter.test_folding import ex, make, node
 
@@ -414,3 +416,96 @@ def test_restore_takes_each_stored_node_and_its_total() -> None:
     assert set(folder.state.nodes) == {"load", "enrich"}
     folder.restore(["not", "a", "mapping"])
     assert set(folder.state.nodes) == {"load", "enrich"}
+
+
+# -- junk and the inline checks --------------------------------------------------------------------
+
+
+def test_a_log_or_row_update_line_with_a_field_that_is_not_text_is_junk() -> None:
+    """Counted as a junk runner line and skipped whole: the line is not kept, nothing is folded."""
+    folder, scheduled, _ = make()
+    scheduled.clear()
+    folder.on_runner_event({"type": "log", "line": "kept?", "source": 5})
+    folder.on_runner_event({"type": "row_update", "tableNamespace": 5, "rowKey": "1"})
+    folder.on_runner_event({"type": "row_update", "tableNamespace": "leads", "rowKey": 1})
+    assert folder.sanitizer.counts["runner line"] == 3
+    assert folder.state.log_total_count == 0 and not scheduled
+
+
+def fold_all(events: list[dict[str, Any]], *, as_mapping: bool, mode: Any) -> tuple[Any, ...]:
+    folder, scheduled, _ = make(mode)
+    for event in events:
+        folder.on_runner_event(MappingProxyType(event) if as_mapping else event)
+    state = folder.state
+    nodes = {k: v.to_wire() for k, v in state.nodes.items()}
+    return list(state.logs), state.log_total_count, nodes, scheduled, dict(folder.sanitizer.counts)
+
+
+@pytest.mark.parametrize("mode", ["progress_reporter", "direct_worker"])
+def test_a_line_given_as_any_mapping_folds_as_the_same_dict(mode: str) -> None:
+    """The runner's lines are plain dicts, checked inline; any other mapping takes the general path,
+    which must fold it the same way: kept or not as its mode and source say, parsed for map starts,
+    a flush asked for, junk counted."""
+    events: list[dict[str, Any]] = [
+        {"type": "log", "line": "plain", "source": "runner"},
+        {"type": "log", "line": "host line", "source": "worker"},
+        {"type": "log", "line": "[perf-trace] setup 40ms", "source": "worker"},
+        {"type": "log", "line": "no source"},
+        start_log(10, 2),
+        {"type": "log", "line": ""},
+        {"type": "log", "line": 7},
+        {"type": "row_update", "tableNamespace": "leads", "rowKey": "1"},
+        ex(type="map.progress", mapNodeId="enrich", totalRows=10, completedRows=3, failedRows=0),
+    ]
+    as_dicts = fold_all(events, as_mapping=False, mode=mode)
+    assert as_dicts == fold_all(events, as_mapping=True, mode=mode)
+    logs, total, nodes, scheduled, counts = as_dicts
+    assert total == len(logs) == (5 if mode == "progress_reporter" else 4)
+    assert nodes["enrich"]["completed"] == 3 and counts["runner line"] == 2
+    assert scheduled[:5] == [False] * 5
+
+
+def test_an_observation_the_ledger_would_refuse_is_counted_as_an_activity_observation() -> None:
+    folder, _, _ = make()
+    big = "x" * folder.sanitizer.bounds.value_bytes  # more than one value of an upload may take
+    folder.on_runner_event(
+        ex(type="activity.observed", observation={"activityId": "a", "observedAt": 1, "v": big})
+    )
+    assert folder.sanitizer.counts["activity observation"] == 1
+    assert folder.state.snapshot().activity_observations == []
+
+
+@pytest.mark.parametrize("node_id", ["  ", "bad\x00id", "\ud800"])
+def test_a_docflow_event_on_a_blank_or_unstorable_node_id_is_ignored(node_id: str) -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="docflow.node.hit", nodeId=node_id, at=77))
+    assert node_id not in folder.state.nodes
+
+
+@pytest.mark.parametrize(
+    ("total", "completed", "failed", "started"),
+    [
+        (5, 0, 0, 0),  # settled before any row started
+        (None, 3, 1, 4),  # no total: the settled rows
+        (0, 3, 0, 3),
+        (1, 2, 0, 1),  # more settled than the total: the total, never more
+        (10, 6, 1, 7),
+    ],
+)
+def test_a_settled_map_started_the_rows_it_settled_within_its_total(
+    total: int | None, completed: int, failed: int, started: int
+) -> None:
+    folder, _, _ = make()
+    event = ex(type="map.completed", mapNodeId="enrich", completedRows=completed, failedRows=failed)
+    if total is not None:
+        event["event"]["totalRows"] = total
+    folder.on_runner_event(event)
+    assert node(folder, "enrich")["started_rows"] == started
+
+
+def test_only_a_log_line_is_kept_as_a_log_line() -> None:
+    """Another kind of line that happens to carry a `line` field is not a log line."""
+    folder, _, _ = make()
+    folder.on_runner_event({"type": "row_update", "tableNamespace": "t", "rowKey": "1", "line": "not a log"})
+    folder.on_runner_event({"type": "result", "line": "nor this"})
+    assert folder.state.log_total_count == 0 and list(folder.state.logs) == []

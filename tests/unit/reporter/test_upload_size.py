@@ -3,12 +3,19 @@ keeps every part until it lands, adopts a smaller limit from a 413, and bounds t
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
-from ledger.errors import DuplicateUpload, PayloadTooLarge, RunTerminal
-from ledger.validate import DEFAULT_UPLOAD_BOUNDS, LIVE_LOG_TAIL_LIMIT, UploadBounds, encode_body
+from ledger.errors import DuplicateUpload, LedgerUnavailable, PayloadTooLarge, RunTerminal
+from ledger.validate import (
+    DEFAULT_UPLOAD_BOUNDS,
+    LIVE_LOG_TAIL_LIMIT,
+    MAX_BODY_BYTES,
+    UploadBounds,
+    encode_body,
+)
 from reporter.state import ProgressState
 from reporter.uploader import CoalescingUploader
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom
@@ -205,3 +212,109 @@ async def test_a_413_below_any_useful_body_is_an_upload_refused() -> None:
     with pytest.raises(PayloadTooLarge):
         await uploader.flush(force=True, status="completed", required=True)
     assert not uploader.has_unacked and state.logs_dirty  # given back, nothing lost from the state
+
+
+async def test_a_line_too_big_for_a_body_of_its_own_is_shortened_and_counted() -> None:
+    """A line within the line bound that still cannot fit a body beside the rest of the upload (here
+    a long step list, and control characters that take six bytes each in JSON) is shortened, and
+    each one counted."""
+    transport = LimitedTransport(advertised=8_192, enforced=8_192)
+    clock = FakeClock()
+    state = ProgressState(now_ms=clock.wall_ms)
+    uploader = CoalescingUploader(
+        run_id="r1",
+        state=state,
+        transport=transport,
+        clock=clock.monotonic,
+        sleep=clock.sleep,
+        wall_clock_ms=clock.wall_ms,
+        trailing_flush=False,
+        pipeline_steps=["s" * 6_000],
+    )
+    state.append_log("\x01" * 500)
+    state.append_log("\x02" * 500)
+    await uploader.flush(force=True, status="completed", required=True)
+    assert transport.refused == [] and all(len(encode_body(p)) <= 8_192 for p in transport.payloads)
+    assert [len(line) < 500 and "bytes cut" in line for line in lines_of(transport.payloads)] == [True, True]
+    assert uploader.sanitizer.counts["oversized log line"] == 2
+
+
+async def test_a_413_naming_the_limit_in_use_halves_the_refused_body() -> None:
+    """A 413 that names no smaller limit than the one the uploader keeps to (a stale figure) is read
+    as naming none: the next limit is half the refused body, in whole bytes."""
+
+    class Stale(LimitedTransport):
+        async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return await super().upload(payload)
+            except PayloadTooLarge as exc:
+                raise PayloadTooLarge(str(exc), self.advertised) from None
+
+    transport = Stale(advertised=16_384, enforced=12_000)
+    uploader, state = make(transport)
+    lines = fill(state, 60, width=400)  # about 24 KB: the first body is near 16 KiB
+    await uploader.flush(force=True, status="completed", required=True)
+    [refused] = transport.refused
+    assert refused > 12_000
+    assert uploader.bounds.max_body_bytes == refused // 2
+    assert type(uploader.bounds.max_body_bytes) is int
+    assert lines_of(transport.payloads) == lines and transport.payloads[-1]["status"] == "completed"
+
+
+@pytest.mark.parametrize("limit", [4_095, 4_096, 4_097])
+async def test_a_413_naming_a_limit_below_four_kib_is_not_split_for(limit: int) -> None:
+    """Splitting goes down to bodies of 4 KiB; a 413 naming less refuses the upload."""
+    transport = LimitedTransport(advertised=None, enforced=limit)
+    uploader, state = make(transport)
+    lines = fill(state, 40, width=100)  # about 4.5 KB
+    if limit < 4_096:
+        with pytest.raises(PayloadTooLarge):
+            await uploader.flush(force=True, status="completed", required=True)
+        assert transport.payloads == []
+        return
+    await uploader.flush(force=True, status="completed", required=True)
+    assert uploader.bounds.max_body_bytes == limit
+    assert lines_of(transport.payloads) == lines
+
+
+@pytest.mark.parametrize(("advertised", "adopted"), [(-1, False), (0, False), (1, True), (8_192, True)])
+async def test_only_a_positive_advertised_limit_is_adopted(advertised: int, adopted: bool) -> None:
+    uploader, _ = make(LimitedTransport(advertised=advertised, enforced=MAX_BODY_BYTES))
+    await uploader.learn_body_limit()
+    expected = UploadBounds.for_body_limit(advertised) if adopted else DEFAULT_UPLOAD_BOUNDS
+    assert uploader.bounds == expected
+
+
+async def test_a_limit_that_cannot_be_read_leaves_the_default_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Mute(LimitedTransport):
+        async def body_limit(self) -> int | None:
+            raise boom("no limits today")
+
+    uploader, _ = make(Mute(advertised=None, enforced=MAX_BODY_BYTES))
+    await uploader.learn_body_limit()
+    assert uploader.bounds == DEFAULT_UPLOAD_BOUNDS
+    [record] = [r for r in caplog.records if r.name == "reporter.uploader"]
+    assert record.levelno == logging.WARNING
+    assert (
+        record.getMessage() == "run r1: cannot read the service's limits (no limits today); using the default"
+    )
+
+
+async def test_a_final_upload_split_again_and_interrupted_is_finished_by_its_resend() -> None:
+    """The parts a 413 re-split keep the replay their request carried: when the answer to one of
+    them is lost, the same final flush again only resends what is left, with no second final
+    upload."""
+    transport = LimitedTransport(advertised=None, enforced=6_000)
+    uploader, state = make(transport)
+    lines = fill(state, 30, width=300)
+    replay = {"lines": ["[t] done"], "total_count": 1}
+    transport.fail_calls[2] = boom()  # the second part that gets through: its answer is lost
+    with pytest.raises(LedgerUnavailable):
+        await uploader.flush(force=True, status="completed", required=True, terminal_log_replay=replay)
+    assert uploader.has_unacked
+    await uploader.flush(force=True, status="completed", required=True, terminal_log_replay=replay)
+    assert not uploader.has_unacked
+    assert [p["status"] for p in transport.payloads].count("completed") == 1
+    assert lines_of(transport.payloads) == lines

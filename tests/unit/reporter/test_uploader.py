@@ -265,19 +265,24 @@ async def test_required_callers_are_rejected_best_effort_callers_are_not() -> No
         await uploader.flush(force=True, status="failed", required=True)
 
 
-async def test_merged_required_and_best_effort_waiters_in_one_failed_upload() -> None:
+@pytest.mark.parametrize("required_first", [True, False])
+async def test_merged_required_and_best_effort_waiters_in_one_failed_upload(required_first: bool) -> None:
+    """A required flush merged with a best-effort one, before or after it, keeps its flag: the
+    merged upload's failure rejects the required caller and resolves the best-effort ones."""
     uploader, state, transport, _ = make()
     transport.hold()
     touch(state)
     blocker = asyncio.create_task(uploader.flush(force=True))
     await settle()
-    required = asyncio.create_task(uploader.flush(force=True, required=True))
-    best_effort = asyncio.create_task(uploader.flush(force=True))
+    first = asyncio.create_task(uploader.flush(force=True, required=required_first))
+    second = asyncio.create_task(uploader.flush(force=True, required=not required_first))
     transport.fail_calls[2] = boom("merged")  # the merged upload fails
     transport.release()
-    results = await asyncio.gather(blocker, required, best_effort, return_exceptions=True)
-    assert results[0] is None and results[2] is None
-    assert isinstance(results[1], LedgerUnavailable)
+    results = await asyncio.gather(blocker, first, second, return_exceptions=True)
+    required, best_effort = (results[1], results[2]) if required_first else (results[2], results[1])
+    assert transport.started == 2  # the two flushes were one upload
+    assert results[0] is None and best_effort is None
+    assert isinstance(required, LedgerUnavailable) and str(required) == "merged"
 
 
 async def test_one_shot_backlog_is_bounded_and_the_drop_count_is_reported_once() -> None:

@@ -7,13 +7,15 @@ Each test names the rule it checks; with test_uploader.py they are what the muta
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
 
-from ledger.errors import LedgerError, StaleAttempt
+from ledger.errors import LedgerError, RunTerminal, StaleAttempt
+from ledger.validate import MAX_PIPELINE_STEPS, UploadBounds
 from reporter.state import ProgressState
-from reporter.uploader import CoalescingUploader, FlushRequest, epoch_ms_now
+from reporter.uploader import CoalescingUploader, FlushRequest, epoch_ms_now, pipeline_step_list
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom, settle
 from tests.unit.reporter.test_uploader import make, touch
 
@@ -28,22 +30,20 @@ def test_epoch_ms_now_is_whole_milliseconds_of_the_wall_clock() -> None:
 
 
 def test_merging_pending_requests_follows_the_documented_rules() -> None:
-    """A terminal status beats running, `required` is OR-ed, a replay once asked for is kept, and
-    every caller's future is carried."""
+    """A terminal status beats running, a replay once asked for is kept, and every caller's future
+    is carried with its own `required` flag, in the order the callers came."""
     loop = asyncio.new_event_loop()
     try:
         a, b = loop.create_future(), loop.create_future()
         replay = {"lines": ["x"]}
-        required_first = FlushRequest(
-            status="completed", required=True, terminal_log_replay=replay, waiters=[(a, True)]
-        )
+        required_first = FlushRequest(status="completed", terminal_log_replay=replay, waiters=[(a, True)])
         best_effort = FlushRequest(waiters=[(b, False)])
         merged = required_first.merge(best_effort)
-        assert (merged.status, merged.required, merged.terminal_log_replay) == ("completed", True, replay)
+        assert (merged.status, merged.terminal_log_replay) == ("completed", replay)
         assert merged.waiters == [(a, True), (b, False)]
         merged = best_effort.merge(required_first)
-        assert (merged.status, merged.required, merged.terminal_log_replay) == ("completed", True, replay)
-        assert not FlushRequest().merge(FlushRequest()).required
+        assert (merged.status, merged.terminal_log_replay) == ("completed", replay)
+        assert merged.waiters == [(b, False), (a, True)]
     finally:
         loop.close()
 
@@ -338,3 +338,122 @@ async def test_an_uploader_made_without_an_attempt_speaks_for_attempt_1() -> Non
     touch(state)
     await uploader.flush(force=True)
     assert transport.payloads[0]["producer_attempt"] == 1
+
+
+# -- what a request carries ------------------------------------------------------------------------
+
+
+def test_a_merged_request_keeps_the_terminal_requests_error() -> None:
+    """The run's error goes with its terminal status: merged with a running request, before or
+    after it, the terminal request's error is kept."""
+    failed = FlushRequest(status="failed", error="the map failed")
+    assert failed.merge(FlushRequest()).error == "the map failed"
+    assert FlushRequest().merge(failed).error == "the map failed"
+    assert FlushRequest(status="completed").merge(FlushRequest(error="stray")).error is None
+
+
+async def test_an_upload_carries_the_error_only_with_a_terminal_status() -> None:
+    uploader, state, transport, _ = make()
+    touch(state, 1)
+    await uploader.flush(force=True, error="not yet")  # a running upload says no error
+    touch(state, 2)
+    await uploader.flush(force=True, status="completed", required=True)  # ended without one
+    touch(state, 3)
+    await uploader.flush(force=True, status="failed", required=True, error="boom")
+    assert ["error" in p for p in transport.payloads] == [False, False, True]
+    assert transport.payloads[2]["error"] == "boom"
+
+
+async def test_a_refused_upload_gives_back_its_activity_observations_and_its_drop_count() -> None:
+    """A refused upload wrote nothing: the observations it carried and the count of one-shot events
+    dropped before it go out with the next upload, and a refused upload that dropped nothing adds
+    no drop count."""
+    uploader, state, transport, _ = make(max_pending_one_shot=2)
+    for i in range(3):
+        state.add_lifecycle_event({"id": i})  # one more than is kept: the oldest is dropped
+    state.add_activity_observation({"activityId": "a", "observedAt": 1, "v": "seen"})
+    transport.failures.append(LedgerError("refused"))
+    await uploader.flush(force=True)
+    await uploader.flush(force=True)
+    [payload] = transport.payloads
+    assert payload["dropped_one_shot_events"] == 1
+    assert [e["id"] for e in payload["dataset_lifecycle_events"]] == [1, 2]
+    assert [o["v"] for o in payload["activity_observations"]] == ["seen"]
+    transport.failures.append(LedgerError("refused"))
+    state.add_lifecycle_event({"id": "x"})
+    await uploader.flush(force=True)
+    await uploader.flush(force=True)
+    assert "dropped_one_shot_events" not in transport.payloads[-1]
+    assert [e["id"] for e in transport.payloads[-1]["dataset_lifecycle_events"]] == ["x"]
+
+
+async def test_a_run_ended_by_someone_else_is_named_in_the_error() -> None:
+    uploader, state, transport, _ = make()
+    transport.answers.append({"terminal": {"status": "cancelled", "error": None}})
+    touch(state)
+    with pytest.raises(RunTerminal) as info:
+        await uploader.flush(force=True, required=True)
+    assert info.value.run_id == "r1" and str(info.value).startswith("run r1 was already ended")
+
+
+async def test_an_uploader_stopped_without_a_reason_refuses_required_flushes_as_stale() -> None:
+    """Stopped from outside with no refusal to give (the reporter's own stop), a required flush
+    fails as the attempt's being stale, naming the run and the attempt."""
+    uploader, state, transport, _ = make()
+    uploader.stopped = True
+    touch(state)
+    with pytest.raises(StaleAttempt) as info:
+        await uploader.flush(force=True, required=True)
+    assert (info.value.run_id, info.value.attempt, info.value.current) == ("r1", 3, 3)
+    assert str(info.value) == "reporter for run 'r1' was stopped"
+    assert transport.payloads == []
+
+
+async def test_stopping_is_logged_once_naming_the_run_and_why(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="reporter.uploader")
+    uploader, state, transport, _ = make()
+    transport.failures.append(StaleAttempt("r1", 3, 4))
+    touch(state)
+    await uploader.flush(force=True)
+    uploader2, state2, transport2, _ = make()
+    transport2.answers.append({"terminal": {"status": "failed", "error": "watchdog"}})
+    touch(state2)
+    await uploader2.flush(force=True)
+    stops = [r for r in caplog.records if r.name == "reporter.uploader"]
+    assert [r.levelno for r in stops] == [logging.INFO, logging.INFO]
+    assert stops[0].getMessage() == "run r1: stale producer attempt 3, reporter stops"
+    assert (
+        stops[1].getMessage()
+        == "run r1: reporter stops: run r1 was already ended as failed by someone else: watchdog"
+    )
+
+
+# -- the contract's steps --------------------------------------------------------------------------
+
+
+def test_the_pipeline_steps_keep_valid_ids_once_each_in_order() -> None:
+    assert pipeline_step_list(["load", "", "  ", "map", "load", 7, "tool-3"]) == ["load", "map", "tool-3"]  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_the_pipeline_steps_stop_at_their_limit(extra: int) -> None:
+    ids = [f"s{i}" for i in range(MAX_PIPELINE_STEPS + extra)]
+    assert pipeline_step_list(ids) == ids[:MAX_PIPELINE_STEPS]
+
+
+# -- the sanitizer -----------------------------------------------------------------------------------
+
+
+async def test_the_uploader_checks_values_against_the_states_bounds() -> None:
+    """A state made for a smaller body limit bounds the values of every upload from the first on."""
+    bounds = UploadBounds.for_body_limit(8_192)
+    state = ProgressState(now_ms=lambda: 0, bounds=bounds)
+    transport = FakeTransport()
+    uploader = CoalescingUploader(run_id="r1", state=state, transport=transport, trailing_flush=False)
+    output = "o" * (bounds.value_bytes + 1)  # far within the default bound
+    state.set_node_progress(
+        "n", {"started_at": 1, "node_io": {"inputs": {}, "outputs": output, "error": None}}
+    )
+    await uploader.flush(force=True, required=True)
+    assert "outputs" not in transport.payloads[0]["live_node_progress"]["n"]["node_io"]
+    assert uploader.sanitizer.counts["node I/O value"] == 1
