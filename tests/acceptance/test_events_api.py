@@ -94,13 +94,16 @@ async def test_long_poll_wakes_on_an_append_by_another_client(server: Server, cl
     assert [e["line"] for e in page["events"]] == ["wake"]
 
 
+def metric_value(text: str, name: str) -> float:
+    """The value of an unlabelled sample in a /metrics body."""
+    return float(next(x for x in text.splitlines() if x.startswith(name + " ")).split()[1])
+
+
 async def wait_for_waiters(server: Server, count: int, *, at_most: bool = False) -> None:
     """Until the service reports at least (or with `at_most`, at most) `count` waiting readers."""
     async with server.async_client() as probe:
         for _ in range(600):
-            text = (await probe.get("/metrics")).text
-            line = next(x for x in text.splitlines() if x.startswith("ledger_waiters "))
-            waiting = float(line.split()[1])
+            waiting = metric_value((await probe.get("/metrics")).text, "ledger_waiters")
             if (waiting <= count) if at_most else (waiting >= count):
                 return
             await asyncio.sleep(0.05)
@@ -181,8 +184,7 @@ async def test_sse_replays_then_ends_after_the_terminal_event(server: Server, cl
 
 async def event_reads(server: Server) -> float:
     async with server.async_client() as probe:
-        text = (await probe.get("/metrics")).text
-    return float(next(x for x in text.splitlines() if x.startswith("ledger_event_reads_total ")).split()[1])
+        return metric_value((await probe.get("/metrics")).text, "ledger_event_reads_total")
 
 
 async def test_sse_tails_of_one_run_share_their_reads_after_a_wake_up(

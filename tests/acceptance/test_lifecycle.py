@@ -11,7 +11,7 @@ import httpx
 
 from tests.acceptance import sse
 from tests.acceptance.conftest import new_id, start_server, stop_server
-from tests.acceptance.test_events_api import wait_for_waiters
+from tests.acceptance.test_events_api import metric_value, wait_for_waiters
 
 
 async def test_token_file_then_graceful_shutdown_releases_waiters(database_url: str, tmp_path: Path) -> None:
@@ -74,7 +74,6 @@ async def test_the_service_runs_the_watchdog(database_url: str, tmp_path: Path) 
             assert page["events"][0]["status"] == "failed"
             assert page["events"][0]["error"] == "run watchdog: no progress; orchestrator presumed dead"
             metrics = (await http.get("/metrics")).text
-        failures = next(x for x in metrics.splitlines() if x.startswith("ledger_watchdog_failures_total "))
-        assert float(failures.split()[1]) >= 1
+        assert metric_value(metrics, "ledger_watchdog_failures_total") >= 1
     finally:
         stop_server(server)

@@ -12,14 +12,14 @@ from pydantic import TypeAdapter
 from ledger import shapes
 from tests.acceptance.conftest import Server, new_id
 from tests.acceptance.rawhttp import get_raw
+from tests.acceptance.test_events_api import metric_value
 
 PAGE = TypeAdapter(shapes.EventPage)
 
 
 async def waiting(server: Server) -> float:
     async with server.async_client() as probe:
-        text = (await probe.get("/metrics")).text
-    return float(next(x for x in text.splitlines() if x.startswith("ledger_waiters ")).split()[1])
+        return metric_value((await probe.get("/metrics")).text, "ledger_waiters")
 
 
 async def wake_groups(
