@@ -7,10 +7,12 @@ their exit code (`ledger.cli.exits`), never a traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
-from ledger.cli.exits import EXIT_CONFIG, CliError
+from ledger.cli.exits import EXIT_CONFIG, EXIT_INTERRUPTED, CliError, usage_line
 from ledger.config import Settings, load_settings
 from ledger.errors import ConfigError, DatabaseUnavailable
 
@@ -27,7 +29,44 @@ def _settings() -> Settings | None:
         return None
 
 
+# Click 8.2+ says a group's help when it is named without a command, as a usage error.
+_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    t for t in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if t is not None
+)
+
+
 class _LedgerGroup(click.Group):
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Click's main, with every mistake and interruption one line on stderr: click's own
+        would print a usage block of four lines for a typo, and `Aborted!` for a Ctrl-C."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            answer = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:
+            exc.show()  # a group named alone: its help is what the person asked for
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            help_command = exc.ctx.command_path if exc.ctx is not None else "ledger"
+            said = usage_line(exc.format_message())
+            click.echo(f"Error: {said} (`{help_command} --help` says more)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Error: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        # A command's own `ctx.exit(code)` (and --help, --version) comes back as its code.
+        sys.exit(answer if isinstance(answer, int) else 0)
+
     def invoke(self, ctx: click.Context) -> object:
         # Imported here: `ledger.cli.database` loads psycopg's connection machinery.
         from ledger.cli.database import unreachable
@@ -71,4 +110,3 @@ _register()
 
 def main() -> None:
     cli.main(prog_name="ledger", standalone_mode=True)
-    sys.exit(0)

@@ -28,8 +28,10 @@ __all__ = [
     "deadline_option",
 ]
 
-# How long a client command keeps retrying an unreachable service, unless --deadline says.
-_DEFAULT_DEADLINE_S = 30.0
+# How long a client command keeps retrying an unreachable service, unless --deadline says: long
+# enough to ride out a restart of `ledger serve`, short enough that a person who forgot to start it
+# learns it at once.
+_DEFAULT_DEADLINE_S = 5.0
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 

@@ -171,6 +171,38 @@ def client_env(tmp_path: Path, url: str, token: str = "t") -> dict[str, str]:
     return {"LEDGER_URL": url, "LEDGER_TOKEN": token, "LEDGER_DATA_DIR": str(tmp_path)}
 
 
+MALFORMED_LEDGER_URLS = [
+    pytest.param("127.0.0.1:8787", "does not start with http:// or https://", id="no-scheme"),
+    pytest.param("localhost:8787", "does not start with http:// or https://", id="host-as-scheme"),
+    pytest.param("http://127.0.0.1:8787/v1", "has a path (/v1)", id="path"),
+    pytest.param("http://127.0.0.1:8787/?x=1", "has a query or fragment", id="query"),
+    pytest.param("http://:8787", "names no host", id="no-host"),
+]
+
+
+@pytest.mark.parametrize(("url", "problem"), MALFORMED_LEDGER_URLS)
+@pytest.mark.parametrize("args", [*CLIENT_COMMANDS, pytest.param(["report", "--run-id", "r"], id="report")])
+def test_a_malformed_ledger_url_is_a_configuration_error_said_at_once(
+    args: list[str], url: str, problem: str, tmp_path: Path
+) -> None:
+    # A deadline far past the subprocess's timeout: a command that retried the mistake as an
+    # outage would be killed by the timeout instead of answering.
+    result = run_ledger(*args, "--deadline", "600", env=client_env(tmp_path, url), input="", timeout=60)
+    assert result.returncode == EXIT_CONFIG
+    line = one_line(result)
+    assert line.startswith("Error: LEDGER_URL=")
+    assert problem in line
+    assert "e.g. http://127.0.0.1:8787" in line
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "http://127.0.0.1:1/", "https://ledger.example:443"])
+def test_a_well_formed_ledger_url_is_taken_without_its_trailing_slash(url: str) -> None:
+    from ledger.client import service_url
+
+    assert service_url({"LEDGER_URL": f"  {url}  "}) == url.rstrip("/")
+    assert service_url({}) == "http://127.0.0.1:8787"
+
+
 @pytest.mark.parametrize("args", CLIENT_COMMANDS)
 def test_an_unreachable_ledger_says_so_at_once_then_gives_up_at_the_deadline(
     args: list[str], tmp_path: Path, closed_port: int
@@ -321,3 +353,35 @@ def test_an_unknown_token_is_told_which_kind_the_command_needs(server: Server, t
     assert result.returncode == EXIT_TOKEN
     line = one_line(result)
     assert "this command needs a read token or an admin token" in line and "LEDGER_TOKEN" in line
+
+
+# -- typos -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(
+            ["rnus"], "No such command 'rnus'. Did you mean 'runs'? (`ledger --help` says more)", id="command"
+        ),
+        pytest.param(
+            ["events", "--folow", "r"],
+            "No such option '--folow'. Did you mean '--follow'? (`ledger events --help` says more)",
+            id="option",
+        ),
+        pytest.param(["run"], "Missing argument 'RUN_ID'. (`ledger run --help` says more)", id="missing"),
+    ],
+)
+def test_a_typo_is_one_line_with_the_suggestion_and_exit_2(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    result = run_ledger(*args, env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert one_line(result) == f"Error: {said}"
+    assert result.stdout == ""
+
+
+def test_a_group_named_alone_prints_its_help(tmp_path: Path) -> None:
+    result = run_ledger("token", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert "Usage: ledger token" in result.stdout + result.stderr
+    assert "create" in result.stdout + result.stderr
