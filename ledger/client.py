@@ -366,6 +366,15 @@ class _Operations:
         return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
 
     @_operation
+    def cancel_run(
+        run_id: str, reason: str | None = None, *, idempotency_key: str | None = None
+    ) -> _Call[shapes.TerminalStateBody]:
+        """Cancel a live run with `reason` as its terminal error (an admin token or the run's own);
+        a run that already ended otherwise is `RunTerminal`, one already cancelled is returned."""
+        body = _without_none(reason=reason)
+        return _write("POST", _run_path(run_id, "/cancel"), body, _whole, idempotency_key, run_id)
+
+    @_operation
     def get_terminal(run_id: str) -> _Call[shapes.TerminalStateBody | None]:
         """The terminal state, or None while the run is live."""
         return _Call(method="GET", path=_run_path(run_id, "/terminal"), parse=_field("state"), run_id=run_id)

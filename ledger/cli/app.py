@@ -86,13 +86,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from ledger.cli import client, db, gc, psql, serve, watchdog
+    from ledger.cli import cancel, client, db, gc, psql, serve, watchdog
     from ledger.cli.demo import command as demo
 
     cli.add_command(db.db)
     cli.add_command(serve.serve)
     for command in client.COMMANDS:
         cli.add_command(command)
+    cli.add_command(cancel.cancel)
     cli.add_command(watchdog.watchdog)
     cli.add_command(gc.gc)
     cli.add_command(demo.demo)

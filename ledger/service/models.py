@@ -345,6 +345,12 @@ class SetTerminal(_StrictBody):
     play_name: _Text = None
 
 
+class CancelRun(_StrictBody):
+    reason: str | None = Field(
+        None, description="why the run is cancelled: its terminal error (absent: `cancelled by an operator`)"
+    )
+
+
 # -- ingestion ------------------------------------------------------------------------------------
 
 
