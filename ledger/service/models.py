@@ -38,6 +38,7 @@ __all__ = [
     "AddEntries",
     "AppendEvents",
     "BlockRun",
+    "CancelRun",
     "Claim",
     "IntegralInt",
     "MapRun",

@@ -30,6 +30,7 @@ from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
 __all__ = [
+    "CANCELLED_BY_OPERATOR",
     "append_answer",
     "router",
 ]

@@ -7,6 +7,7 @@ tighter than the timeout the command itself is configured with.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ import pytest
 
 from ledger.cli.exits import EXIT_ADDRESS, EXIT_CONFIG, EXIT_DATABASE, EXIT_LEDGER, EXIT_TOKEN
 from ledger.cli.report import EXIT_UPLOAD_FAILED
+from ledger.service.address import bind_problem
 from tests.acceptance.conftest import ROOT, Server, free_port, new_id
 
 # What `ledger gc` used to sit out on a refused database: the connection pool's own wait for its
@@ -96,8 +98,44 @@ def test_serve_on_a_port_in_use_is_one_line_exit_7_and_never_ready(tmp_path: Pat
     assert result.returncode == EXIT_ADDRESS
     line = one_line(result)
     assert line.startswith("Error: cannot listen on 127.0.0.1:") and f":{port}:" in line
-    assert "--port" in line
+    assert "another process listens there" in line and "--port" in line
     assert "service ready" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [
+        pytest.param(errno.EADDRINUSE, "another process listens there", id="in-use"),
+        pytest.param(errno.EADDRNOTAVAIL, "192.0.2.1 is not an address of this machine", id="not-ours"),
+        pytest.param(errno.EACCES, "ports below 1024 need privileges", id="privileged"),
+    ],
+)
+def test_a_bind_failure_names_its_real_cause(code: int, advice: str) -> None:
+    # Built, not provoked: binding an address that is not this machine's needs none to exist.
+    line = bind_problem(OSError(code, os.strerror(code)), "192.0.2.1", 80)
+    assert line.startswith(f"cannot listen on 192.0.2.1:80: {os.strerror(code)} (")
+    assert advice in line
+    assert ("another `ledger serve`" in line) == (code == errno.EADDRINUSE)
+
+
+def test_serve_says_where_it_listens_and_how_to_sign_in(tmp_path: Path, server: Server) -> None:
+    said = server.log()
+    assert f"Run Ledger listens on {server.url}" in said
+    assert f"dashboard: {server.url}/ui/" in said
+    assert "sign in there with the admin token: the first of LEDGER_API_TOKENS" in said
+
+
+def test_token_show_prints_the_admin_token_of_the_data_dir(tmp_path: Path) -> None:
+    missing = run_ledger("token", "show", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert missing.returncode == EXIT_CONFIG
+    assert "no admin token yet" in one_line(missing) and str(tmp_path / "api-token") in missing.stderr
+    (tmp_path / "api-token").write_text("stored-token\n")
+    shown = run_ledger("token", "show", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert shown.returncode == 0 and shown.stdout == "stored-token\n"
+    configured = run_ledger(
+        "token", "show", env={"LEDGER_DATA_DIR": str(tmp_path), "LEDGER_API_TOKENS": " a , b"}
+    )
+    assert configured.stdout == "a\n"
 
 
 # -- an unreachable database -----------------------------------------------------------------------
