@@ -311,12 +311,19 @@ class _Operations:
         )
 
     @_operation
-    def runs_page(limit: int = 50, before: str | None = None) -> _Call[shapes.RunList]:
-        """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` for the
-        page after it (None once a page comes back short)."""
-        return _Call(
-            method="GET", path="/v1/runs", parse=_whole, params=_without_none(limit=limit, before=before)
-        )
+    def runs_page(
+        limit: int = 50,
+        before: str | None = None,
+        *,
+        status: str | None = None,
+        play: str | None = None,
+        since_ms: int | None = None,
+    ) -> _Call[shapes.RunList]:
+        """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` (with the
+        same filters) for the page after it (None once a page comes back short). `status`, `play`
+        and `since_ms` (epoch ms) keep only the runs that match."""
+        params = _without_none(limit=limit, before=before, status=status, play=play, since=since_ms)
+        return _Call(method="GET", path="/v1/runs", parse=_whole, params=params)
 
     @_operation
     def get_run(run_id: str) -> _Call[shapes.Run]:

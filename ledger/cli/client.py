@@ -12,11 +12,13 @@ import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
+from ledger import tokens
 from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
 from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
@@ -116,20 +118,69 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+def _since_ms(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """`--since`: a duration back from now (90s, 30m, 24h, 7d) or an ISO 8601 time (UTC unless it
+    names an offset), as epoch milliseconds."""
+    if value is None:
+        return None
+    try:
+        return _now_ms() - tokens.ttl_seconds(value) * 1000
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is neither a duration (90s, 30m, 24h, 7d) nor an ISO time (2026-12-03T09:00)"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return int(at.timestamp() * 1000)
+
+
 @click.command("runs")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
 @click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
+@click.option("--status", metavar="STATUS", help="Only runs with this status (running, failed, …).")
+@click.option("--play", metavar="NAME", help="Only runs of this play.")
+@click.option(
+    "--since",
+    "since_ms",
+    metavar="WHEN",
+    callback=_since_ms,
+    help="Only runs created since: a duration back from now (30m, 24h, 7d) or an ISO time.",
+)
 @deadline_option()
-def _runs(limit: int, before: str | None, deadline_s: float) -> None:
+def _runs(
+    limit: int,
+    before: str | None,
+    status: str | None,
+    play: str | None,
+    since_ms: int | None,
+    deadline_s: float,
+) -> None:
     """List the newest runs: status, age, last event, steps done, rows."""
     with _client(deadline_s) as client:
-        page = client.runs_page(limit, before)
+        page = client.runs_page(limit, before, status=status, play=play, since_ms=since_ms)
     if not page["runs"]:
-        click.echo("no runs yet" if before is None else "no more runs")
+        filtered = status is not None or play is not None or since_ms is not None
+        click.echo(
+            ("no more runs" if before is not None else "no runs yet") + (" that match" if filtered else "")
+        )
         return
     _console().print(render.runs_table(page["runs"], _now_ms()))
     if page["next_before"] is not None:
-        click.echo(f"more: ledger runs --limit {limit} --before {shlex.quote(page['next_before'])}")
+        # The next page is read with the same filters (a `--since` duration as the time it meant).
+        again = [f"--limit {limit}"]
+        if status is not None:
+            again.append(f"--status {shlex.quote(status)}")
+        if play is not None:
+            again.append(f"--play {shlex.quote(play)}")
+        if since_ms is not None:
+            when = datetime.fromtimestamp(since_ms / 1000, UTC).isoformat(timespec="milliseconds")
+            again.append(f"--since {shlex.quote(when)}")
+        again.append(f"--before {shlex.quote(page['next_before'])}")
+        click.echo(f"more: ledger runs {' '.join(again)}")
 
 
 @click.command("run")

@@ -52,7 +52,8 @@ async def _open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
 
 @router.get(
     "",
-    summary="The newest runs (the run_overview view), newest first, a page at a time; for `ledger runs`",
+    summary="The newest runs (the run_overview view), newest first, a page at a time, optionally only "
+    "those of a status, a play or since a time; for `ledger runs`",
 )
 async def _list_runs(
     svc: _Svc,
@@ -67,8 +68,20 @@ async def _list_runs(
             json_schema_extra={"pattern": overview.RUN_LIST_CURSOR_PATTERN},
         ),
     ] = None,
+    status: Annotated[
+        str | None, Query(description="only runs with this status (`running`, `failed`, …)")
+    ] = None,
+    play: Annotated[str | None, Query(description="only runs with this play name")] = None,
+    since: Annotated[
+        int | None,
+        Query(
+            description="only runs created at or after this time (epoch ms)",
+            json_schema_extra={"minimum": 0, "maximum": validate.MAX_EPOCH_MS},
+        ),
+    ] = None,
 ) -> shapes.RunList:
-    return await overview.runs_page(svc.db, limit, before)
+    runs = overview.RunFilter(status=status, play=play, since_ms=since)
+    return await overview.runs_page(svc.db, limit, before, runs)
 
 
 @router.get(
