@@ -23,7 +23,7 @@ from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
 from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
 from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
-from ledger.errors import LedgerError, LedgerUnavailable, Unauthorized
+from ledger.errors import LedgerError, LedgerUnavailable, NotFound, Unauthorized
 
 __all__ = [
     "COMMANDS",
@@ -193,16 +193,52 @@ def _run(run_id: str, deadline_s: float) -> None:
     _console().print(render.run_detail(body, _now_ms()))
 
 
+# How long `ledger events --follow` waits for a run that does not exist yet, unless --wait says.
+_DEFAULT_WAIT_S = 60.0
+# How often it looks again meanwhile.
+_WAIT_POLL_S = 0.5
+
+
+def _wait_for_run(client: LedgerClient, run_id: str, wait_s: float) -> None:
+    """Return once the run exists; `NotFound` once `wait_s` has passed without it. A watcher started
+    beside the worker that creates the run must not lose the race to it."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            client.get_terminal(run_id)
+            return
+        except NotFound:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            if not said:
+                click.echo(f"waiting up to {wait_s:g} s for run {run_id!r} to be created (--wait)", err=True)
+                said = True
+            time.sleep(min(_WAIT_POLL_S, left))
+
+
 @click.command("events")
 @click.argument("run_id")
 @click.option("--follow", "-f", is_flag=True, help="Keep tailing (SSE) until the run's terminal event.")
 @click.option(
     "--after", default="-1", show_default=True, help="Start after this seq (-1: from the start; now)."
 )
+@click.option(
+    "--wait",
+    "wait_s",
+    default=_DEFAULT_WAIT_S,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="With --follow: wait this long for a run that does not exist yet (0: not at all).",
+)
 @deadline_option()
-def _events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
+def _events(run_id: str, follow: bool, after: str, wait_s: float, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
     with _client(deadline_s) as client:
+        if follow:
+            _wait_for_run(client, run_id, wait_s)
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
         for event in stream:
             click.echo(render.event_line(event))
