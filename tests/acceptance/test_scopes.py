@@ -45,6 +45,7 @@ PUBLIC = {
     ("POST", "/ui/sign-in"),
     ("POST", "/ui/sign-out"),
     ("GET", "/ui/static/{name}"),
+    ("GET", "/ui/{rest:path}"),
     ("GET", "/favicon.ico"),
 }
 
