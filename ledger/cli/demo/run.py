@@ -336,7 +336,7 @@ def main(plan: DemoPlan, *, keep_serving: bool) -> None:
         try:
             asyncio.run(demo)
         except _Interrupted:
-            click.echo("stopped before the run finished: it stays open in the ledger", err=True)
+            click.echo("Error: interrupted before the run finished; it stays open in the ledger", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     finally:
         if server is not None:
