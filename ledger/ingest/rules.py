@@ -28,7 +28,7 @@ Design notes:
   → `step.progress`; a state newly settled → `step.completed|failed|cancelled|skipped`. Each node
   is stored with its `state`: the one it carries, else the one `ledger.runlog.steps` derives from
   its fields (a node completing in an upload whose status is `failed`, or whose `node_io.error` is
-  set, failed). An upload with a terminal status settles every step still open (a running one
+  set, failed; one completed in an earlier upload stays completed). An upload with a terminal status settles every step still open (a running one
   takes the run's outcome, a pending one is skipped) and announces each (`steps.settle_steps`).
 - **Pipeline steps.** `pipeline_steps` is the contract's step list, in pipeline order: each step
   gets an entry in the snapshot from the first upload on (a `pending` one while it has not started:
@@ -434,7 +434,8 @@ def diff_steps(
     snapshot: _NodeSnapshot = dict(stored)
     for node_id, uploaded_node in uploaded.items():
         old = stored.get(node_id, {})
-        node = steps.with_state(uploaded_node, run_status, error)
+        # The upload's status speaks for the nodes completing in it, not those completed before.
+        node = steps.with_state(uploaded_node, run_status if old.get("completed_at") is None else None, error)
         node_events: list[_Event] = []
         if node.get("started_at") is not None and old.get("started_at") is None:
             node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
