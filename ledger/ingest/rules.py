@@ -28,8 +28,9 @@ Design notes:
   → `step.progress`; a state newly settled → `step.completed|failed|cancelled|skipped`. Each node
   is stored with its `state`: the one it carries, else the one `ledger.runlog.steps` derives from
   its fields (a node completing in an upload whose status is `failed`, or whose `node_io.error` is
-  set, failed; one completed in an earlier upload stays completed). An upload with a terminal status settles every step still open (a running one
-  takes the run's outcome, a pending one is skipped) and announces each (`steps.settle_steps`).
+  set, failed; one completed in an earlier upload stays completed). An upload with a terminal
+  status settles every step still open (a running one takes the run's outcome, a pending one is
+  skipped) and announces each (`steps.settle_steps`).
 - **Pipeline steps.** `pipeline_steps` is the contract's step list, in pipeline order: each step
   gets an entry in the snapshot from the first upload on (a `pending` one while it has not started:
   the views count it in `steps_total`, the dashboard shows it pending) and its index as `position`,
