@@ -107,9 +107,11 @@ class DemoView:
             if step.state == "not started":
                 step.state = "running"
             return f"{self.stamp()} started    {step.node_id}"
-        if kind == "step.completed":
-            step.state = "failed" if event.get("outcome") == "failed" else "completed"
-            return f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+        if kind in ("step.completed", "step.failed", "step.cancelled", "step.skipped"):
+            # The state the event names (an older `step.completed` names it as its outcome).
+            step.state = str(event.get("state") or event.get("outcome") or kind.removeprefix("step."))
+            line = f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+            return f"{line} ({event['reason']})" if event.get("reason") else line
         for key in _COUNT_KEYS:
             value = _int(event.get(key))
             if value is not None:
