@@ -283,8 +283,8 @@ def test_a_failed_run_whose_map_end_was_lost_records_the_map_failed_with_reconci
     done = report(server, tmp_path, run_id, stream, "--contract", contract_file(tmp_path))
     assert done.returncode == 0, done.stderr
     stored = events(client, run_id)
-    [enrich] = [e for e in stored if e["type"] == "step.completed" and e["node_id"] == "enrich"]
-    assert enrich["outcome"] == "failed"
+    [enrich] = [e for e in stored if e["type"] == "step.failed" and e["node_id"] == "enrich"]
+    assert enrich["outcome"] == enrich["state"] == "failed" and enrich["reason"].startswith("run failed")
     node = run_of(client, run_id)["live_node_progress"]["enrich"]
     assert (node["completed"], node["failed"], node["total"]) == (6, 1, 10)
     progress = [e for e in stored if e["type"] == "step.progress" and e["node_id"] == "enrich"]
