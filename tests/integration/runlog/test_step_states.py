@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from ledger.db import Database
 from ledger.errors import RunTerminal
@@ -212,3 +213,36 @@ async def test_the_stalled_view_and_the_watchdog_agree_under_any_limit(db: Datab
     view = await listed()
     assert view == ["idle-90s"]
     assert await dog.run_once() == view
+
+
+async def test_the_views_read_a_state_for_nodes_stored_without_one(db: Database) -> None:
+    """A snapshot stored before steps had states: the views read each step's state from its fields,
+    as the API does (`ledger.runlog.steps.derived_state`), and `steps_done` counts completed only."""
+    legacy = {
+        "done": {"started_at": 1, "completed_at": 2},
+        "broke": {"started_at": 1, "completed_at": 3, "node_io": {"error": "boom"}},
+        "clean": {"completed_at": 3, "node_io": {"error": None}},
+        "busy": {"started_at": 4},
+        "later": {"position": 4},
+        "odd": {"state": "bogus", "started_at": 1},
+    }
+    await RunLog(db).open_run("legacy")
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE ledger.runs SET live_node_progress = %s WHERE run_id = 'legacy'", (Jsonb(legacy),)
+        )
+    steps, row = await _views(db, "legacy")
+    answer = (await RunLog(db).get_run("legacy"))["live_node_progress"]
+    assert (
+        {node: state for node, (state, _, _) in steps.items()}
+        == {node: body["state"] for node, body in answer.items()}
+        == {
+            "done": "completed",
+            "broke": "failed",
+            "clean": "completed",
+            "busy": "running",
+            "later": "pending",
+            "odd": "running",
+        }
+    )
+    assert (row["steps_total"], row["steps_done"], row["steps_failed"]) == (6, 2, 1)
