@@ -67,13 +67,13 @@ _FROM_LEDGER = {
     "skipped": StepState.SKIPPED,
 }
 
-Transition = Literal["started", "completed", "failed", "cancelled"]
+_Transition = Literal["started", "completed", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTransition:
     node_id: str
-    transition: Transition
+    transition: _Transition
     at: int
     reason: str | None = None  # why a step failed or was cancelled
 
