@@ -17,15 +17,11 @@
 
   function runState(r) { return (r.terminal && r.terminal.status) || r.status || "pending"; }
 
-  // The step's state as the ledger gives it: never read from a completion time (a step can end
-  // without completing). An answer without one (an older ledger) falls back to its fields.
+  // The step's state as the ledger gives it (every step has one in its answers): never read from a
+  // completion time, since a step can end without completing.
   const STEP_STATES = new Set(["pending", "running", "completed", "failed", "cancelled", "skipped"]);
 
-  function stepState(node) {
-    if (STEP_STATES.has(node.state)) return node.state;
-    if (node.completed_at != null) return node.node_io && node.node_io.error ? "failed" : "completed";
-    return node.started_at != null ? "running" : "pending";
-  }
+  function stepState(node) { return STEP_STATES.has(node.state) ? node.state : "pending"; }
 
   function steps(r) {
     const progress = r.live_node_progress && typeof r.live_node_progress === "object" ? r.live_node_progress : {};
