@@ -5,6 +5,7 @@ share."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -246,3 +247,26 @@ async def test_the_views_read_a_state_for_nodes_stored_without_one(db: Database)
         }
     )
     assert (row["steps_total"], row["steps_done"], row["steps_failed"]) == (6, 2, 1)
+
+
+async def test_racing_ends_settle_the_steps_once_by_the_winner(db: Database, clean_database_url: str) -> None:
+    """A cancel and a terminal upload land together on separate connections: one ends the run, and
+    its steps are settled once, by that end."""
+    await _start(db, "r")
+    async with Database(clean_database_url, min_size=1, max_size=2) as other:
+        results = await asyncio.gather(
+            RunLog(db).set_terminal("r", "cancelled", error="asked to stop"),
+            apply_status_upload(other, "r", {"status": "failed", "upload_seq": 2, "error": "boom"}),
+            return_exceptions=True,
+        )
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], RunTerminal)
+    run = await RunLog(db).get_run("r")
+    status = run["terminal"]["status"] if run["terminal"] else None
+    settled = [
+        (kind, p["node_id"])
+        for kind, p in await _events(db, "r")
+        if kind in ("step.failed", "step.cancelled")
+    ]
+    assert settled == [(f"step.{status}", "enrich")]
+    assert run["live_node_progress"]["enrich"]["state"] == status
