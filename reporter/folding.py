@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from ledger import validate
 from reporter import reconcile, wire
-from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
+from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition, transition_patch
 from reporter.lines import junk_reason
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
@@ -81,17 +81,10 @@ class EventFolder:
         self._execution_handlers = self._execution_handler_table()
 
     def _on_transition(self, event: StepTransition) -> None:
-        if event.transition == "started":
-            self.state.set_node_progress(event.node_id, {"started_at": event.at})
-        elif event.transition == "completed":
-            self.state.set_node_progress(event.node_id, {"completed_at": event.at})
-        else:
-            # The ledger reads a step's failure from its node I/O error (or a failed final upload);
-            # a step that failed mid-run would otherwise be recorded as completed.
-            current = self.state.nodes.get(event.node_id)
-            node_io = dict(current.node_io) if current is not None and current.node_io else {}
-            node_io["error"] = node_io.get("error") or event.reason or "step failed"
-            self.state.set_node_progress(event.node_id, {"completed_at": event.at, "node_io": node_io})
+        # The step's time, its state and (failed, cancelled) its reason, sent to the ledger as such.
+        self.state.set_node_progress(
+            event.node_id, transition_patch(event, self.state.nodes.get(event.node_id))
+        )
         self.schedule(False)
 
     # -- the end of a run (not the hot path) -----------------------------------------------------
@@ -124,13 +117,10 @@ class EventFolder:
             self.lifecycle.on_map_completed(node_id)
 
     def finish(self, result_status: str) -> None:
-        """The terminal step transitions: every step still open completes with a completed run and
-        fails with any other end ("run failed", "run cancelled"); settled and never-started steps
-        stay as they are."""
-        if result_status == "completed":
-            self.lifecycle.mark_all_terminal()
-        else:
-            self.lifecycle.mark_started_failed(f"run {result_status}")
+        """The terminal step transitions: every step still open completes with a completed run, is
+        cancelled with a cancelled one ("run cancelled") and fails with any other end ("run
+        failed"); settled and never-started steps stay as they are (the ledger skips the latter)."""
+        self.lifecycle.settle_open(result_status)
 
     def restore(self, nodes: object) -> None:
         """Take the steps' progress as the ledger holds it (a reporter continuing an attempt);
@@ -294,7 +284,7 @@ class EventFolder:
         if isinstance(tool_id, str) and tool_id:
             # Any settlement but a failure ("succeeded", "completed") completes the step.
             if event.get("outcome") == "failed":
-                self.lifecycle.on_tool_failed(tool_id)
+                self.lifecycle.on_tool_failed(tool_id, event.get("error"))
                 self.schedule(True)
             else:
                 self.lifecycle.on_tool_completed(tool_id)

@@ -8,6 +8,7 @@ non-zero exit.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -138,6 +139,16 @@ def _since_ms(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return int(at.timestamp() * 1000)
 
 
+def _echo_json(value: object) -> None:
+    """One JSON value on one line, exactly as the API gave it (machine-readable output)."""
+    click.echo(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the API's JSON as it is (events: one object a line)."
+)
+
+
 @click.command("runs")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
 @click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
@@ -150,6 +161,7 @@ def _since_ms(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     callback=_since_ms,
     help="Only runs created since: a duration back from now (30m, 24h, 7d) or an ISO time.",
 )
+@_json_option
 @deadline_option()
 def _runs(
     limit: int,
@@ -157,11 +169,15 @@ def _runs(
     status: str | None,
     play: str | None,
     since_ms: int | None,
+    as_json: bool,
     deadline_s: float,
 ) -> None:
-    """List the newest runs: status, age, last event, steps done, rows."""
+    """List the newest runs: status, age, last event, steps by state, rows, why a run ended."""
     with _client(deadline_s) as client:
         page = client.runs_page(limit, before, status=status, play=play, since_ms=since_ms)
+    if as_json:
+        _echo_json(page)
+        return
     if not page["runs"]:
         filtered = status is not None or play is not None or since_ms is not None
         click.echo(
@@ -185,11 +201,15 @@ def _runs(
 
 @click.command("run")
 @click.argument("run_id")
+@_json_option
 @deadline_option()
-def _run(run_id: str, deadline_s: float) -> None:
-    """Show one run: its steps with progress bars and counts, and its terminal state."""
+def _run(run_id: str, as_json: bool, deadline_s: float) -> None:
+    """Show one run: its steps with progress bars, counts, states and reasons, and how it ended."""
     with _client(deadline_s) as client:
         body = client.get_run(run_id)
+    if as_json:
+        _echo_json(body)
+        return
     _console().print(render.run_detail(body, _now_ms()))
 
 
@@ -233,15 +253,19 @@ def _wait_for_run(client: LedgerClient, run_id: str, wait_s: float) -> None:
     metavar="SECONDS",
     help="With --follow: wait this long for a run that does not exist yet (0: not at all).",
 )
+@_json_option
 @deadline_option()
-def _events(run_id: str, follow: bool, after: str, wait_s: float, deadline_s: float) -> None:
+def _events(run_id: str, follow: bool, after: str, wait_s: float, as_json: bool, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
     with _client(deadline_s) as client:
         if follow:
             _wait_for_run(client, run_id, wait_s)
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
         for event in stream:
-            click.echo(render.event_line(event))
+            if as_json:
+                _echo_json(event)
+            else:
+                click.echo(render.event_line(event))
 
 
 @click.command("pool")

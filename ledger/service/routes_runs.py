@@ -86,7 +86,8 @@ async def _list_runs(
 
 @router.get(
     "/{run_id}",
-    summary="The run: status, last seq, terminal state, live node progress, the attempt's resume position",
+    summary="The run: status, last seq, terminal state, live node progress (each step's state and reason),"
+    " the attempt's resume position",
     responses=error_responses(404),
 )
 async def _get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
@@ -111,7 +112,8 @@ async def _get_logs(
 
 @router.post(
     "/{run_id}/events",
-    summary="Append events in one transaction (409 `terminal` once the run has ended)",
+    summary="Append events in one transaction (409 `terminal` once the run has ended; a trailing `terminal`"
+    " event settles the run's open steps first)",
     responses=error_responses(400, 404, 409, 413),
     response_model=shapes.AppendedEvents,
 )
@@ -132,7 +134,8 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
 
 @router.put(
     "/{run_id}/terminal",
-    summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
+    summary="Set the terminal state, settling the run's open steps (first wins; the same again is a no-op;"
+    " another is 409 `terminal`)",
     responses=error_responses(400, 404, 409, 413),
 )
 async def _set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.TerminalStateBody:

@@ -119,7 +119,8 @@ class DemoView:
             # A settlement event names its state (`state`, or `outcome` as older ledgers wrote it).
             said = event.get("state") or event.get("outcome")
             step.state = said if isinstance(said, str) and said in _SETTLED else _SETTLED_BY[kind]
-            return f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+            line = f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+            return f"{line} ({event['reason']})" if event.get("reason") else line
         for key in _COUNT_KEYS:
             value = _int(event.get(key))
             if value is not None:
