@@ -271,12 +271,22 @@ def _events(run_id: str, follow: bool, after: str, wait_s: float, as_json: bool,
 @click.command("pool")
 @click.argument("version")
 @click.option("--pool", "pool_name", default="default", show_default=True, help="The pool's name.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {pool, version, counts, entries}: the API's counts and entries as they are.",
+)
 @deadline_option()
-def _pool(version: str, pool_name: str, deadline_s: float) -> None:
+def _pool(version: str, pool_name: str, as_json: bool, deadline_s: float) -> None:
     """Warm-pool availability of VERSION: available and warming counts, and the entries."""
     with _client(deadline_s) as client:
         counts = client.counts(pool_name, version)
         entries = client.list_entries(pool_name, version)
+    if as_json:
+        # Two answers in one object: `GET …/counts` whole, and `GET …/entries`'s `entries`.
+        _echo_json({"pool": pool_name, "version": version, "counts": counts, "entries": entries})
+        return
     _console().print(render.pool_view(pool_name, version, counts, entries, _now_ms()))
 
 

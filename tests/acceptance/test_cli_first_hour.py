@@ -4,6 +4,7 @@ worker that creates it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,20 @@ def test_follow_without_a_wait_and_a_wait_that_runs_out_are_404(server: Server, 
     assert len(said) == 2 and said[0].startswith("waiting up to 0.6 s") and said[1].startswith("Error: ")
     plain = ledger("events", new_id("none"), env=client_env(server, tmp_path))
     assert plain.returncode == EXIT_FAILED and "waiting" not in plain.stderr
+
+
+def test_pool_json_is_the_apis_counts_and_entries(
+    server: Server, client: httpx.Client, tmp_path: Path
+) -> None:
+    pool = new_id("pool")
+    client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": ["warm-a"]}).raise_for_status()
+    client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": ["ready-b"], "ready": True})
+    done = ledger("pool", "v9", "--pool", pool, "--json", env=client_env(server, tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1
+    shown = json.loads(lines[0])
+    counts = client.get(f"/v1/pools/{pool}/counts", params={"version": "v9"}).json()
+    entries = client.get(f"/v1/pools/{pool}/entries", params={"version": "v9"}).json()["entries"]
+    assert shown == {"pool": pool, "version": "v9", "counts": counts, "entries": entries}
+    assert {e["id"] for e in shown["entries"]} == {"warm-a", "ready-b"}
