@@ -9,6 +9,7 @@ non-zero exit.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -115,8 +116,16 @@ def _client(
         raise CliError(_one_line(exc)) from None
 
 
+# Piped, a table is as wide as its rows (rich would cut it to 80 columns and wrap its cells): a
+# script reads whole values, and `--json` is there for one that wants the data itself.
+_PIPED_WIDTH = 10_000
+
+
 def _console() -> Console:
-    return Console(highlight=False)
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, width=_PIPED_WIDTH)
+    return console
 
 
 def _since_ms(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:

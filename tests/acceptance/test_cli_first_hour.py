@@ -113,3 +113,24 @@ def test_pool_json_is_the_apis_counts_and_entries(
     entries = client.get(f"/v1/pools/{pool}/entries", params={"version": "v9"}).json()["entries"]
     assert shown == {"pool": pool, "version": "v9", "counts": counts, "entries": entries}
     assert {e["id"] for e in shown["entries"]} == {"warm-a", "ready-b"}
+
+
+def test_piped_tables_are_never_cut_or_wrapped(server: Server, client: httpx.Client, tmp_path: Path) -> None:
+    # A long run id, piped with no COLUMNS: each run stays one whole line.
+    run_id = new_id("a-rather-long-run-identifier-that-would-not-fit-eighty-columns")
+    play = "a-play-whose-name-is-long-enough-to-push-the-table-past-eighty-columns"
+    client.post("/v1/runs", json={"run_id": run_id, "play_name": play}).raise_for_status()
+    env = {k: v for k, v in {**os.environ, **client_env(server, tmp_path)}.items() if k != "COLUMNS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "ledger.cli", "runs", "--play", play],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if run_id in line]
+    assert len(rows) == 1 and "running" in rows[0], done.stdout
+    assert "…" not in done.stdout
+    assert all(len(line) < 1_000 for line in done.stdout.splitlines())  # as wide as the rows, no wider
