@@ -42,9 +42,9 @@ __all__ = [
     "MapStart",
     "ToolBatch",
     "as_count",
-    "bounded_line",
     "as_epoch_ms",
     "as_int",
+    "bounded_line",
     "has_timestamp_prefix",
     "invocation_sequence",
     "is_durable_log",
@@ -140,7 +140,10 @@ def _map_start_groups(line: str) -> tuple[str, str, str | None, str | None] | No
     return None
 
 
-def _last_map_start_tail(line: str, start: int, stretch_end: int) -> tuple[str, str | None, str | None] | None:
+_Tail = tuple[str, str | None, str | None]
+
+
+def _last_map_start_tail(line: str, start: int, stretch_end: int) -> _Tail | None:
     # `[^;)]+` stops only at the next `;` or `)` (giving characters back never helps: the next
     # thing must be one of those), so a tail is decided by where that stop is, found by bisection.
     opens = [m.end() for m in _MAP_START_OPEN.finditer(line, start, stretch_end)]

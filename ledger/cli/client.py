@@ -20,6 +20,7 @@ from rich.console import Console
 from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
 from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
+from ledger.cli.shown import shown
 from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
 from ledger.errors import LedgerError, LedgerUnavailable, Unauthorized
 
@@ -93,8 +94,11 @@ def _client(
         if not printed:
             printed.append(exc)
             click.echo(
-                f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to {deadline_s:g} s "
-                "(--deadline)",
+                shown(
+                    f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to "
+                    f"{deadline_s:g} s (--deadline)",
+                    markup=False,
+                ),
                 err=True,
             )
 
@@ -127,7 +131,8 @@ def _runs(limit: int, before: str | None, deadline_s: float) -> None:
         return
     _console().print(render.runs_table(page["runs"], _now_ms()))
     if page["next_before"] is not None:
-        click.echo(f"more: ledger runs --limit {limit} --before {shlex.quote(page['next_before'])}")
+        more = f"more: ledger runs --limit {limit} --before {shlex.quote(page['next_before'])}"
+        click.echo(shown(more, markup=False))
 
 
 @click.command("run")
@@ -152,7 +157,7 @@ def _events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
     with _client(deadline_s) as client:
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
         for event in stream:
-            click.echo(render.event_line(event))
+            click.echo(shown(render.event_line(event), markup=False))
 
 
 @click.command("pool")

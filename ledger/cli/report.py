@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import sys
 import threading
@@ -43,9 +42,12 @@ import httpx
 
 from ledger import tracing
 from ledger.auth import client_token
+from ledger.cli.exits import EXIT_USAGE, CliError
+from ledger.cli.shown import shown
 from ledger.client import URL_VAR, service_url
 from ledger.errors import LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
 from reporter import HttpTransport, ProgressReporter
+from reporter.lines import decode_line
 from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
 from reporter.runner_protocol import runner_schema_text
 from reporter.transports.http import DEFAULT_RETRY_POLICY
@@ -180,10 +182,9 @@ async def _feed(
         text = raw.strip()
         if not text:
             continue
-        try:
-            event = json.loads(text)
-        except ValueError as exc:
-            warn(f"line {number}: not JSON ({exc}); skipped")
+        event, problem = decode_line(text)
+        if problem is not None:
+            warn(f"line {number}: {problem}; skipped")
             continue
         if not isinstance(event, dict):
             warn(f"line {number}: not a JSON object; skipped")
@@ -257,9 +258,13 @@ def _load_contract(path: Path | None) -> object:
     if path is None:
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read the contract {path}: {exc}", param_hint="--contract") from None
+        contract, problem = decode_line(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+        contract, problem = None, str(exc)
+    if problem is not None:
+        # One line, as for any mistake in what a person passed (Click's usage code).
+        raise CliError(f"--contract: cannot read the contract {path}: {problem}", EXIT_USAGE)
+    return contract
 
 
 async def _main(
@@ -371,7 +376,7 @@ def report_command(
         raise click.BadParameter("must not be empty", param_hint="--run-id")
 
     def warn(message: str) -> None:
-        click.echo(f"ledger report: {message}", err=True)
+        click.echo(shown(f"ledger report: {message}", markup=False), err=True)
 
     code = asyncio.run(
         _main(
