@@ -262,3 +262,94 @@ def test_a_huge_contract_with_a_short_deadline_exits_with_what_the_ledger_holds(
     done, took = report(server, tmp_path, run_id, lines(result()), "--contract", contract, deadline_s=1)
     assert took < 1 + MARGIN_S, done.stderr
     assert_exit_agrees(server, run_id, done, "completed")
+
+
+# -- one caller cannot hurt the others: the same text bounds on every route --------------------------
+
+
+LINE = validate.MAX_LOG_LINE_BYTES
+
+
+@pytest.mark.parametrize("size", [LINE - 1, LINE, LINE + 1, 100_000])
+def test_a_log_line_appended_as_an_event_is_cut_as_an_upload_s_is(server: Server, size: int) -> None:
+    run_id = new_id("hostile-append-line")
+    line = "a" * (size - 1) + "z"
+    with server.client() as client:
+        assert client.post("/v1/runs", json={"run_id": run_id}).status_code in (200, 201)
+        answer = client.post(f"/v1/runs/{run_id}/events", json={"events": [{"type": "log", "line": line}]})
+        assert answer.status_code in (200, 201), answer.text
+        [appended] = answer.json()["events"]
+    assert appended["line"] == validate.truncate_line(line)
+    assert len(appended["line"].encode()) <= LINE
+    assert (size > LINE) == ("bytes cut" in appended["line"]) and appended["line"].endswith("z")
+    assert log_lines(server, run_id) == [appended["line"]]
+
+
+@pytest.mark.parametrize("size", [LINE, LINE + 1, 200_000])
+def test_a_terminal_error_is_cut_as_an_upload_s_is(server: Server, size: int) -> None:
+    run_id = new_id("hostile-terminal-error")
+    error = "e" * (size - 1) + "!"
+    with server.client() as client:
+        assert client.post("/v1/runs", json={"run_id": run_id}).status_code in (200, 201)
+        answer = client.put(f"/v1/runs/{run_id}/terminal", json={"status": "failed", "error": error})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["error"] == validate.truncate_line(error)
+        # The same request again is the same end (a retry), not a conflict.
+        again = client.put(f"/v1/runs/{run_id}/terminal", json={"status": "failed", "error": error})
+        assert again.status_code == 200, again.text
+    run = run_of(server, run_id)
+    assert run is not None and run["terminal"]["error"] == validate.truncate_line(error)
+    assert len(run["terminal"]["error"].encode()) <= LINE
+
+
+# -- ids and claims --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_a_run_id_no_url_can_address_is_refused_on_create(server: Server, dots: str) -> None:
+    with server.client() as client:
+        answer = client.post("/v1/runs", json={"run_id": dots})
+        assert answer.status_code == 422, answer.text
+        assert "run_id" in answer.json()["error"] and "'..'" in answer.json()["error"]
+        # Nor can an upload or an append create it through an encoded path.
+        for path, body in (
+            (f"/v1/runs/{'%2E' * len(dots)}/events", {"events": [{"type": "log", "line": "x"}]}),
+            (f"/v1/runs/{'%2E' * len(dots)}/status", {"upload_seq": 1, "status": "running"}),
+        ):
+            assert client.post(path, json=body).status_code in (404, 422)
+    with server.client() as client:
+        ids = [run["run_id"] for run in client.get("/v1/runs", params={"limit": 1000}).json()["runs"]]
+    assert dots not in ids
+
+
+def test_a_stream_s_location_keeps_dot_segments_addressable(server: Server) -> None:
+    tag = new_id("dots")
+    with server.client() as client:
+        created = client.put(f"/v1/stream/{tag}/a/%2E%2E/b", headers={"Content-Type": "text/plain"})
+        assert created.status_code == 201, created.text
+        location = created.headers["location"]
+        assert location == f"{server.url}/v1/stream/{tag}/a/%2E%2E/b"
+        assert (
+            client.post(location, content=b"mine", headers={"Content-Type": "text/plain"}).status_code == 204
+        )
+        # The Location names this stream, not `{tag}/b`, which a client's dot-segment removal made of it.
+        assert client.get(location).content == b"mine"
+        assert client.head(f"/v1/stream/{tag}/b").status_code == 404
+
+
+def test_a_claim_for_a_run_that_has_ended_is_409_and_takes_no_instance(server: Server) -> None:
+    pool, run_id = new_id("hostile-pool"), new_id("hostile-ended")
+    with server.client() as client:
+        assert (
+            client.post(
+                f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": ["i-1"], "ready": True}
+            ).status_code
+            == 200
+        )
+        assert client.post("/v1/runs", json={"run_id": run_id}).status_code in (200, 201)
+        assert client.put(f"/v1/runs/{run_id}/terminal", json={"status": "cancelled"}).status_code == 200
+        answer = client.post(f"/v1/pools/{pool}/claim", json={"version": "v1", "run_id": run_id})
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["code"] == "terminal" and answer.json()["terminal"]["status"] == "cancelled"
+        counts = client.get(f"/v1/pools/{pool}/counts", params={"version": "v1"}).json()
+        assert counts == {"available": 1, "warming": 0}
