@@ -157,6 +157,16 @@ class Bystander:
     run_id: str
     pool: str
     answers: dict[str, Any] = field(default_factory=dict)
+    first: dict[str, Any] = field(default_factory=dict)  # the answers before the first stream
+
+    def refresh(self, server: Server) -> None:
+        """Its pool entry made ready anew (a ready entry leaves the counts as it ages, by design),
+        and its answers read: what one stream must leave as they are."""
+        with server.client() as client:
+            entries = {"version": "v1", "ids": ["b-1"], "ready": True}
+            added = client.post(f"/v1/pools/{self.pool}/entries", json=entries)
+            assert added.status_code == 200, added.text
+        self.answers = self.read(server)
 
     def read(self, server: Server) -> dict[str, Any]:
         with server.client() as client:
@@ -180,12 +190,9 @@ def bystander(server: Server) -> Bystander:
         events = [{"type": "log", "line": f"bystander {i}"} for i in range(3)]
         assert client.post(f"/v1/runs/{run_id}/events", json={"events": events}).status_code in (200, 201)
         assert client.put(f"/v1/runs/{run_id}/terminal", json={"status": "completed"}).status_code == 200
-        added = client.post(
-            f"/v1/pools/{pool}/entries", json={"version": "v1", "ids": ["b-1"], "ready": True}
-        )
-        assert added.status_code == 200, added.text
     watcher = Bystander(run_id, pool)
-    watcher.answers = watcher.read(server)
+    watcher.refresh(server)
+    watcher.first = watcher.answers
     return watcher
 
 
@@ -206,6 +213,7 @@ def huge_counts(database_url: str) -> tuple[int, ...]:
 def check_stream(server: Server, tmp_path: Path, bystander: Bystander, stream: HostileStream) -> list[str]:
     """Every property of one stream; the problems found (empty: none)."""
     run_id = new_id(f"hostile-{stream.seed}")
+    bystander.refresh(server)
     outcome = run_report(server, tmp_path, run_id, stream)
     what = f"{stream.describe()} exit={outcome.code} seconds={outcome.seconds:.1f}"
     problems: list[str] = []
@@ -256,7 +264,11 @@ def check_stream(server: Server, tmp_path: Path, bystander: Bystander, stream: H
     except AssertionError as exc:
         problem(str(exc))
     else:
-        if now != bystander.answers:
+        if (
+            now != bystander.answers
+            or now["run"] != bystander.first["run"]
+            or now["events"] != bystander.first["events"]
+        ):
             problem(f"another caller's answers changed: {now} != {bystander.answers}")
     return problems
 
