@@ -66,6 +66,7 @@ __all__ = [
     "EXIT_TERMINAL",
     "EXIT_UPLOAD_FAILED",
     "NO_RESULT_LINE",
+    "TRUTH_WAIT_S",
     "report",
     "report_command",
 ]
