@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -374,3 +375,4 @@ def test_a_run_stored_under_a_dot_id_stays_readable(
     shown = ledger(server, tmp_path, "run", dots)
     assert shown.returncode == 0, shown.stderr
     assert_no_traceback(shown)
+    assert re.search(rf"^run\s+{re.escape(dots)}\s*$", shown.stdout, re.MULTILINE), shown.stdout
