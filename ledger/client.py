@@ -161,7 +161,10 @@ def _url_problem(raw: str) -> str | None:
 
 
 def segment(value: str) -> str:
-    """`value` escaped as one URL path segment (an id may hold `/`, `?` or `%`)."""
+    """`value` escaped as one URL path segment (an id may hold `/`, `?` or `%`). A segment that is
+    `.` or `..` is escaped too (`%2E`): a URL client removes it as it stands."""
+    if value in (".", ".."):
+        return "%2E" * len(value)
     return quote(value, safe="")
 
 

@@ -12,7 +12,8 @@ together carry everything the one upload did, losing no line:
   activity observations;
 * then the terminal log replay's lines, each body's ``total_count`` placing its slice;
 * the status (and its ``error``) only in the last body (the others are ``running``), so the run
-  ends once all of it has landed. The first body carries ``dropped_one_shot_events``.
+  ends once all of it has landed. The first body carries ``dropped_one_shot_events`` and the
+  contract's ``pipeline_steps`` (the ledger keeps them for the bodies after it).
 
 ``upload_seq`` is measured as the widest number it can be; the caller numbers the bodies.
 """
@@ -147,6 +148,7 @@ def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[
         out["terminal_log_replay"] = {**replay, "lines": part.replay, "total_count": part.replay_end}
     if not first:
         out.pop("dropped_one_shot_events", None)
+        out.pop("pipeline_steps", None)
     if not last:
         out.pop("error", None)
     return out

@@ -341,6 +341,7 @@ class ProgressReporter:
                 raise
             _log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
 
-    async def aclose(self) -> None:
-        """Stop the trailing timer and wait for the upload in flight."""
-        await self.uploader.aclose()
+    async def aclose(self, *, timeout_s: float | None = None) -> None:
+        """Stop the trailing timer and wait for the upload in flight (at most `timeout_s`, then it
+        is cancelled)."""
+        await self.uploader.aclose(timeout_s=timeout_s)

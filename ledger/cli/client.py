@@ -24,6 +24,7 @@ from ledger import tokens
 from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
 from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
+from ledger.cli.shown import shown
 from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
 from ledger.errors import LedgerError, LedgerUnavailable, NotFound, Unauthorized
 
@@ -99,8 +100,11 @@ def _client(
         if not printed:
             printed.append(exc)
             click.echo(
-                f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to {deadline_s:g} s "
-                "(--deadline)",
+                shown(
+                    f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to "
+                    f"{deadline_s:g} s (--deadline)",
+                    markup=False,
+                ),
                 err=True,
             )
 
@@ -205,7 +209,7 @@ def _runs(
             when = datetime.fromtimestamp(since_ms / 1000, UTC).isoformat(timespec="milliseconds")
             again.append(f"--since {shlex.quote(when)}")
         again.append(f"--before {shlex.quote(page['next_before'])}")
-        click.echo(f"more: ledger runs {' '.join(again)}")
+        click.echo(shown(f"more: ledger runs {' '.join(again)}", markup=False))
 
 
 @click.command("run")
@@ -274,7 +278,7 @@ def _events(run_id: str, follow: bool, after: str, wait_s: float, as_json: bool,
             if as_json:
                 _echo_json(event)
             else:
-                click.echo(render.event_line(event))
+                click.echo(shown(render.event_line(event), markup=False))
 
 
 @click.command("pool")

@@ -10,6 +10,8 @@ from typing import Final
 
 import click
 
+from ledger.cli.shown import shown
+
 __all__ = [
     "EXIT_ADDRESS",
     "EXIT_CONFIG",
@@ -18,6 +20,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_LEDGER",
     "EXIT_TOKEN",
+    "EXIT_USAGE",
     "CliError",
     "first_line",
     "usage_line",
@@ -26,8 +29,8 @@ __all__ = [
 _EXIT_OK: Final = 0
 # The ledger refused the request (an unknown run, a bad value) or the operation failed (no schema).
 EXIT_FAILED: Final = 1
-# Click's own: a bad option or argument.
-_EXIT_USAGE: Final = 2
+# Click's own: a bad option or argument (and a file given in one that cannot be read).
+EXIT_USAGE: Final = 2
 # An environment variable is unusable (a malformed LEDGER_DATABASE_URL), or no API token is found.
 EXIT_CONFIG: Final = 6
 # `ledger serve` cannot listen on its address (in use, or not this machine's).
@@ -46,7 +49,8 @@ class CliError(click.ClickException):
     """One line on stderr and `exit_code`."""
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
-        super().__init__(" ".join(message.split()))
+        # The message may quote the ledger's data or a runner's text: printed as `shown` says.
+        super().__init__(" ".join(shown(message, markup=False).split()))
         # click declares it a class variable; each error here has its own.
         self.exit_code = exit_code  # type: ignore[misc]
 

@@ -17,6 +17,7 @@ from datetime import timedelta
 import click
 
 from ledger.cli.database import database
+from ledger.cli.shown import shown
 from ledger.db import Database
 from ledger.errors import ConfigError, SchemaMissing
 from ledger.runlog import retention as run_retention
@@ -89,4 +90,4 @@ def gc(retention_text: str | None, batch: int, dry_run: bool) -> None:
     with database(announce=False) as url:
         lines = asyncio.run(_collect(url, retention=retention, batch=batch, dry_run=dry_run))
     for line in lines:
-        click.echo(line)
+        click.echo(shown(line, markup=False))

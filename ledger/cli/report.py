@@ -22,6 +22,12 @@ not be reached before the deadline). Click's usage errors keep 2.
 
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
+
+The exit code is what the ledger holds: when the final upload's outcome is unknown at the deadline
+(no answer yet), no further request starts, the one in flight is waited for (at most
+`reporter.uploader.IN_FLIGHT_WAIT_S`, then cancelled) and the ledger is asked how the run stands
+(for at most `TRUTH_WAIT_S`, asking again while a cancelled request may still land): a run that
+ended as reported exits as reported.
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import sys
 import threading
@@ -43,9 +48,12 @@ import httpx
 
 from ledger import tracing
 from ledger.auth import client_token
+from ledger.cli.exits import EXIT_USAGE, CliError
+from ledger.cli.shown import shown
 from ledger.client import URL_VAR, service_url
-from ledger.errors import LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
+from ledger.errors import LedgerError, LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
 from reporter import HttpTransport, ProgressReporter
+from reporter.lines import decode_line
 from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
 from reporter.runner_protocol import runner_schema_text
 from reporter.transports.http import DEFAULT_RETRY_POLICY
@@ -58,6 +66,7 @@ __all__ = [
     "EXIT_TERMINAL",
     "EXIT_UPLOAD_FAILED",
     "NO_RESULT_LINE",
+    "TRUTH_WAIT_S",
     "report",
     "report_command",
 ]
@@ -68,6 +77,10 @@ _EXIT_BAD_RESULT = 1
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
+# After the deadline, how long the ledger is asked how the run stands when an upload's outcome is
+# unknown, and how often while a cancelled request may still land.
+TRUTH_WAIT_S = 5.0
+_TRUTH_POLL_S = 0.5
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
 )
@@ -180,10 +193,9 @@ async def _feed(
         text = raw.strip()
         if not text:
             continue
-        try:
-            event = json.loads(text)
-        except ValueError as exc:
-            warn(f"line {number}: not JSON ({exc}); skipped")
+        event, problem = decode_line(text)
+        if problem is not None:
+            warn(f"line {number}: {problem}; skipped")
             continue
         if not isinstance(event, dict):
             warn(f"line {number}: not a JSON object; skipped")
@@ -207,6 +219,10 @@ async def report(
     after the input ends; the exit code (module docstring)."""
     missing = False
     problem = None
+    # Set once the input ended: the deadline for everything after, and the status reported.
+    ends: float | None = None
+    reported: str | None = None
+    failure: BaseException | None = None
 
     def left(ends: float) -> float:
         return max(0.0, ends - time.monotonic())
@@ -231,6 +247,7 @@ async def report(
             problem = result_status_problem(result)
             if problem is not None:
                 result = {**result, "status": "failed"}
+        reported = str(result["status"])
         await reporter.load_terminal_truth(deadline_s=left(ends))
         await reporter.finalize(result, error=problem, deadline_s=left(ends))
     except StaleAttempt as exc:
@@ -240,10 +257,13 @@ async def report(
         warn(terminal_message(reporter.run_id, exc.terminal) if exc.terminal else str(exc))
         return EXIT_TERMINAL
     except (LedgerFailure, TimeoutError) as exc:
-        warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
-        return EXIT_UPLOAD_FAILED
+        failure = exc
     finally:
-        await reporter.aclose()
+        # The uploads in flight land or fail first, within the deadline (module docstring).
+        await reporter.aclose(timeout_s=None if ends is None else left(ends))
+    if failure is not None and not await _ended_as_reported(reporter, reported, failure):
+        warn(f"the final upload for run {reporter.run_id} failed: {_reason(failure, deadline_s)}")
+        return EXIT_UPLOAD_FAILED
     if missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
@@ -253,13 +273,46 @@ async def report(
     return EXIT_OK
 
 
+def _reason(failure: BaseException, deadline_s: float) -> str:
+    """Why an upload failed, never empty (a deadline's `TimeoutError` says nothing itself)."""
+    said = " ".join(str(failure).split())
+    if isinstance(failure, TimeoutError):
+        return f"{said or 'no answer'}: the deadline ({deadline_s:g} s, --deadline) passed first"
+    return said or type(failure).__name__
+
+
+async def _ended_as_reported(
+    reporter: ProgressReporter, reported: str | None, failure: BaseException
+) -> bool:
+    """Whether the ledger holds the run ended with the `reported` status after all: asked only when
+    the final upload's outcome is unknown (a refusal changed nothing), for at most `TRUTH_WAIT_S`."""
+    if reported is None or reported in IN_FLIGHT_RESULT_STATUSES or isinstance(failure, LedgerError):
+        return False
+    # A request cancelled in flight may still be applied by the service: ask until it shows.
+    again = reporter.uploader.cancelled_in_flight
+    try:
+        async with asyncio.timeout(TRUTH_WAIT_S):
+            while True:
+                run = await reporter.transport.run_state(reporter.run_id)
+                terminal = run.get("terminal") if run is not None else None
+                if isinstance(terminal, dict) or not again:
+                    return isinstance(terminal, dict) and terminal.get("status") == reported
+                await asyncio.sleep(_TRUTH_POLL_S)
+    except (LedgerFailure, TimeoutError):
+        return False
+
+
 def _load_contract(path: Path | None) -> object:
     if path is None:
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read the contract {path}: {exc}", param_hint="--contract") from None
+        contract, problem = decode_line(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+        contract, problem = None, str(exc)
+    if problem is not None:
+        # One line, as for any mistake in what a person passed (Click's usage code).
+        raise CliError(f"--contract: cannot read the contract {path}: {problem}", EXIT_USAGE)
+    return contract
 
 
 async def _main(
@@ -371,7 +424,7 @@ def report_command(
         raise click.BadParameter("must not be empty", param_hint="--run-id")
 
     def warn(message: str) -> None:
-        click.echo(f"ledger report: {message}", err=True)
+        click.echo(shown(f"ledger report: {message}", markup=False), err=True)
 
     code = asyncio.run(
         _main(

@@ -290,8 +290,7 @@ def with_pipeline(
 
 def _error(value: object) -> str | None:
     # Free text, like a log line: repaired and bounded, never refused.
-    error = validate.free_text("error", value, optional=True)
-    return None if error is None else validate.truncate_line(error)
+    return validate.bounded_text("error", value, optional=True)
 
 
 @dataclass(frozen=True)

@@ -170,13 +170,14 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
     if kind == "log":
         if "line" not in event:
             raise InvalidInput(f"{field}.line", "is required")
-        # Free text: a NUL or a lone surrogate in a log line is repaired (U+FFFD), never refused.
-        return {"line": validate.free_text(f"{field}.line", event["line"])}
+        # Free text: a NUL or a lone surrogate in a log line is repaired (U+FFFD), an over-long one
+        # cut as a status upload's lines are (`validate.bounded_text`), never refused.
+        return {"line": validate.bounded_text(f"{field}.line", event["line"])}
     if kind == "terminal":
         return parse_terminal_state(event, field).payload()
     payload: dict[str, Any] = {"status": _run_status(event.get("status"), f"{field}.status")}
     if "logs" in event:
-        payload["logs"] = validate.free_text_list(f"{field}.logs", event["logs"])
+        payload["logs"] = validate.log_line_list(f"{field}.logs", event["logs"])
     if kind == "progress":
         for key in ("active_node_id", "active_artifact_table_namespace"):
             if key in event:
@@ -245,7 +246,7 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
     return TerminalState(
         status=str(status),
         result=validate.json_value(f"{prefix}result", body.get("result")),
-        error=validate.free_text(f"{prefix}error", body.get("error"), optional=True),
+        error=validate.bounded_text(f"{prefix}error", body.get("error"), optional=True),
         # Both are bigint columns of ledger.runs.
         total_rows=validate.integer(
             f"{prefix}total_rows", body.get("total_rows"), optional=True, integral_float=True

@@ -216,7 +216,7 @@ async def open_run_in_transaction(
 ) -> None:
     """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
     params = {
-        "run_id": validate_run_id(run_id),
+        "run_id": validate.new_run_id("run_id", run_id),
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
