@@ -78,6 +78,7 @@ __all__ = [
     "check_reachable",
     "driver_errors",
     "resolve_url",
+    "sever",
 ]
 
 Row = dict[str, Any]
@@ -132,7 +133,7 @@ def resolve_url(settings: Settings | None = None) -> tuple[str, EmbeddedPostgres
 _T = TypeVar("_T")
 
 
-def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
+def sever(conn: psycopg.AsyncConnection[Any]) -> None:
     """Shut the connection's socket down under it: whatever waits on it fails at once."""
     with contextlib.suppress(OSError, psycopg.Error):
         sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
@@ -161,7 +162,7 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[_T], 
         timed_out = not done
     finally:
         if not task.done():
-            _sever(conn)
+            sever(conn)
             await asyncio.wait({task})
     if timed_out:
         raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")

@@ -22,22 +22,27 @@ writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
-from ledger.db import Conn, Database, driver_errors
-from ledger.errors import ConfigError
+from ledger.db import Conn, Database, driver_errors, sever
+from ledger.errors import ConfigError, HeldBySession, LedgerFailure
 
 __all__ = [
     "DEFAULT_AHEAD",
+    "DEFAULT_DETACH_WAIT_S",
     "PERIODS",
     "PERIOD_VAR",
     "Partition",
     "apply_period_setting",
+    "blocking_sessions",
+    "detached_leftovers",
     "drop_partition",
     "due_partitions",
     "ensure_ahead",
@@ -55,10 +60,37 @@ PERIODS: Final = ("day", "month")
 # Partitions made ahead of the current one: a day boundary (or a month's) never has the first
 # run of the new period create its partition while appends wait behind it.
 DEFAULT_AHEAD: Final = 2
-# A detach waits for the transactions that use the event log to end; one left open (a psql
-# session idle in a transaction) must not hold the watchdog's loop. Interrupted, the detach stays
-# pending and the next pass finishes it (`FINALIZE`).
-_DETACH_TIMEOUT_MS: Final = 60_000
+# A detach waits for every transaction that has the event log open to end; one left open (a psql
+# session idle in a transaction, a `pg_dump`) must not hold retention for longer than this. Past
+# it the statement is cancelled from the client side (a server-side `statement_timeout` would be
+# a session setting, which a transaction-mode pooler hands on to other clients); an interrupted
+# detach stays pending and the next attempt finishes it (`FINALIZE`).
+DEFAULT_DETACH_WAIT_S: Final = 10.0
+# After the cancel request, how long the statement may take to end before the connection is cut.
+_CANCEL_GRACE_S: Final = 2.0
+# The detach's session is named after its partition, so the sessions it waits for can be found
+# from another connection even through a pooler (which hides the server's pid).
+_APPLICATION_PREFIX: Final = "run-ledger detach "
+
+# Who the detach (or drop) of a partition waits for: the sessions blocking the backend that runs
+# it, oldest transaction first.
+_BLOCKERS_SQL: Final = """
+SELECT DISTINCT b.pid, b.application_name, b.state, b.xact_start
+FROM pg_stat_activity w
+CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocker(pid)
+JOIN pg_stat_activity b ON b.pid = blocker.pid
+WHERE w.application_name = %(application_name)s
+ORDER BY b.xact_start NULLS LAST, b.pid
+"""
+
+# Tables a detach left behind without their drop (the drop was cancelled): detached partitions
+# are no partition any more, so only their name says what they were.
+_DETACHED_SQL: Final = r"""
+SELECT c.relname AS name FROM pg_class c
+WHERE c.relnamespace = 'ledger_partitions'::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+  AND c.relname ~ '^run_events_\d{8}_\d{8}$'
+ORDER BY c.relname
+"""
 
 _LIST_SQL: Final = """
 SELECT name, from_at, to_at, detach_pending FROM ledger.run_event_partitions ORDER BY from_at
@@ -218,23 +250,113 @@ async def per_run_boundary(conn: Conn, cutoff: datetime) -> datetime:
     return boundary
 
 
-async def drop_partition(db: Database, partition: Partition) -> None:
-    """Detach the partition concurrently (or finish an interrupted detach) and drop it.
+async def detached_leftovers(conn: Conn) -> list[str]:
+    """Tables of the event log detached whole whose drop did not happen (it was cancelled)."""
+    cur = await conn.execute(_DETACHED_SQL)
+    return [str(row["name"]) for row in await cur.fetchall()]
+
+
+async def drop_partition(
+    db: Database, partition: Partition, *, wait_s: float = DEFAULT_DETACH_WAIT_S, attached: bool = True
+) -> None:
+    """Detach the partition concurrently (or finish an interrupted detach) and drop it; with
+    `attached=False`, only drop a table a cancelled drop left detached.
 
     `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
-    EXCLUSIVE` on the parent, so appends and reads go on; the detached table is then nobody's and
-    its drop waits on no one. A partition the database will not drop now (the connection lost,
-    the statement timed out, another detach under way) raises `DatabaseUnavailable`; one already
-    gone, `SchemaMissing`.
+    EXCLUSIVE` on the parent, so appends and reads go on; its second phase waits for every
+    transaction that has the event log open to end. Each statement gets `wait_s`, enforced from
+    here: past it, the sessions it waits for are looked up, the statement is cancelled, and
+    `HeldBySession` names them; the detach is left pending (or the detached table undropped) for
+    the next attempt, which finishes it. Nothing is set on the session, so nothing outlives it
+    on a pooler's server connection. Another fault (the connection lost, another detach under
+    way) raises `DatabaseUnavailable`; a partition already gone, `SchemaMissing`.
     """
     table = sql.Identifier("ledger_partitions", partition.name)
     mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
+    application_name = _APPLICATION_PREFIX + partition.name
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
     with driver_errors():
-        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
-            await conn.execute(f"SET statement_timeout = {_DETACH_TIMEOUT_MS}")
-            await conn.execute(
-                sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
+        async with await psycopg.AsyncConnection.connect(
+            db.url, autocommit=True, application_name=application_name, connect_timeout=2
+        ) as conn:
+            if attached:
+                await _within(
+                    db,
+                    conn,
+                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode),
+                    wait_s=wait_s,
+                    application_name=application_name,
+                    what=f"detaching event log partition {partition.name}",
+                )
+            await _within(
+                db,
+                conn,
+                sql.SQL("DROP TABLE {}").format(table),
+                wait_s=wait_s,
+                application_name=application_name,
+                what=f"dropping the detached event log partition {partition.name}",
             )
-            await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+
+
+async def _within(
+    db: Database,
+    conn: psycopg.AsyncConnection[Any],
+    statement: sql.Composed,
+    *,
+    wait_s: float,
+    application_name: str,
+    what: str,
+) -> None:
+    """Run `statement` on `conn` (whose session is `application_name`), cancelling it when it has
+    not ended within `wait_s`: then `HeldBySession`, naming the sessions it waited for."""
+    task = asyncio.ensure_future(conn.execute(statement))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+    except BaseException:
+        # Stopped from outside: psycopg cancels the statement on the server as the task ends.
+        task.cancel()
+        await asyncio.wait({task})
+        raise
+    if done:
+        await task
+        return
+    try:
+        holders = await blocking_sessions(db, application_name)
+    except LedgerFailure as exc:
+        holders = f"sessions that could not be named ({exc})"
+    # The cancel request reaches the right server session through a pooler too; a server that
+    # never answers it gets its connection cut.
+    with contextlib.suppress(psycopg.Error):
+        await conn.cancel_safe(timeout=_CANCEL_GRACE_S)
+    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    if not done:
+        sever(conn)
+        await asyncio.wait({task})
+    with contextlib.suppress(psycopg.Error):
+        task.result()
+    raise HeldBySession(
+        f"{what} waited {wait_s:g} s for {holders}, and was cancelled; the next attempt finishes it"
+    )
+
+
+async def blocking_sessions(db: Database, application_name: str) -> str:
+    """The sessions the ledger session named `application_name` waits for, as one phrase: pid,
+    application name, state and how long its transaction has been open."""
+    async with db.connection() as conn:
+        cur = await conn.execute(_BLOCKERS_SQL, {"application_name": application_name})
+        rows = await cur.fetchall()
+        now_cur = await conn.execute("SELECT now() AS now")
+        now_row = await now_cur.fetchone()
+    if not rows:
+        return "a session that ended meanwhile"
+    now = now_row["now"] if now_row else None
+    described = []
+    for row in rows:
+        opened = ""
+        if row["xact_start"] is not None and now is not None:
+            opened = f", transaction open {(now - row['xact_start']).total_seconds():.0f} s"
+        described.append(
+            f"pid {row['pid']} (application_name {row['application_name']!r}, state {row['state']!r}{opened})"
+        )
+    return ("session " if len(described) == 1 else "sessions ") + ", ".join(described)
