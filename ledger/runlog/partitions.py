@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -43,6 +45,7 @@ __all__ = [
     "apply_period_setting",
     "blocking_sessions",
     "detached_leftovers",
+    "drop_detached",
     "drop_partition",
     "due_partitions",
     "ensure_ahead",
@@ -68,18 +71,28 @@ DEFAULT_AHEAD: Final = 2
 DEFAULT_DETACH_WAIT_S: Final = 10.0
 # After the cancel request, how long the statement may take to end before the connection is cut.
 _CANCEL_GRACE_S: Final = 2.0
+# Finishing a pending detach and dropping a table take `ACCESS EXCLUSIVE` on the partition: while
+# that waits in the lock queue behind a reader, every statement that touches the partition (a
+# cached generic plan over the whole event log locks all of them) queues behind it. So each try
+# waits this long at most (`lock_timeout`, local to its transaction), and tries are spaced.
+_LOCK_TRY_MS: Final = 100
+_LOCK_RETRY_S: Final = 0.25
 # The detach's session is named after its partition, so the sessions it waits for can be found
 # from another connection even through a pooler (which hides the server's pid).
 _APPLICATION_PREFIX: Final = "run-ledger detach "
 
 # Who the detach (or drop) of a partition waits for: the sessions blocking the backend that runs
-# it, oldest transaction first.
+# it, and those holding a lock on the partition itself, oldest transaction first.
 _BLOCKERS_SQL: Final = """
-SELECT DISTINCT b.pid, b.application_name, b.state, b.xact_start
-FROM pg_stat_activity w
-CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS blocker(pid)
-JOIN pg_stat_activity b ON b.pid = blocker.pid
-WHERE w.application_name = %(application_name)s
+SELECT b.pid, b.application_name, b.state, b.xact_start
+FROM pg_stat_activity b
+WHERE b.pid <> pg_backend_pid() AND b.application_name IS DISTINCT FROM %(application_name)s AND (
+    b.pid IN (
+        SELECT unnest(pg_blocking_pids(w.pid)) FROM pg_stat_activity w
+        WHERE w.application_name = %(application_name)s
+    )
+    OR b.pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted AND l.relation = to_regclass(%(table)s))
+)
 ORDER BY b.xact_start NULLS LAST, b.pid
 """
 
@@ -257,46 +270,96 @@ async def detached_leftovers(conn: Conn) -> list[str]:
 
 
 async def drop_partition(
-    db: Database, partition: Partition, *, wait_s: float = DEFAULT_DETACH_WAIT_S, attached: bool = True
+    db: Database, partition: Partition, *, wait_s: float = DEFAULT_DETACH_WAIT_S
 ) -> None:
-    """Detach the partition concurrently (or finish an interrupted detach) and drop it; with
-    `attached=False`, only drop a table a cancelled drop left detached.
+    """Detach the partition concurrently (or finish an interrupted detach) and drop it.
 
     `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
     EXCLUSIVE` on the parent, so appends and reads go on; its second phase waits for every
     transaction that has the event log open to end. Each statement gets `wait_s`, enforced from
     here: past it, the sessions it waits for are looked up, the statement is cancelled, and
-    `HeldBySession` names them; the detach is left pending (or the detached table undropped) for
-    the next attempt, which finishes it. Nothing is set on the session, so nothing outlives it
-    on a pooler's server connection. Another fault (the connection lost, another detach under
-    way) raises `DatabaseUnavailable`; a partition already gone, `SchemaMissing`.
+    `HeldBySession` names them; the detach is left pending (or the detached table undropped:
+    `detached_leftovers`) for the next attempt, which finishes it. Nothing is set on the session,
+    so nothing outlives it on a pooler's server connection. Another fault (the connection lost,
+    another detach under way) raises `DatabaseUnavailable`; a partition already gone,
+    `SchemaMissing`.
     """
-    table = sql.Identifier("ledger_partitions", partition.name)
-    mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
-    application_name = _APPLICATION_PREFIX + partition.name
+    mode = "FINALIZE" if partition.detach_pending else "CONCURRENTLY"
+    await _detach_and_drop(db, partition.name, mode, wait_s=wait_s)
+
+
+async def drop_detached(db: Database, name: str, *, wait_s: float = DEFAULT_DETACH_WAIT_S) -> None:
+    """Drop a table of the event log that was detached whole but whose drop was cancelled
+    (`detached_leftovers`), bounded as `drop_partition` is."""
+    await _detach_and_drop(db, name, None, wait_s=wait_s)
+
+
+async def _detach_and_drop(db: Database, name: str, mode: str | None, *, wait_s: float) -> None:
+    table = sql.Identifier("ledger_partitions", name)
+    application_name = _APPLICATION_PREFIX + name
+    bound = functools.partial(_bounded_lock, db, wait_s=wait_s, application_name=application_name, name=name)
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
     with driver_errors():
         async with await psycopg.AsyncConnection.connect(
             db.url, autocommit=True, application_name=application_name, connect_timeout=2
         ) as conn:
-            if attached:
+            if mode == "CONCURRENTLY":
                 await _within(
                     db,
                     conn,
-                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode),
+                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} CONCURRENTLY").format(table),
                     wait_s=wait_s,
                     application_name=application_name,
-                    what=f"detaching event log partition {partition.name}",
+                    name=name,
+                    what=f"detaching event log partition {name}",
                 )
-            await _within(
-                db,
+            elif mode == "FINALIZE":
+                await bound(
+                    conn,
+                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} FINALIZE").format(table),
+                    what=f"finishing the detach of event log partition {name}",
+                )
+            await bound(
                 conn,
                 sql.SQL("DROP TABLE {}").format(table),
-                wait_s=wait_s,
-                application_name=application_name,
-                what=f"dropping the detached event log partition {partition.name}",
+                what=f"dropping the detached event log partition {name}",
             )
+
+
+async def _bounded_lock(
+    db: Database,
+    conn: psycopg.AsyncConnection[Any],
+    statement: sql.Composed,
+    *,
+    wait_s: float,
+    application_name: str,
+    name: str,
+    what: str,
+) -> None:
+    """Run `statement` (which takes `ACCESS EXCLUSIVE` on the partition) in short tries, each in a
+    transaction of its own under a `lock_timeout` local to it, until `wait_s` has passed: then
+    `HeldBySession`, naming the sessions that hold the partition."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('lock_timeout', %s, true)", (str(_LOCK_TRY_MS),))
+                await conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() >= deadline:
+                break
+        await asyncio.sleep(_LOCK_RETRY_S)
+    holders = await _holders(db, application_name, name)
+    raise HeldBySession(f"{what} waited {wait_s:g} s for {holders}; the next attempt finishes it")
+
+
+async def _holders(db: Database, application_name: str, name: str) -> str:
+    try:
+        return await blocking_sessions(db, application_name, name)
+    except LedgerFailure as exc:
+        return f"sessions that could not be named ({exc})"
 
 
 async def _within(
@@ -306,6 +369,7 @@ async def _within(
     *,
     wait_s: float,
     application_name: str,
+    name: str,
     what: str,
 ) -> None:
     """Run `statement` on `conn` (whose session is `application_name`), cancelling it when it has
@@ -321,10 +385,7 @@ async def _within(
     if done:
         await task
         return
-    try:
-        holders = await blocking_sessions(db, application_name)
-    except LedgerFailure as exc:
-        holders = f"sessions that could not be named ({exc})"
+    holders = await _holders(db, application_name, name)
     # The cancel request reaches the right server session through a pooler too; a server that
     # never answers it gets its connection cut.
     with contextlib.suppress(psycopg.Error):
@@ -340,11 +401,18 @@ async def _within(
     )
 
 
-async def blocking_sessions(db: Database, application_name: str) -> str:
-    """The sessions the ledger session named `application_name` waits for, as one phrase: pid,
-    application name, state and how long its transaction has been open."""
+async def blocking_sessions(db: Database, application_name: str, name: str) -> str:
+    """The sessions the ledger session named `application_name` waits for, or that hold partition
+    `name`, as one phrase: pid, application name, state and how long its transaction has been
+    open."""
     async with db.connection() as conn:
-        cur = await conn.execute(_BLOCKERS_SQL, {"application_name": application_name})
+        cur = await conn.execute(
+            _BLOCKERS_SQL,
+            {
+                "application_name": application_name,
+                "table": 'ledger_partitions."' + name.replace('"', '""') + '"',
+            },
+        )
         rows = await cur.fetchall()
         now_cur = await conn.execute("SELECT now() AS now")
         now_row = await now_cur.fetchone()
