@@ -65,6 +65,7 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ledger import tracing
 from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
 from ledger.errors import Conflict, DatabaseUnavailable, InvalidInput, SchemaMissing
@@ -380,7 +381,10 @@ class Database:
 
     async def open(self) -> None:
         try:
-            await self.pool.open(wait=True, timeout=15)
+            # The pool's background tasks (connecting, growing, shrinking) start here and keep this
+            # context: the service's own upkeep, not traced unless asked.
+            with tracing.upkeep():
+                await self.pool.open(wait=True, timeout=15)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}") from None
 

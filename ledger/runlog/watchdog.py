@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from ledger import idempotency
+from ledger import idempotency, tracing
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
 from ledger.errors import ConfigError, HeldBySession, LedgerFailure, SchemaMissing
@@ -348,7 +348,10 @@ class Watchdog:
     def start(self) -> None:
         """Run `run_forever` and, with a retention, `retain_forever` in the background (in the
         running event loop)."""
-        if not self._tasks:
+        if self._tasks:
+            return
+        # Ticks of the service's own: not traced unless asked (`ledger.tracing.upkeep`).
+        with tracing.upkeep():
             self._tasks.append(asyncio.create_task(self.run_forever(), name="ledger-watchdog"))
             if self.retention is not None:
                 self._tasks.append(asyncio.create_task(self.retain_forever(), name="ledger-retention"))
