@@ -191,7 +191,9 @@ def driver_errors() -> Iterator[None]:
     the driver's error as its `__cause__`.
 
     The library checks its input before it reaches Postgres, so the last two are backstops: they
-    are logged, with the SQLSTATE, as the input checks' misses."""
+    are logged, with the SQLSTATE, as the input checks' misses. One check violation is no fault of
+    the input: a row for which the event log has no partition at that instant is
+    `DatabaseUnavailable`."""
     try:
         yield
     except psycopg.OperationalError as exc:
@@ -199,6 +201,10 @@ def driver_errors() -> Iterator[None]:
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaMissing() from exc
     except (psycopg.IntegrityError, psycopg.DataError) as exc:
+        if _no_partition(exc):
+            # The row is fine; the event log has no partition for it at this instant (a conversion
+            # or an upgrade in flight, a partition being detached): retry later, never 422.
+            raise DatabaseUnavailable(_first_line(exc)) from exc
         first_line = _first_line(exc)
         _log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
         if isinstance(exc, psycopg.IntegrityError) and not isinstance(
@@ -206,6 +212,12 @@ def driver_errors() -> Iterator[None]:
         ):
             raise Conflict(f"conflicts with stored data: {first_line}") from exc
         raise InvalidInput("invalid input", first_line) from exc
+
+
+def _no_partition(exc: psycopg.Error) -> bool:
+    """Postgres found no partition of a partitioned table for a row (a `CheckViolation`)."""
+    message = exc.diag.message_primary or ""
+    return isinstance(exc, psycopg.errors.CheckViolation) and message.startswith("no partition of relation")
 
 
 def check_reachable(url: str) -> None:

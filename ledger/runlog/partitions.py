@@ -35,6 +35,7 @@ from psycopg import sql
 
 from ledger.db import Conn, Database, driver_errors, sever
 from ledger.errors import ConfigError, HeldBySession, LedgerFailure
+from ledger.runlog.conversion import OLD_TABLE
 
 __all__ = [
     "DEFAULT_AHEAD",
@@ -44,6 +45,7 @@ __all__ = [
     "Partition",
     "apply_period_setting",
     "blocking_sessions",
+    "conversion_pending",
     "detached_leftovers",
     "drop_detached",
     "drop_partition",
@@ -261,6 +263,14 @@ async def per_run_boundary(conn: Conn, cutoff: datetime) -> datetime:
     boundary = row["boundary"]
     assert isinstance(boundary, datetime)
     return boundary
+
+
+async def conversion_pending(conn: Conn) -> bool:
+    """Whether a filled event log is still being converted (`ledger.runlog.conversion`): its copy
+    needs every partition it made, so none is dropped until it is done."""
+    cur = await conn.execute("SELECT to_regclass(%(old)s) IS NOT NULL AS pending", {"old": OLD_TABLE})
+    row = await cur.fetchone()
+    return bool(row and row["pending"])
 
 
 async def detached_leftovers(conn: Conn) -> list[str]:

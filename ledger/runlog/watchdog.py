@@ -238,6 +238,12 @@ class Watchdog:
         if self.retention is None:
             return []
         async with self.db.connection() as conn:
+            if await partitions.conversion_pending(conn):
+                self.retention_blocked = HeldBySession(
+                    "the event log is being converted (`ledger db convert`): no partition is dropped"
+                    " until it is done"
+                )
+                return []
             now = await self.clock.now(conn)
             due = await partitions.due_partitions(conn, run_retention.cutoff(now, self.retention))
             leftovers = await partitions.detached_leftovers(conn)
