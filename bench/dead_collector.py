@@ -107,6 +107,7 @@ def main() -> None:
                 proc.wait()
                 stop = time.perf_counter() - stopping
                 rows.append((kind, f"{answered:,}", f"{stop:.1f} s", f"{took:.1f} s"))
+                print(" | ".join(rows[-1]), file=sys.stderr)
     common.print_table(
         (
             "collector",
