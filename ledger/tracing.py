@@ -36,6 +36,7 @@ __all__ = [
     "Attribute",
     "active",
     "annotate",
+    "dropped_spans",
     "instrument_app",
     "joined_from_environment",
     "requested",
@@ -108,6 +109,11 @@ def span(name: str, **attributes: Attribute | None) -> AbstractContextManager[An
         return _OFF
     opened: AbstractContextManager[Any] = _sdk.span(name, attributes)
     return opened
+
+
+def dropped_spans() -> float:
+    """Spans dropped because the export queue was full (0 while tracing is off)."""
+    return float(_sdk.dropped_spans()) if _sdk is not None else 0.0
 
 
 def upkeep() -> AbstractContextManager[None]:
