@@ -78,6 +78,8 @@ _CANCEL_GRACE_S: Final = 2.0
 # cached generic plan over the whole event log locks all of them) queues behind it. So each try
 # waits this long at most (`lock_timeout`, local to its transaction), and tries are spaced.
 _LOCK_TRY_MS: Final = 100
+# How long making a partition ahead may wait for the parent's lock (see `ensure_ahead`).
+_ATTACH_LOCK_TIMEOUT_MS: Final = 1000
 _LOCK_RETRY_S: Final = 0.25
 # The detach's session is named after its partition, so the sessions it waits for can be found
 # from another connection even through a pooler (which hides the server's pid).
@@ -221,6 +223,9 @@ async def ensure_ahead(db: Database, now: datetime, *, ahead: int = DEFAULT_AHEA
     at = now
     for _ in range(ahead + 1):
         async with db.transaction() as conn:
+            # Attaching waits for a detach in its wait for readers (both take SHARE UPDATE
+            # EXCLUSIVE on the parent): the watchdog's loop gives up quickly and tries next pass.
+            await conn.execute("SELECT set_config('lock_timeout', %s, true)", (str(_ATTACH_LOCK_TIMEOUT_MS),))
             names.append(await ensure_partition(conn, at))
             cur = await conn.execute(
                 "SELECT to_at FROM ledger.run_event_partitions WHERE name = %(name)s", {"name": names[-1]}
