@@ -14,6 +14,7 @@ from ledger.cli.shown import shown
 
 __all__ = [
     "EXIT_ADDRESS",
+    "EXIT_BLOCKED",
     "EXIT_CONFIG",
     "EXIT_DATABASE",
     "EXIT_FAILED",
@@ -41,6 +42,9 @@ EXIT_DATABASE: Final = 8
 EXIT_LEDGER: Final = 9
 # The ledger service refused the API token (unknown, expired, or not allowed this request).
 EXIT_TOKEN: Final = 10
+# A maintenance step gave up waiting for another session (an open reader held a partition's
+# detach, a conversion holds the event log): the line names it; nothing is lost, run it again.
+EXIT_BLOCKED: Final = 13
 # The shell's convention for a command ended by Ctrl-C.
 EXIT_INTERRUPTED: Final = 130
 
