@@ -19,8 +19,8 @@ from datetime import timedelta
 import click
 
 from ledger.cli.database import database
-from ledger.cli.shown import shown
 from ledger.cli.exits import EXIT_BLOCKED, CliError
+from ledger.cli.shown import shown
 from ledger.db import Database
 from ledger.errors import ConfigError, HeldBySession, SchemaMissing
 from ledger.runlog import partitions
