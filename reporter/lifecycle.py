@@ -14,11 +14,12 @@ Rules:
 * A map completion/failure settles its step (starting it first if its start was missed).
 * ``tool.call.started`` starts the first not-yet-settled tool step with that ``toolId``; its
   settlement completes or fails it.
-* At the end, a failed run fails every step still open and a completed run completes them; steps
-  that settled stay as they settled, and steps that never started (untaken branches) stay
-  unexecuted.
-* A step's state is its node progress (`_step_state`), so a reporter that continues an attempt
-  (resume) decides from what the ledger holds, exactly as the first reporter did.
+* At the end (`settle_open`), a failed run fails every step still open, a cancelled one cancels
+  them and a completed run completes them; steps that settled stay as they settled, and steps that
+  never started (untaken branches) stay unexecuted here (the ledger skips them as the run ends).
+* A step's state is its node progress (`_step_state`: the `state` it carries, else its times), so
+  a reporter that continues an attempt (resume) decides from what the ledger holds, exactly as the
+  first reporter did.
 
 Every transition says the step's state explicitly (``running``, ``completed``, ``failed``,
 ``cancelled``: `transition_patch`), so the ledger stores it as it is rather than deriving it. A
