@@ -36,6 +36,7 @@ __all__ = [
 
 STATUS_STYLES = {
     "running": "cyan",
+    "interrupted": "magenta",
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",

@@ -428,7 +428,7 @@ async def _run_status(reporter: ProgressReporter) -> str | None:
     return status if isinstance(status, str) else None
 
 
-def resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
+def _resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
     """The command line that continues this reporter's attempt after an interruption."""
     words = ["ledger", "report", "--run-id", run_id, "--resume"]
     if contract is not None:
@@ -627,7 +627,7 @@ def report_command(
             finalize=not no_finalize,
             deadline_s=deadline_s,
             on_interrupt=on_interrupt,
-            resume_command=resume_command(run_id, contract, attempt, mode),
+            resume_command=_resume_command(run_id, contract, attempt, mode),
         )
     )
     if code != EXIT_OK:
