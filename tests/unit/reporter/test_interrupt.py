@@ -1,5 +1,6 @@
-"""An interrupted reporter: what its last upload says, how a merged request picks its status, and
-where each step transition sits on the log (`step_positions`)."""
+"""An interrupted reporter: what its last upload says, how a merged request picks its status,
+where each step transition sits on the log (`step_positions`), and the lines held back past a hole
+in the live tail."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 import pytest
 
 from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter import ProgressReporter
+from reporter.state import HOLE_HOLD_MS, ProgressState
 from reporter.uploader import FlushRequest
 from tests.unit.reporter.fakes import FakeClock, FakeTransport
 
@@ -112,3 +115,30 @@ async def test_each_transition_carries_the_log_count_it_followed_and_the_ledger_
             if e["type"] in ("log", "step.started", "step.completed")
         ]
     assert story == ["one", "step.started", "two", "three", "step.completed", "four"]
+
+
+def test_a_hole_in_the_tail_holds_back_the_lines_past_it_for_a_while_then_the_live_log_goes_on() -> None:
+    now = [0]
+    state = ProgressState(now_ms=lambda: now[0])
+    for i in range(LIVE_LOG_TAIL_LIMIT + 1):
+        state.append_log(f"line {i}")  # no upload yet: the first line falls out unsent
+    assert state.log_hole_after == 0
+    held = state.snapshot()
+    assert (held.live_logs, held.live_log_total_count) == ([], 0)
+    now[0] = HOLE_HOLD_MS - 1
+    assert state.snapshot().live_log_total_count == 0
+    now[0] = HOLE_HOLD_MS
+    released = state.snapshot()
+    assert released.live_log_total_count == LIVE_LOG_TAIL_LIMIT + 1
+    assert released.live_logs[0] == "line 1" and len(released.live_logs) == LIVE_LOG_TAIL_LIMIT
+    assert state.log_hole_after is None
+
+
+def test_the_batchs_last_upload_takes_the_whole_tail_past_a_hole() -> None:
+    state = ProgressState(now_ms=lambda: 0)
+    for i in range(LIVE_LOG_TAIL_LIMIT + 3):
+        state.append_log(f"line {i}")
+    whole = state.snapshot(whole_tail=True)
+    assert (
+        whole.live_log_total_count == LIVE_LOG_TAIL_LIMIT + 3 and len(whole.live_logs) == LIVE_LOG_TAIL_LIMIT
+    )
