@@ -88,10 +88,13 @@ from reporter.transports.http import DEFAULT_RETRY_POLICY
 from reporter.transports.protocol import terminal_message
 
 __all__ = [
+    "EXIT_NEEDS_RESUME",
     "EXIT_NO_RESULT",
     "EXIT_OK",
+    "EXIT_REPORT_INTERRUPTED",
     "EXIT_STALE",
     "EXIT_TERMINAL",
+    "EXIT_TOKEN",
     "EXIT_UPLOAD_FAILED",
     "INTERRUPT_GRACE_S",
     "NO_RESULT_LINE",
@@ -280,6 +283,7 @@ async def report(
         interrupted = asyncio.get_running_loop().create_future()
     stopped = reporter.uploader.stopped_event
     signal_name: str | None = None
+    result: dict[str, Any] | None = None
     try:
         if resume:
             _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
