@@ -111,6 +111,17 @@ def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, 
     steps = payload.get("pipeline_steps")
     if steps:
         clean["pipeline_steps"] = _steps_within(steps, bounds.value_bytes, sanitizer)
+    positions = payload.get("step_positions")
+    if positions is not None:
+        # Only for the nodes the upload carries: a node dropped here has no step events to place.
+        nodes = clean["live_node_progress"]
+        clean["step_positions"] = {node_id: marks for node_id, marks in positions.items() if node_id in nodes}
+    interruption = payload.get("interruption")
+    if interruption is not None:
+        clean["interruption"] = {
+            key: None if text is None else validate.log_line(text, bounds.log_line_bytes)
+            for key, text in interruption.items()
+        }
     replay = payload.get("terminal_log_replay")
     if replay is not None:
         clean["terminal_log_replay"] = {
