@@ -27,10 +27,12 @@ from pathlib import Path
 
 from tests.mutation.classify import (
     Equivalent,
+    Messages,
     changed_lines,
     find_equivalent,
     is_message_only,
     load_equivalents,
+    project_messages,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +92,7 @@ def run_mutmut(path: str, max_children: int, tmpdir: Path) -> None:
         sys.exit(f"mutmut failed on {path} (exit {code}); see {log}")
 
 
-def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
+def collect(path: str, equivalents: list[Equivalent], messages: Messages) -> ModuleResult:
     # mutmut reads its configuration from the working directory on import.
     import libcst as cst
     from mutmut.mutation.data import SourceFileMutationData
@@ -134,7 +136,7 @@ def collect(path: str, equivalents: list[Equivalent]) -> ModuleResult:
         elif (entry := find_equivalent(equivalents, path, function, original, mutant)) is not None:
             survivor.equivalent = entry
             result.equivalent.append(survivor)
-        elif is_message_only(original, mutant):
+        elif is_message_only(original, mutant, messages):
             result.message_only.append(survivor)
         else:
             result.survivors.append(survivor)
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
         for path in wanted:
             run_mutmut(path, args.max_children, tmpdir)
     equivalents = load_equivalents()
-    results = [collect(path, equivalents) for path in wanted]
+    messages = project_messages()
+    results = [collect(path, equivalents, messages) for path in wanted]
     if args.stubs:
         print_stubs(results)
     else:
