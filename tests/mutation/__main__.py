@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from difflib import unified_diff
 from pathlib import Path
@@ -92,7 +93,10 @@ def run_mutmut(path: str, max_children: int, tmpdir: Path) -> None:
         sys.exit(f"mutmut failed on {path} (exit {code}); see {log}")
 
 
-def collect(path: str, equivalents: list[Equivalent], messages: Messages) -> ModuleResult:
+def collect(
+    path: str, equivalents: list[Equivalent], messages: Messages, only: Callable[[str], bool] | None = None
+) -> ModuleResult:
+    """The verdicts of a module's mutants (those whose name `only` accepts), sorted."""
     # mutmut reads its configuration from the working directory on import.
     import libcst as cst
     from mutmut.mutation.data import SourceFileMutationData
@@ -111,7 +115,7 @@ def collect(path: str, equivalents: list[Equivalent], messages: Messages) -> Mod
     source_lines = (ROOT / path).read_text("utf-8").splitlines()
     prefix = dotted(path) + "."
     for name, code in sorted(data.exit_code_by_key.items(), key=lambda kv: _natural(kv[0])):
-        if not name.startswith(prefix) or code is None:
+        if not name.startswith(prefix) or code is None or (only is not None and not only(name)):
             continue
         status = status_by_exit_code[code]
         if status in KILLED:
