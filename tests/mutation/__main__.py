@@ -21,18 +21,21 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from difflib import unified_diff
 from pathlib import Path
 
 from tests.mutation.classify import (
+    EQUIVALENT_FILE,
     Equivalent,
     Messages,
     changed_lines,
     find_equivalent,
     is_message_only,
     load_equivalents,
+    misfits,
     project_messages,
 )
 
@@ -228,7 +231,13 @@ def main(argv: list[str] | None = None) -> None:
         print_stubs(results)
     else:
         report(results, args.message_only)
-    sys.exit(1 if any(r.survivors for r in results) else 0)
+    matched = Counter(equivalents.index(s.equivalent) for r in results for s in r.equivalent if s.equivalent)
+    wrong = misfits(equivalents, matched, wanted)
+    if wrong:
+        print(f"\n== {EQUIVALENT_FILE.name}: {len(wrong)} entries that do not match what they name")
+        for line in wrong:
+            print(f"  {line}")
+    sys.exit(1 if wrong or any(r.survivors for r in results) else 0)
 
 
 if __name__ == "__main__":

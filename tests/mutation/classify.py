@@ -43,6 +43,9 @@ class Equivalent:
     before: str
     after: str
     reason: str
+    # How many mutants the entry stands for: the same change on identical lines of one function
+    # is one entry only when it says so, so no entry silently covers a line it does not name.
+    matches: int = 1
 
 
 def changed_lines(original: str, mutant: str) -> tuple[str, str]:
@@ -61,6 +64,26 @@ def changed_lines(original: str, mutant: str) -> tuple[str, str]:
 def load_equivalents(path: Path = EQUIVALENT_FILE) -> list[Equivalent]:
     data = tomllib.loads(path.read_text("utf-8")) if path.exists() else {}
     return [Equivalent(**entry) for entry in data.get("equivalent", [])]
+
+
+def misfits(
+    equivalents: Sequence[Equivalent], matched: Mapping[int, int], modules: Iterable[str]
+) -> list[str]:
+    """What is wrong with the entries of `modules` after a run of those modules whole: an entry that
+    matches no survivor (the code changed, or a test now kills it), or more survivors than it says.
+    `matched` counts the survivors each entry matched, by the entry's index."""
+    wanted = set(modules)
+    problems = []
+    for index, entry in enumerate(equivalents):
+        if entry.module not in wanted:
+            continue
+        found = matched.get(index, 0)
+        if found != entry.matches:
+            problems.append(
+                f"{entry.module} {entry.function}: {entry.before!r} -> {entry.after!r} matches {found}"
+                f" survivor(s), not {entry.matches}"
+            )
+    return problems
 
 
 def find_equivalent(

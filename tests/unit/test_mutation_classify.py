@@ -9,6 +9,7 @@ from tests.mutation.classify import (
     find_equivalent,
     is_message_only,
     messages_of,
+    misfits,
     project_messages,
 )
 
@@ -147,3 +148,17 @@ def test_any_argument_of_a_log_line_is_message_only_but_not_whether_or_how_it_is
     # Only a name bound to a logger is one: `log` is not, in this module.
     other = LOGGING.replace("_log.warning", "log.warning")
     assert not message_only(other, "self.run_id, exc", "None, exc")
+
+
+def test_an_entry_matching_nothing_or_more_than_it_names_is_a_misfit() -> None:
+    """An entry fits only when it matches as many survivors as it says (one by default): one that
+    matches nothing is stale, one that matches more covers lines it does not name."""
+    one = Equivalent("m.py", "check", "a", "b", "reason")
+    two = Equivalent("m.py", "check", "c", "d", "the same change on two identical lines", matches=2)
+    other = Equivalent("n.py", "f", "a", "b", "not in this run")
+    entries = [one, two, other]
+    assert misfits(entries, {0: 1, 1: 2}, ["m.py"]) == []
+    assert len(misfits(entries, {0: 2, 1: 2}, ["m.py"])) == 1
+    assert len(misfits(entries, {1: 2}, ["m.py"])) == 1
+    assert len(misfits(entries, {0: 1, 1: 1}, ["m.py"])) == 1
+    assert len(misfits(entries, {0: 1, 1: 2}, ["m.py", "n.py"])) == 1
