@@ -66,9 +66,19 @@ class ModuleResult:
     equivalent: list[Survivor] = field(default_factory=list)
 
     @property
+    def total(self) -> int:
+        return self.killed + len(self.survivors) + len(self.message_only) + len(self.equivalent)
+
+    @property
     def score(self) -> float:
+        """The project's score: message-only and listed-equivalent survivors left out."""
         counted = self.killed + len(self.survivors)
         return 100.0 * self.killed / counted if counted else 100.0
+
+    @property
+    def raw_score(self) -> float:
+        """Killed of all mutants: every survivor counts, message-only and equivalent too."""
+        return 100.0 * self.killed / self.total if self.total else 100.0
 
 
 def configured_modules() -> list[str]:
@@ -172,16 +182,16 @@ def _line_of_change(source_lines: list[str], original: str, mutant: str) -> int:
 
 def report(results: list[ModuleResult], verbose_message_only: bool) -> None:
     print()
-    columns = ("mutants", "killed", "survived", "message", "equiv.", "score")
+    columns = ("mutants", "killed", "survived", "message", "equiv.", "raw", "score")
     print(f"{'module':<26} " + " ".join(f"{c:>{max(len(c), 6)}}" for c in columns))
     for r in results:
-        total = r.killed + len(r.survivors) + len(r.message_only) + len(r.equivalent)
         print(
-            f"{r.path:<26} {total:>7} {r.killed:>6} {len(r.survivors):>8} {len(r.message_only):>7}"
-            f" {len(r.equivalent):>6} {r.score:>5.1f}%"
+            f"{r.path:<26} {r.total:>7} {r.killed:>6} {len(r.survivors):>8} {len(r.message_only):>7}"
+            f" {len(r.equivalent):>6} {r.raw_score:>5.1f}% {r.score:>5.1f}%"
         )
-    print("score = killed / (killed + survived); message-only and equivalent survivors are left out,")
-    print('survivors no test reached ("no tests", "suspicious") count as survived.')
+    print("raw = killed / mutants: every survivor counts, message-only and listed equivalents too.")
+    print("score = killed / (killed + survived): message-only and listed-equivalent survivors left out;")
+    print('survivors no test reached ("no tests", "suspicious") count as survived in both.')
     for r in results:
         shown = r.survivors + (r.message_only if verbose_message_only else [])
         if not shown:
