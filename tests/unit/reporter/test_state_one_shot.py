@@ -121,3 +121,25 @@ def test_a_log_line_is_kept_as_the_ledger_stores_it_under_the_states_own_line_bo
     s = ProgressState(now_ms=lambda: 0, bounds=bounds)
     s.append_log("x" * 1000)
     assert list(s.logs) == [log_line("x" * 1000, 256)] and len(s.logs[0]) < 1000
+
+
+def test_a_new_observation_of_a_pending_activity_makes_it_the_newest_for_the_backlog() -> None:
+    """The backlog drops the least recently observed activity first."""
+    s = state(limit=2)
+    s.add_activity_observation(observation("a", 1))
+    s.add_activity_observation(observation("b", 1))
+    s.add_activity_observation(observation("a", 2))
+    s.add_activity_observation(observation("c", 1))
+    assert [(o["activityId"], o["observedAt"]) for o in pending(s)] == [("a", 2), ("c", 1)]
+
+
+def test_a_requeued_drop_count_adds_to_the_drops_since() -> None:
+    s = state(limit=1)
+    s.add_activity_observation(observation("a", 1))
+    s.add_activity_observation(observation("b", 1))  # drops a
+    failed = s.snapshot()
+    assert failed.dropped_one_shot_events == 1
+    s.add_lifecycle_event({"phase": "x"})
+    s.add_lifecycle_event({"phase": "y"})  # drops x
+    s.requeue(failed)
+    assert s.snapshot().dropped_one_shot_events == 2  # the failed upload's one and the one since
