@@ -12,7 +12,7 @@ from reporter.bounded import split_upload
 from tests.unit.reporter.test_bounded import big_upload
 
 # What the size accounting may leave unused in a closed part: one separator per field opened.
-SLACK = 8
+SLACK = 4
 LIMITS = range(1_900, 12_000, 53)
 
 
@@ -65,3 +65,28 @@ def test_every_part_fits_and_none_is_closed_while_the_next_item_still_fitted() -
             for part, following in itertools.pairwise(parts):
                 grown = widest(with_next_item(part, following, body), body)
                 assert len(encode_body(grown)) > limit - SLACK, (status, limit)
+
+
+def test_an_upload_exactly_at_the_limit_is_left_whole_and_one_byte_over_is_split() -> None:
+    body = big_upload()
+    size = len(encode_body({**body, "upload_seq": INT64_MAX}))
+    assert split_upload(body, size) == [body]
+    assert len(split_upload(body, size - 1)) > 1
+
+
+def test_every_part_places_its_lines_where_the_one_upload_would_have() -> None:
+    """A part's live_log_total_count is the position of its last line; a part after the tail's last
+    line (nodes, events, the replay) still names that position, never nothing."""
+    body = big_upload()
+    for limit in (2_500, 4_096, 7_000):
+        parts = split_upload(body, limit)
+        ends = [part["live_log_total_count"] for part in parts]
+        assert all(type(end) is int for end in ends) and ends == sorted(ends) and ends[-1] == 60
+        position = 10
+        for part in parts:
+            position += len(part["live_logs"])
+            assert part["live_log_total_count"] == position
+        replays = [p["terminal_log_replay"] for p in parts if p["terminal_log_replay"] is not None]
+        assert [r["total_count"] for r in replays] == sorted(r["total_count"] for r in replays)
+        assert replays[-1]["total_count"] == 100
+        assert sum(len(r["lines"]) for r in replays) == 100
