@@ -5,10 +5,11 @@
     python -m tests.mutation --report               # only report the results of the last runs
     python -m tests.mutation --report --stubs       # equivalent.toml entries for the survivors
 
-For each module: the score (killed ÷ (killed + survived), message-only and listed-equivalent mutants
-left out), then each surviving mutant as a diff. A mutant that only rewords an error or a log line is
-counted apart; one listed in tests/mutation/equivalent.toml is not shown again. Exits 1 while a
-survivor is left. Needs the `mutation` extra (`pip install -e '.[mutation]'`) and runs from the
+For each module: the raw score (killed ÷ mutants) and the project's score (killed ÷ (killed +
+survived), message-only and listed-equivalent mutants left out), then each surviving mutant as a
+diff. A mutant whose change reaches only an error's or a log line's text (by data flow) is counted
+apart; one listed in tests/mutation/equivalent.toml is not shown again. Exits 1 while a survivor is
+left, or while an entry of equivalent.toml matches no survivor of its module, or more than it says. Needs the `mutation` extra (`pip install -e '.[mutation]'`) and runs from the
 repository root; results stay in mutants/ (see docs/testing.md).
 """
 
