@@ -9,8 +9,9 @@ For each module: the raw score (killed ÷ mutants) and the project's score (kill
 survived), message-only and listed-equivalent mutants left out), then each surviving mutant as a
 diff. A mutant whose change reaches only an error's or a log line's text (by data flow) is counted
 apart; one listed in tests/mutation/equivalent.toml is not shown again. Exits 1 while a survivor is
-left, or while an entry of equivalent.toml matches no survivor of its module, or more than it says. Needs the `mutation` extra (`pip install -e '.[mutation]'`) and runs from the
-repository root; results stay in mutants/ (see docs/testing.md).
+left, or while an entry of equivalent.toml matches no survivor of its module, or more than it says.
+Needs the `mutation` extra (`pip install -e '.[mutation]'`) and runs from the repository root;
+results stay in mutants/ (see docs/testing.md).
 """
 
 from __future__ import annotations

@@ -140,9 +140,11 @@ def messages_of(sources: Iterable[str]) -> Messages:
     attribute no source reads (or one holding exactly the builtin exception's text)."""
     trees = [ast.parse(source) for source in sources]
     classes: dict[str, ast.ClassDef] = {}
+    functions: dict[str, ast.FunctionDef] = {}
     read: set[str] = set()
     loggers = {"logging"}
     for tree in trees:
+        functions.update((s.name, s) for s in tree.body if isinstance(s, ast.FunctionDef))
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 classes[node.name] = node
@@ -173,7 +175,46 @@ def messages_of(sources: Iterable[str]) -> Messages:
         return known[name]
 
     exceptions = {name: info for name in classes if (info := resolve(name)) is not None}
+    for name, function in functions.items():
+        if name not in exceptions and (factory := _exception_factory(function, exceptions)) is not None:
+            exceptions[name] = factory
     return Messages(exceptions, frozenset(loggers))
+
+
+def _exception_factory(
+    function: ast.FunctionDef, exceptions: Mapping[str, ExceptionClass]
+) -> ExceptionClass | None:
+    """A function that only builds an exception (`def bad_request(message): return
+    BadStreamRequest(message)`) passes its arguments on as the exception's: message text where they
+    reach only the exception's message arguments."""
+    body = [
+        s
+        for s in function.body
+        if not (
+            isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+        )
+    ]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return None
+    call = body[0].value
+    built = _called(call.func)
+    info = exceptions.get(built) or (_ALL_MESSAGE if built in _BUILTIN_EXCEPTIONS else None)
+    if info is None or function.args.vararg is not None or function.args.kwarg is not None:
+        return None
+    to_call: dict[int, bool] = {
+        id(arg): _argument_is_message(info, i, None) for i, arg in enumerate(call.args)
+    }
+    to_call.update(
+        {id(k.value): k.arg is not None and _argument_is_message(info, None, k.arg) for k in call.keywords}
+    )
+    params = tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args])
+    names = {*params, *(a.arg for a in function.args.kwonlyargs)}
+    message = frozenset(
+        name
+        for name in names
+        if all(_use_is_message(use, chain, to_call, set(), set()) for use, chain in _loads(function, name))
+    )
+    return ExceptionClass(params, message)
 
 
 def _exception_class(

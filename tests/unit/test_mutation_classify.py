@@ -162,3 +162,25 @@ def test_an_entry_matching_nothing_or_more_than_it_names_is_a_misfit() -> None:
     assert len(misfits(entries, {1: 2}, ["m.py"])) == 1
     assert len(misfits(entries, {0: 1, 1: 1}, ["m.py"])) == 1
     assert len(misfits(entries, {0: 1, 1: 2}, ["m.py", "n.py"])) == 1
+
+
+def test_a_function_that_only_builds_an_exception_passes_its_message_through() -> None:
+    """`bad_request(message)` returns `BadRequest(message)`: its argument is the error's text, as if
+    the exception were built in place; a factory that keeps an argument elsewhere does not."""
+    factories = messages_of(
+        [
+            ERRORS
+            + '''
+def bad_request(message):
+    """A 400."""
+    return Failure(message)
+
+
+def stale(run_id, current):
+    return Stale(run_id, current)
+'''
+        ]
+    )
+    source = 'def f(x):\n    if x:\n        raise bad_request("body: too deep")\n    raise stale("r", x)\n'
+    assert is_message_only(source, source.replace('"body: too deep"', '"XX"'), factories)
+    assert not is_message_only(source, source.replace('stale("r", x)', 'stale("r", None)'), factories)
