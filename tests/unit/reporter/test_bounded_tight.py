@@ -90,3 +90,10 @@ def test_every_part_places_its_lines_where_the_one_upload_would_have() -> None:
         assert [r["total_count"] for r in replays] == sorted(r["total_count"] for r in replays)
         assert replays[-1]["total_count"] == 100
         assert sum(len(r["lines"]) for r in replays) == 100
+
+
+def test_parts_of_an_upload_without_live_lines_keep_its_log_position() -> None:
+    body = big_upload()
+    body = {**body, "live_logs": [], "live_log_total_count": 7, "terminal_log_replay": None}
+    parts = split_upload(body, 2_500)
+    assert len(parts) > 1 and [part["live_log_total_count"] for part in parts] == [7] * len(parts)
