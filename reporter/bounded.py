@@ -67,6 +67,10 @@ def split_upload(
         "terminal_log_replay": None,
     }
     room = max_bytes - len(encode_body(skeleton))
+    replay_room = 0
+    if replay is not None:
+        empty_replay = {**replay, "lines": [], "total_count": _WIDEST}
+        replay_room = len(encode_body(empty_replay)) - len(b"null")
     bodies: list[_Body] = []
     current = _Body()
     live = list(body["live_logs"])
@@ -76,9 +80,7 @@ def split_upload(
     def close() -> None:
         nonlocal current
         bodies.append(current)
-        # The new body's live_log_total_count stays where the lines before it ended; its replay
-        # (if any) sets its own end with its first line.
-        current = _Body(log_end=current.log_end)
+        current = _Body(log_end=current.log_end, replay_end=current.replay_end)
 
     def place(size: int, opening: int = 0, reopening: int = 0) -> bool:
         """Whether an item of `size` bytes fits `current` (`opening` more: it opens its list there),
@@ -118,11 +120,9 @@ def split_upload(
             else:
                 shrunk(name)
     if replay is not None:
-        # What the replay's object costs a body beyond the `null` the skeleton has in its place.
-        empty_replay = {**replay, "lines": [], "total_count": _WIDEST}
-        replay_room = len(encode_body(empty_replay)) - len(b"null")
         lines = list(replay["lines"])
         replay_start = int(replay["total_count"]) - len(lines)
+        current.replay_end = replay_start
         for position, text in enumerate(lines, start=replay_start + 1):
             text, size = line(text, replay_room)
             place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
