@@ -141,8 +141,8 @@ class TerminalState:
         """
         if stored["status"] != self.status:
             return False
-        for key, value in self.payload().items():
-            if key != "status" and value is not None and stored.get(key) != value:
+        for key, value in self.payload().items():  # the status among them, equal by now
+            if value is not None and stored.get(key) != value:
                 return False
         return True
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ledger.testing import BACKEND_VAR, drop_database, drop_orphaned_databases, reused_server_dir
+from ledger.testing import drop_database, drop_orphaned_databases, reused_server_dir
 
 LOOPBACK = "127.0.0.1"
 
@@ -24,9 +24,8 @@ def test_the_server_stores_text_as_utf8(pg_admin_url: str) -> None:
         assert conn.execute("SELECT 'ü€'::text").fetchone() == ("ü€",)
 
 
+@pytest.mark.docker_backend
 def test_a_docker_server_is_reached_on_loopback_and_asks_for_a_password(pg_admin_url: str) -> None:
-    if os.environ.get(BACKEND_VAR, "").strip().lower() != "docker":
-        pytest.skip(f"only on {BACKEND_VAR}=docker")
     import docker
 
     url = urlsplit(pg_admin_url)

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.prerequisites import under_ci
+
 SOAK = os.environ.get("HYPOTHESIS_PROFILE", "").strip() == "soak"
 
 _COMMON = {
@@ -53,6 +55,9 @@ background_random = pytest.mark.filterwarnings(
 # failure class and message) and a failing one does not stop the run, so one soak run reports how
 # often each kind of failure comes up rather than the first one, shrunk.
 TALLY = os.environ.get("ORACLE_TALLY", "").strip()
+if TALLY and under_ci():
+    # Tallying lets every failure pass: CI's oracle must fail on the first one.
+    raise pytest.UsageError("ORACLE_TALLY swallows the oracle's failures: it cannot be set under CI")
 
 
 def tally(backend: str, scenario: Any, failure: BaseException | None) -> bool:
