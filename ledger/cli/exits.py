@@ -22,6 +22,7 @@ __all__ = [
     "EXIT_TOKEN",
     "CliError",
     "first_line",
+    "usage_line",
 ]
 
 _EXIT_OK: Final = 0
@@ -60,3 +61,8 @@ def first_line(exc: BaseException) -> str:
     """The first line of the error's text (libpq's answers add a hint on a second line)."""
     text = str(exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0].strip()
+
+
+def usage_line(message: str) -> str:
+    """A usage mistake's message on one line (click's may span several)."""
+    return " ".join(message.split())

@@ -26,6 +26,7 @@ from ledger.validate import (
     MAX_VALUE_DEPTH,
     NODE_COUNT_FIELDS,
     NODE_TIME_FIELDS,
+    STEP_STATES,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "AddEntries",
     "AppendEvents",
     "BlockRun",
+    "CancelRun",
     "Claim",
     "IntegralInt",
     "MapRun",
@@ -184,6 +186,13 @@ _NODE_PROGRESS: Final[dict[str, Any]] = {
         "message": _NULLABLE_TEXT,
         "artifact_table_namespace": _nullable(_TEXT),
         "node_io": _nullable({"type": "object"}),
+        "state": _nullable(
+            {
+                "enum": list(STEP_STATES),
+                "description": "the step's state; without it the ledger derives one from the fields",
+            }
+        ),
+        "reason": {**_NULLABLE_TEXT, "description": "why the step settled as it did (free text)"},
     },
 }
 
@@ -364,6 +373,12 @@ class SetTerminal(_StrictBody):
     total_rows: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
     duration_ms: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
     play_name: _Text = None
+
+
+class CancelRun(_StrictBody):
+    reason: str | None = Field(
+        None, description="why the run is cancelled: its terminal error (absent: `cancelled by an operator`)"
+    )
 
 
 # -- ingestion ------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ PUBLIC = {
     ("POST", "/ui/sign-in"),
     ("POST", "/ui/sign-out"),
     ("GET", "/ui/static/{name}"),
+    ("GET", "/ui/{rest:path}"),
     ("GET", "/favicon.ico"),
 }
 
@@ -110,6 +111,7 @@ TABLE: dict[tuple[str, str], tuple[set[str], Request]] = {
         req("PUT", RUN + "/terminal", json={"status": "completed"}),
     ),
     ("GET", "/v1/runs/{run_id}/terminal"): (ALL, req("GET", RUN + "/terminal")),
+    ("POST", "/v1/runs/{run_id}/cancel"): (WORKER, req("POST", RUN + "/cancel", json={"reason": "scopes"})),
     ("PUT", "/v1/runs/{run_id}/mapping"): (
         WORKER,
         req("PUT", RUN + "/mapping", json=lambda c: {"instance_id": f"{c.tag}-i", "version": "v1"}),
