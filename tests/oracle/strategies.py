@@ -34,6 +34,9 @@ from tests.oracle import from_schema
 
 Item = tuple[Any, ...]  # ("event", obj) | ("flush",) | ("burst", n, tag, width)
 FLUSH: Item = ("flush",)
+# Where a batch of the faulty run ended: a flush that, as the batch's last upload does, takes the
+# whole live tail (the lines past a hole in it too).
+BATCH_END: Item = ("flush", "batch end")
 
 STEP_TEMPLATES: tuple[dict[str, Any], ...] = (
     {"type": "code", "id": "load", "field": "input"},
@@ -413,7 +416,7 @@ class Scenario:
             return self.without_faults()
         stream = list(self.items)
         for cut in reversed(self.cuts):
-            stream.insert(cut, FLUSH)
+            stream.insert(cut, BATCH_END)
         return Scenario(self.contract, self.mode, tuple(stream), self.result, "single", (), self.sheet)
 
     def describe(self) -> str:
