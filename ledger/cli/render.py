@@ -46,7 +46,6 @@ __all__ = [
 
 STATUS_STYLES = {
     "running": "cyan",
-    "interrupted": "magenta",
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",

@@ -208,11 +208,13 @@ def test_an_interrupted_run_says_so_and_its_resume_too(context: Any, api: httpx.
     page.goto(f"/ui/runs/{run_id}")
     page.locator("#log .ev-reporter\\.interrupted").wait_for()
     assert page.text_content("#run-status") == "interrupted"
-    assert page.locator("#log .ev .text").all_text_contents() == ["the reporter was interrupted (SIGTERM)"]
+    assert page.locator("#log .ev .text").all_text_contents() == [
+        "reporter interrupted (SIGTERM): the reporter was interrupted (SIGTERM)"
+    ]
     upload(api, run_id, 2, {})  # a reporter that resumes it
     page.locator("#log .ev-reporter\\.resumed").wait_for()
     page.wait_for_function("() => document.getElementById('run-status').textContent === 'running'")
-    assert page.locator("#log .ev .text").all_text_contents()[-1] == "a reporter resumed the run"
+    assert page.locator("#log .ev .text").all_text_contents()[-1] == "reporter resumed"
 
 
 PAGE_LINE = re.compile(r"^watch it in a browser: (http://127\.0\.0\.1:\d+)(/ui/runs/(demo-[0-9a-z-]+))\s*$")

@@ -210,8 +210,6 @@
 
   function summary(event) {
     if (event.type === "log") return typeof event.line === "string" ? event.line : "";
-    if (event.type === "reporter.interrupted") return event.reason || "the reporter was interrupted";
-    if (event.type === "reporter.resumed") return "a reporter resumed the run";
     const said = stepText(event);
     if (said !== null) return said;
     const rest = {};
