@@ -366,7 +366,7 @@ async def report(
     return _verdict(reporter, decided, warn)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Ending:
     """What the end of the input decided: the deadline for everything after it, the status
     reported and why it is not the runner's own (no result line, a status the ledger refuses)."""
