@@ -53,6 +53,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -128,6 +129,8 @@ INTERRUPT_GRACE_S = 5.0
 # Between two yields of the input loop to the uploads (lines arriving faster than they are read
 # would otherwise hold the event loop until the input pauses).
 _YIELD_EVERY = 256
+# How many unreadable lines `ledger report` describes one by one before it only counts them.
+_DESCRIBED_SKIPS = 3
 _T = TypeVar("_T")
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
@@ -232,9 +235,11 @@ async def _read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterat
 
 
 async def _feed(
-    reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None]
+    reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None], skipped: list[int]
 ) -> dict[str, Any] | None:
-    """Fold every event line into `reporter`; return the ``result`` event (None if there was none)."""
+    """Fold every event line into `reporter`; return the ``result`` event (None if there was none).
+    The first `_DESCRIBED_SKIPS` lines that are not JSON objects are described, the rest counted in
+    `skipped` (the summary line says how many): a runner printing junk cannot flood the terminal."""
     number = 0
     async for raw in lines:
         number += 1
@@ -244,12 +249,15 @@ async def _feed(
         if not text:
             continue
         event, problem = decode_line(text)
+        if problem is None and not isinstance(event, dict):
+            problem = "not a JSON object"
         if problem is not None:
-            warn(f"line {number}: {problem}; skipped")
+            skipped[0] += 1
+            if skipped[0] <= _DESCRIBED_SKIPS:
+                more = " (the others are only counted)" if skipped[0] == _DESCRIBED_SKIPS else ""
+                warn(f"line {number}: {problem}; skipped{more}")
             continue
-        if not isinstance(event, dict):
-            warn(f"line {number}: not a JSON object; skipped")
-            continue
+        assert isinstance(event, dict)
         if event.get("type") == "result":
             return event
         reporter.on_runner_event(event)
@@ -300,12 +308,14 @@ async def report(
     # What the end of the input decided, and an upload failure whose outcome is still to be asked.
     decided = _Ending()
     failure: BaseException | None = None
+    skipped = decided.skipped
     try:
         if resume:
             _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
         if signal_name is None and not reporter.stopped:
             try:
-                result, signal_name = await _until(_feed(reporter, lines, warn), interrupted, stopped)
+                feeding = _feed(reporter, lines, warn, skipped)
+                result, signal_name = await _until(feeding, interrupted, stopped)
             except OSError as exc:
                 warn(str(exc))
                 result = None
@@ -375,6 +385,8 @@ class _Ending:
     reported: str | None = None
     missing: bool = False
     problem: str | None = None
+    # Input lines that were not JSON objects (a list: `_feed` counts into it as it reads).
+    skipped: list[int] = dataclasses.field(default_factory=lambda: [0])
 
     def left(self) -> float | None:
         return None if self.ends is None else max(0.0, self.ends - time.monotonic())
@@ -414,16 +426,55 @@ async def _end(
 
 
 def _verdict(reporter: ProgressReporter, decided: _Ending, warn: Callable[[str], None]) -> int:
-    """The exit code of a run the ledger holds ended as reported, and its line when not completed
-    as the runner said."""
+    """The exit code of a run the ledger holds ended as reported: its line when the run did not
+    end as the runner said, then the one summary line."""
+    code = EXIT_OK
     if decided.missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
-        return EXIT_NO_RESULT
-    if decided.problem is not None:
+        code = EXIT_NO_RESULT
+    elif decided.problem is not None:
         takes = ", ".join(RESULT_STATUSES)
         warn(f"{decided.problem} (it takes {takes}): run {reporter.run_id} was reported failed")
-        return _EXIT_BAD_RESULT
-    return EXIT_OK
+        code = _EXIT_BAD_RESULT
+    warn(summary_line(reporter, decided.reported or "running", decided.skipped[0]))
+    return code
+
+
+def summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> str:
+    """`run R completed: 4 of 6 steps completed (1 failed, 1 not run), 5,939 / 6,000 rows (61
+    failed); 2 lines could not be used`: how the run ended as this reporter reported it, by the
+    states it sent, and how many runner lines it could not use (unreadable, or not of the runner
+    protocol; the first ones were described as they came)."""
+    nodes = reporter.state.nodes
+    # The contract's steps (those never started included), else the steps the runner named.
+    steps_of_run = list(reporter.step_states()) or list(nodes)
+    states = Counter(
+        (node.state if node is not None and node.state else "pending")
+        for node in (nodes.get(node_id) for node_id in steps_of_run)
+    )
+    others = [
+        f"{states[state]:,} {said}"
+        for state, said in (("failed", "failed"), ("cancelled", "cancelled"), ("running", "running"))
+        if states[state]
+    ]
+    not_run = sum(states[state] for state in ("pending", "skipped"))
+    if not_run:
+        others.append(f"{not_run:,} not run")
+    steps = f"{states['completed']:,} of {len(steps_of_run):,} steps completed"
+    if others:
+        steps += f" ({', '.join(others)})"
+    counted = [node for node in nodes.values() if node.total is not None]
+    if counted:
+        completed = sum(node.completed or 0 for node in counted)
+        failed = sum(node.failed or 0 for node in counted)
+        total = sum(node.total or 0 for node in counted)
+        steps += f", {completed:,} / {total:,} rows" + (f" ({failed:,} failed)" if failed else "")
+    unused = unreadable + reporter.uploader.sanitizer.counts["runner line"]
+    unused += reporter.uploader.sanitizer.counts["line or frame naming a step outside the contract"]
+    lines = "every line was used"
+    if unused:
+        lines = f"{unused:,} line{'' if unused == 1 else 's'} could not be used"
+    return f"run {reporter.run_id} {status}: {steps}; {lines}"
 
 
 def _reason(failure: BaseException, deadline_s: float) -> str:
@@ -579,6 +630,7 @@ async def _main(
     deadline_s: float,
     on_interrupt: str = "resumable",
     resume_command: str = "",
+    play_name: str | None = None,
 ) -> int:
     url = service_url()
     first_failure = _FirstFailure(url, deadline_s, warn)
@@ -606,7 +658,14 @@ async def _main(
                     producer_attempt=attempt,
                     mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
                 )
-                return await report(
+                # The run is opened with its play beside the reporting (opening fills a missing
+                # play, whoever opened the run first), never holding up the runner's input.
+                naming = (
+                    None
+                    if play_name is None
+                    else asyncio.ensure_future(_name_play(transport, run_id, play_name))
+                )
+                code = await report(
                     reporter,
                     _read_lines(stream),
                     warn,
@@ -617,6 +676,23 @@ async def _main(
                     on_interrupt=on_interrupt,
                     resume_command=resume_command,
                 )
+                if naming is not None:
+                    # Bounded: an unreachable ledger was said already and must not hold the exit.
+                    done, _ = await asyncio.wait({naming}, timeout=INTERRUPT_GRACE_S)
+                    problem = naming.result() if done else "no answer in time"
+                    naming.cancel()
+                    if problem is not None:
+                        warn(f"the play name was not set: {problem}")
+                return code
+
+
+async def _name_play(transport: HttpTransport, run_id: str, play_name: str) -> str | None:
+    """Open the run with its play name; why it could not be, or None."""
+    try:
+        await transport.client.open_run(run_id, play_name=play_name)
+    except (LedgerFailure, TimeoutError) as exc:
+        return " ".join(str(exc).split()) or type(exc).__name__
+    return None
 
 
 def _print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -670,6 +746,12 @@ def _print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> No
     "first failure is printed at once.",
 )
 @click.option(
+    "--play",
+    "play_name",
+    metavar="NAME",
+    help="The run's play (its name on every face: ledger runs, the dashboard, run_overview).",
+)
+@click.option(
     "--on-interrupt",
     "on_interrupt",
     type=click.Choice(["resumable", *INTERRUPT_ENDS]),
@@ -686,6 +768,7 @@ def report_command(
     resume: bool,
     no_finalize: bool,
     deadline_s: float,
+    play_name: str | None,
     on_interrupt: str,
 ) -> None:
     """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
@@ -714,6 +797,7 @@ def report_command(
             deadline_s=deadline_s,
             on_interrupt=on_interrupt,
             resume_command=_resume_command(run_id, contract, attempt, mode),
+            play_name=play_name,
         )
     )
     if code != EXIT_OK:

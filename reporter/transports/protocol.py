@@ -22,11 +22,12 @@ __all__ = [
 
 
 def terminal_message(run_id: str, terminal: dict[str, Any]) -> str:
-    """Who ended the run and how, from its stored terminal state."""
+    """How the run had ended, from its stored terminal state (its error says who, when anyone
+    but a reporter ended it: the watchdog, a cancel)."""
     status = terminal.get("status") or "terminal"
     error = terminal.get("error")
     how = f": {error}" if error else ""
-    return f"run {run_id} was already ended as {status} by someone else{how}"
+    return f"run {run_id} had already ended as {status}{how}"
 
 
 class Transport(Protocol):

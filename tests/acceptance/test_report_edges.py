@@ -242,7 +242,8 @@ def test_a_result_status_the_ledger_does_not_take_fails_the_run_naming_it(
     run_id = new_id("edge-bad-status")
     done = report(server, tmp_path, run_id, [{"type": "log", "line": "x"}, {"type": "result", **result}])
     assert done.returncode == 1, done.stderr
-    [line] = stderr_lines(done)
+    line, summary = stderr_lines(done)
+    assert summary.startswith(f"ledger report: run {run_id} failed: ")
     assert named in line and "completed, failed, cancelled, suspended" in line and run_id in line
     terminal = run_of(client, run_id)["terminal"]
     assert terminal["status"] == "failed"
@@ -335,9 +336,7 @@ def test_reporting_an_ended_run_again_exits_4_with_one_line_saying_how_it_ended(
     before = run_of(client, run_id)
     again = report(server, tmp_path, run_id, stream)
     assert again.returncode == 4, again.stderr
-    assert stderr_lines(again) == [
-        f"ledger report: run {run_id} was already ended as completed by someone else"
-    ]
+    assert stderr_lines(again) == [f"ledger report: run {run_id} had already ended as completed"]
     assert "Idempotency-Key" not in again.stderr
     after = run_of(client, run_id)
     assert (after["last_upload_seq"], after["last_seq"]) == (before["last_upload_seq"], before["last_seq"])
@@ -355,7 +354,7 @@ def test_a_longer_stream_reported_to_an_ended_run_exits_4_and_changes_nothing(
     ]
     again = report(server, tmp_path, run_id, stream)
     assert again.returncode == 4, again.stderr
-    assert stderr_lines(again)[-1].startswith(f"ledger report: run {run_id} was already ended as completed")
+    assert stderr_lines(again)[-1].startswith(f"ledger report: run {run_id} had already ended as completed")
     assert run_of(client, run_id) == before
 
 

@@ -145,9 +145,7 @@ def test_a_bad_contract_file_is_a_clear_error(tmp_path: Path) -> None:
 async def test_a_run_ended_by_someone_else_exits_4_naming_who_and_how() -> None:
     transport = FakeTransport()
     terminal = {"status": "failed", "error": "run watchdog: no progress; orchestrator presumed dead"}
-    transport.failures = [
-        RunTerminal("run run-cli was already ended as failed by someone else", "r", terminal)
-    ]
+    transport.failures = [RunTerminal("run run-cli had already ended as failed", "r", terminal)]
     warnings: list[str] = []
     result = json.dumps({"type": "result", "status": "completed"})
     code = await report_cli.report(make(transport), lines_of([result]), warnings.append)

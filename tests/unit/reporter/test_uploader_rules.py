@@ -422,10 +422,7 @@ async def test_stopping_is_logged_once_naming_the_run_and_why(caplog: pytest.Log
     stops = [r for r in caplog.records if r.name == "reporter.uploader"]
     assert [r.levelno for r in stops] == [logging.INFO, logging.INFO]
     assert stops[0].getMessage() == "run r1: stale producer attempt 3, reporter stops"
-    assert (
-        stops[1].getMessage()
-        == "run r1: reporter stops: run r1 was already ended as failed by someone else: watchdog"
-    )
+    assert stops[1].getMessage() == "run r1: reporter stops: run r1 had already ended as failed: watchdog"
 
 
 # -- the contract's steps --------------------------------------------------------------------------
