@@ -224,8 +224,9 @@ TOKEN_LINE = re.compile(r"^  sign in with this demo's token \(valid [^)]*\): (\S
 def test_the_demo_link_opens_its_run_after_sign_in(browser: Any, database_url: str, tmp_path: Path) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
     env = {**base, "LEDGER_DATABASE_URL": database_url, "LEDGER_DATA_DIR": str(tmp_path)}
-    # Paced: the run lasts long enough to sign in while it is live, as a person would.
-    args = ["--rows", "1000", "--pace", "40"]
+    # Paced: the run lasts long enough to sign in while it is live, as a person would; piped, the
+    # demo names its page only when it keeps serving it (--serve).
+    args = ["--rows", "1000", "--pace", "40", "--serve"]
     with subprocess.Popen(
         [sys.executable, "-m", "ledger.cli", "demo", *args],
         cwd=ROOT,

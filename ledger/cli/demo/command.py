@@ -55,17 +55,24 @@ def pace_for(pace: float | None, *, terminal: bool) -> float:
     is_flag=True,
     help="Stop the service when the run ends (it always does when stdout is not a terminal).",
 )
-def demo(rows: int, rate: float, pace: float | None, exit_at_once: bool) -> None:
+@click.option(
+    "--serve",
+    "serve_after",
+    is_flag=True,
+    help="Keep serving after the run until Ctrl-C or SIGTERM even when stdout is not a terminal "
+    "(then the run's page and the token are printed as on a terminal).",
+)
+def demo(rows: int, rate: float, pace: float | None, exit_at_once: bool, serve_after: bool) -> None:
     """Start Postgres and the service, run a simulated worker through the reporter, show it live.
 
-    It prints the run's page on the dashboard and the token to sign in with; on a terminal it keeps
-    serving after the run, so the page can be opened, until Ctrl-C.
+    On a terminal (or with --serve) it prints the run's page on the dashboard and the token to sign
+    in with, and keeps serving after the run, so the page can be opened, until Ctrl-C.
     """
     from ledger.cli.demo import run as demo_run
     from ledger.cli.demo.scenario import DemoPlan
 
     # Only a person at a terminal can open the page; a pipe (a test, CI) wants the demo to end.
     terminal = sys.stdout.isatty()
-    keep_serving = terminal and not exit_at_once
+    keep_serving = serve_after or (terminal and not exit_at_once)
     plan = DemoPlan(rows=rows, rows_per_second=rate).paced(pace_for(pace, terminal=terminal))
     demo_run.main(plan, keep_serving=keep_serving)
