@@ -8,8 +8,8 @@ together carry everything the one upload did, losing no line:
 
 * the live tail's lines go first, in order, each body's ``live_log_total_count`` the position of
   its last line (so the ledger places every line where the one upload would have);
-* then the nodes (the ledger keeps a node an upload does not name), the lifecycle events and the
-  activity observations;
+* then the nodes (the ledger keeps a node an upload does not name), each with its
+  ``step_positions`` entry in the same body, the lifecycle events and the activity observations;
 * then the terminal log replay's lines, each body's ``total_count`` placing its slice (those at
   positions before the live tail's first go before the tail: they fill what it lost);
 * the status (and its ``error`` or ``interruption``) only in the last body (the others are
@@ -42,6 +42,7 @@ class _Body:
     logs: list[str] = field(default_factory=list)
     log_end: int = 0
     nodes: dict[str, Any] = field(default_factory=dict)
+    positions: dict[str, Any] = field(default_factory=dict)
     lists: dict[str, list[Any]] = field(default_factory=lambda: {name: [] for name in _LIST_FIELDS})
     replay: list[str] = field(default_factory=list)
     replay_end: int = 0
@@ -64,6 +65,7 @@ def split_upload(
         "upload_seq": _WIDEST,
         "status": max(status, "running", key=len),
         "live_node_progress": {},
+        **({"step_positions": {}} if "step_positions" in body else {}),
         "live_logs": [],
         "live_log_total_count": _WIDEST,
         **{name: [] for name in _LIST_FIELDS},
@@ -131,9 +133,17 @@ def split_upload(
         place(size)
         current.logs.append(text)
         current.log_end = position
+    positions: dict[str, Any] = body.get("step_positions") or {}
     for node_id, node in body["live_node_progress"].items():
-        if place(len(encode_body(node_id)) + len(encode_body(node)) + 2):
+        size = len(encode_body(node_id)) + len(encode_body(node)) + 2
+        marks = positions.get(node_id)
+        if marks is not None:
+            # A node's transitions are placed by its positions: both travel in the same body.
+            size += len(encode_body(node_id)) + len(encode_body(marks)) + 2
+        if place(size):
             current.nodes[node_id] = node
+            if marks is not None:
+                current.positions[node_id] = marks
         else:
             shrunk("node")
     for name in _LIST_FIELDS:
@@ -152,6 +162,7 @@ def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[
         **body,
         "status": body["status"] if last else "running",
         "live_node_progress": part.nodes,
+        **({"step_positions": part.positions} if "step_positions" in body else {}),
         "live_logs": part.logs,
         "live_log_total_count": part.log_end,
         **part.lists,

@@ -101,9 +101,11 @@ def test_follow_without_a_wait_and_a_wait_that_runs_out_are_404(server: Server, 
 def test_pool_json_is_the_apis_counts_and_entries(
     server: Server, client: httpx.Client, tmp_path: Path
 ) -> None:
-    pool = new_id("pool")
-    client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": ["warm-a"]}).raise_for_status()
-    client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": ["ready-b"], "ready": True})
+    # Instances of their own: an instance waits in one pool at a time, across every test.
+    pool, warm, ready = new_id("pool"), new_id("warm"), new_id("ready")
+    client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": [warm]}).raise_for_status()
+    added = client.post(f"/v1/pools/{pool}/entries", json={"version": "v9", "ids": [ready], "ready": True})
+    added.raise_for_status()
     done = ledger("pool", "v9", "--pool", pool, "--json", env=client_env(server, tmp_path))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -112,7 +114,7 @@ def test_pool_json_is_the_apis_counts_and_entries(
     counts = client.get(f"/v1/pools/{pool}/counts", params={"version": "v9"}).json()
     entries = client.get(f"/v1/pools/{pool}/entries", params={"version": "v9"}).json()["entries"]
     assert shown == {"pool": pool, "version": "v9", "counts": counts, "entries": entries}
-    assert {e["id"] for e in shown["entries"]} == {"warm-a", "ready-b"}
+    assert {e["id"] for e in shown["entries"]} == {warm, ready}
 
 
 def test_piped_tables_are_never_cut_or_wrapped(server: Server, client: httpx.Client, tmp_path: Path) -> None:

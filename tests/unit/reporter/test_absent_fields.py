@@ -86,15 +86,33 @@ _MAP_FIELD_TARGETS = {
 }
 
 
-@pytest.mark.parametrize("kind", [*_MAP_START_KINDS, *_MAP_COUNT_KINDS])
-@pytest.mark.parametrize("field", ["completedRows", "failedRows", "totalRows", "artifactTableNamespace"])
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        (kind, field)
+        for kind in (*_MAP_START_KINDS, *_MAP_COUNT_KINDS)
+        for field in ("completedRows", "failedRows", "totalRows", "artifactTableNamespace")
+        # Required on the count events: a line without it is junk (a test of its own below).
+        if not (field == "completedRows" and kind in _MAP_COUNT_KINDS)
+    ],
+)
 def test_a_map_count_or_name_left_out_keeps_what_the_node_holds(kind: str, field: str) -> None:
-    if field == "completedRows" and kind in _MAP_COUNT_KINDS:
-        pytest.skip("required on this event: a line without it is junk")
     fold = map_started()
     fold.on_runner_event(map_event(kind, **{field: _ABSENT}))
     target, before = _MAP_FIELD_TARGETS[field]
     assert node(fold, "enrich")[target] == before
+
+
+@pytest.mark.parametrize("kind", _MAP_COUNT_KINDS)
+def test_a_count_event_without_completed_rows_is_junk_and_changes_nothing(kind: str) -> None:
+    fold = map_started()
+    before = node(fold, "enrich")
+    fold.on_runner_event(map_event(kind, completedRows=_ABSENT, failedRows=7, totalRows=99))
+    after = node(fold, "enrich")
+    assert {k: v for k, v in after.items() if k != "updated_at"} == {
+        k: v for k, v in before.items() if k != "updated_at"
+    }
+    assert fold.sanitizer.counts["runner line"] == 1
 
 
 @pytest.mark.parametrize("kind", [*_MAP_START_KINDS, *_MAP_COUNT_KINDS])

@@ -124,3 +124,26 @@ def test_an_item_too_big_for_any_part_is_dropped_and_said() -> None:
     assert [e for p in parts for e in p["dataset_lifecycle_events"]] == [{"small": 1}]
     assert [n for p in parts for n in p["live_node_progress"]] == ["ok"]
     assert [line for p in parts for line in p["live_logs"]] == ["x"]
+
+
+def test_a_nodes_step_positions_travel_in_the_same_body_as_the_node() -> None:
+    # A thousand nodes whose positions alone pass the limit: each body carries the positions of
+    # its own nodes only, and the bodies together carry every one.
+    nodes = {f"{i:04d}" + "s" * 66: {"started_at": i + 1, "state": "running"} for i in range(1_000)}
+    positions = {node_id: {"started": 0, "settled": 0} for node_id in nodes}
+    body = upload(live_node_progress=nodes, step_positions=positions)
+    limit = 65_536
+    assert len(encode_body(positions)) > limit // 2
+    parts = split_upload(body, limit)
+    assert len(parts) > 1
+    for part in parts:
+        assert len(encode_body({**part, "upload_seq": INT64_MAX})) <= limit
+        assert part["step_positions"] == {
+            node_id: positions[node_id] for node_id in part["live_node_progress"]
+        }
+    assert {k: v for part in parts for k, v in part["step_positions"].items()} == positions
+
+
+def test_an_upload_without_step_positions_is_split_without_them() -> None:
+    parts = split_upload(big_upload(), 4_096)
+    assert len(parts) > 1 and all("step_positions" not in part for part in parts)
