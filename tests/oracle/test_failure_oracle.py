@@ -1,0 +1,387 @@
+"""The failure oracle: however a run goes wrong, every face tells the story the documents tell.
+
+Each example draws a `FailureScenario` (`tests.oracle.failure_strategies`): a contract, the
+runner's lines, and how the story ends — a result line (a status the ledger takes or one it does
+not), the stream cut at any line, a signal (SIGINT or SIGTERM) to the real `ledger report`
+process at any line (left resumable, or ``--on-interrupt fail|cancel``), or a batch ended with
+``--no-finalize``; and then nothing, a ``--resume`` batch with the rest of the lines, the
+watchdog's pass, or a cancel (`PUT …/terminal`). Failed steps, optional fields left out and
+lines naming steps outside the contract come up among the lines.
+
+The lines go through `ledger report` subprocesses into a real service (uvicorn in a thread) on a
+database of the oracle's own. Then the reference model (`tests.oracle.failure_model`, written from
+the documents) says what the final record is — the run's terminal status and error, each step's
+state, whether it has a reason and its counts, the step totals, the events' types in order — and
+every face (`tests.oracle.faces`: the run and its events over HTTP, `ledger run --json` and
+`ledger events --json`, the SQL views, the dashboard's data) must equal it, and each other.
+
+A failure is an exception named after what differs (the model or another face, and which part),
+so Hypothesis shrinks each kind on its own; its message names the face and shows both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given
+
+from ledger.cli import report as report_cli
+from ledger.clock import ManualClock
+from ledger.db import Database
+from ledger.runlog.watchdog import Watchdog
+from tests.oracle.faces import PARTS, Record, cli_env, ledger_command, read_faces
+from tests.oracle.failure_model import (
+    CANCEL_ERROR,
+    Expected,
+    FailureScenario,
+    events_match,
+    expected,
+    modelled,
+    optional_events,
+    signal_marker,
+)
+from tests.oracle.failure_strategies import failure_scenarios
+from tests.oracle.profiles import background_random, budget, tally, timeout
+from tests.oracle.services import LoopThread, ServiceThread
+
+REPORT_TIMEOUT_S = 120.0
+LANDED_TIMEOUT_S = 60.0
+
+# The documented exit code of an interrupted `ledger report` (None until the command has one).
+INTERRUPT_EXIT: int | None = getattr(report_cli, "EXIT_INTERRUPTED", None)
+# `--on-interrupt fail|cancel` is drawn once the command has it.
+ON_INTERRUPT = any("--on-interrupt" in option.opts for option in report_cli.report_command.params)
+
+
+# -- what a failure says ----------------------------------------------------------------------------
+
+
+class FailureOracleError(AssertionError):
+    """A face does not tell the story the documents tell (one subclass per kind of difference)."""
+
+
+class ReportExitDiffers(FailureOracleError):
+    pass
+
+
+class HarnessStuck(FailureOracleError):
+    """`ledger report` did not land the lines it was given, or did not exit."""
+
+
+class ModelTerminalDiffers(FailureOracleError):
+    pass
+
+
+class ModelStepsDiffer(FailureOracleError):
+    pass
+
+
+class ModelTotalsDiffer(FailureOracleError):
+    pass
+
+
+class ModelEventsDiffer(FailureOracleError):
+    pass
+
+
+class FacesTerminalDiffer(FailureOracleError):
+    pass
+
+
+class FacesStepsDiffer(FailureOracleError):
+    pass
+
+
+class FacesTotalsDiffer(FailureOracleError):
+    pass
+
+
+class FacesEventsDiffer(FailureOracleError):
+    pass
+
+
+class EventLogBroken(FailureOracleError):
+    pass
+
+
+MODEL_MISMATCH = {
+    "terminal": ModelTerminalDiffers,
+    "steps": ModelStepsDiffer,
+    "totals": ModelTotalsDiffer,
+    "events": ModelEventsDiffer,
+}
+FACES_MISMATCH = {
+    "terminal": FacesTerminalDiffer,
+    "steps": FacesStepsDiffer,
+    "totals": FacesTotalsDiffer,
+    "events": FacesEventsDiffer,
+}
+
+
+# -- playing a scenario -----------------------------------------------------------------------------
+
+
+class Player:
+    """Runs one scenario through real `ledger report` processes into the service."""
+
+    def __init__(self, loop_thread: LoopThread, service: ServiceThread, db: Database, workdir: Path) -> None:
+        self.loop_thread, self.service, self.db, self.workdir = loop_thread, service, db, workdir
+        self.env = cli_env(service.base_url, service.token)
+        self.exits: list[int] = []
+        self.said: list[str] = []
+
+    def report(
+        self,
+        run_id: str,
+        contract: Path,
+        lines: list[dict[str, Any]],
+        result: dict[str, Any] | None,
+        *,
+        resume: bool = False,
+        no_finalize: bool = False,
+        signal_name: str | None = None,
+        on_interrupt: str | None = None,
+    ) -> None:
+        args = [*ledger_command(), "report", "--run-id", run_id, "--contract", str(contract), "--deadline", "30"]
+        if resume:
+            args.append("--resume")
+        if no_finalize:
+            args.append("--no-finalize")
+        if on_interrupt is not None:
+            args += ["--on-interrupt", on_interrupt]
+        text = "".join(json.dumps(line) + "\n" for line in lines)
+        if result is not None:
+            text += json.dumps(result) + "\n"
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as stderr:
+            process = subprocess.Popen(
+                args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, env=self.env, text=True
+            )
+            try:
+                assert process.stdin is not None
+                if signal_name is None:
+                    process.stdin.write(text)
+                    process.stdin.close()
+                else:
+                    # The runner is still running: its stdout stays open. The signal comes once the
+                    # last line it wrote (`signal_marker`) has landed, so the lines before it are read.
+                    process.stdin.write(text)
+                    process.stdin.flush()
+                    self._wait_landed(run_id, signal_marker()["line"], process)
+                    process.send_signal(getattr(signal, signal_name))
+                code = process.wait(REPORT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise HarnessStuck(f"ledger report ({' '.join(args[3:])}) did not exit in {REPORT_TIMEOUT_S} s") from None
+            finally:
+                if process.stdin is not None and not process.stdin.closed:
+                    try:
+                        process.stdin.close()
+                    except BrokenPipeError:
+                        pass
+            stderr.seek(0)
+            self.said.append(f"[{' '.join(args[3:])} → exit {code}] {stderr.read().strip()[:1500]}")
+        self.exits.append(code)
+
+    def _wait_landed(self, run_id: str, line: str, process: subprocess.Popen[str]) -> None:
+        """Wait until the log line `line` is in the run's event log (the reporter read and uploaded
+        every line before it)."""
+
+        async def landed() -> bool:
+            async with self.db.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT 1 FROM ledger.run_events WHERE run_id = %s AND type = 'log' AND payload ->> 'line' = %s",
+                    (run_id, line),
+                )
+                return await cur.fetchone() is not None
+
+        deadline = time.monotonic() + LANDED_TIMEOUT_S
+        while not self.loop_thread.run(landed()):
+            if process.poll() is not None:
+                raise HarnessStuck(f"ledger report exited {process.returncode} before it was signalled")
+            if time.monotonic() > deadline:
+                raise HarnessStuck(f"the line {line!r} did not land within {LANDED_TIMEOUT_S} s")
+            time.sleep(0.05)
+
+    def watchdog(self) -> None:
+        """One pass of the watchdog, its clock a day ahead: every run still in flight has stalled."""
+
+        async def one_pass() -> list[str]:
+            async with self.db.connection() as conn:
+                now = (await (await conn.execute("SELECT now() AS now")).fetchone())["now"]
+            clock = ManualClock(now + timedelta(days=1))
+            return await Watchdog(self.db, clock=clock, retention=None).run_once()
+
+        self.loop_thread.run(one_pass())
+
+    def cancel(self, run_id: str) -> None:
+        answer = httpx.put(
+            f"{self.service.base_url}/v1/runs/{run_id}/terminal",
+            json={"status": "cancelled", "error": CANCEL_ERROR},
+            headers={"Authorization": f"Bearer {self.service.token}"},
+            timeout=30,
+        )
+        answer.raise_for_status()
+
+    def play(self, scenario: FailureScenario, run_id: str) -> None:
+        contract = self.workdir / f"{run_id}.contract.json"
+        contract.write_text(json.dumps({"staticPipeline": {"substeps": list(scenario.contract)}}), encoding="utf-8")
+        first = scenario.first_batch
+        if scenario.ending == "result":
+            self.report(run_id, contract, first, scenario.result)
+        elif scenario.ending == "cut":
+            self.report(run_id, contract, first, None)
+        elif scenario.ending == "signal":
+            self.report(run_id, contract, first, None, signal_name=scenario.signal, on_interrupt=scenario.on_interrupt)
+        else:
+            self.report(run_id, contract, first, None, no_finalize=True)
+        if scenario.then == "resume":
+            self.report(run_id, contract, scenario.rest, scenario.result, resume=True)
+        elif scenario.then == "watchdog":
+            self.watchdog()
+        elif scenario.then == "cancel":
+            self.cancel(run_id)
+
+
+# -- comparing --------------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, default=repr)
+
+
+def model_problems(want: Expected, record: Record, optional: frozenset[str]) -> dict[str, str]:
+    """Where one face differs from the model, by part (empty: nowhere)."""
+    problems: dict[str, str] = {}
+    terminal = []
+    if not want.status.holds(record.status):
+        terminal.append(f"status {record.status!r}, want {want.status!r}")
+    if record.terminal_status != want.terminal_status:
+        terminal.append(f"terminal status {record.terminal_status!r}, want {want.terminal_status!r}")
+    if not want.error.holds(record.terminal_error):
+        terminal.append(f"terminal error {record.terminal_error!r}, want {want.error!r}")
+    if terminal:
+        problems["terminal"] = "; ".join(terminal)
+
+    steps = []
+    if set(record.steps) != set(want.steps):
+        steps.append(f"steps {sorted(record.steps)}, want the contract's {sorted(want.steps)}")
+    for node, step in want.steps.items():
+        got = record.steps.get(node)
+        if got is None:
+            continue
+        if got["state"] != step.state:
+            steps.append(f"{node}: state {got['state']!r}, want {step.state!r}")
+        if not step.reason.holds(got["reason"]):
+            steps.append(f"{node}: reason {got['reason']!r}, want {step.reason!r}")
+        for key in ("completed", "failed", "total"):
+            pin = getattr(step, key)
+            if not pin.holds(got[key]):
+                steps.append(f"{node}: {key} {got[key]!r}, want {pin!r}")
+    if steps:
+        problems["steps"] = "; ".join(steps)
+
+    if record.totals is not None and record.totals != want.totals():
+        problems["totals"] = f"{record.totals}, want {want.totals()}"
+
+    story: list[tuple[str, Any]] = []
+    for event in record.events:
+        kind = event["type"]
+        if not modelled(kind, event.get("line")) or kind in optional:
+            continue
+        if kind == "log":
+            key = event.get("line")
+        elif kind == "terminal":
+            key = event.get("status")
+        elif kind.startswith("reporter."):
+            key = None
+        else:
+            key = event.get("node_id")
+        story.append((kind, key))
+    if not events_match(want.events, story):
+        problems["events"] = f"got\n{_show(story)}\nwant\n{_show([sorted(i) if isinstance(i, frozenset) else i for i in want.events])}"
+    return problems
+
+
+def log_problems(record: Record) -> list[str]:
+    seqs = [e["seq"] for e in record.events]
+    problems = []
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"{record.face}: event seqs are not 1..{len(seqs)} in order")
+    terminals = [i for i, e in enumerate(record.events) if e["type"] == "terminal"]
+    if terminals and terminals != [len(record.events) - 1]:
+        problems.append(f"{record.face}: terminal events at {terminals} of {len(record.events)}")
+    return problems
+
+
+def check(scenario: FailureScenario, player: Player) -> None:
+    run_id = f"failure-{uuid.uuid4().hex[:12]}"
+    player.play(scenario, run_id)
+    context = f"run {run_id}\n{scenario.describe()}\nledger report said:\n" + "\n".join(player.said)
+
+    want = expected(scenario, interrupt_exit=INTERRUPT_EXIT)
+    got_exits = player.exits
+    if len(got_exits) != len(want.exits) or not all(p.holds(c) for p, c in zip(want.exits, got_exits, strict=False)):
+        raise ReportExitDiffers(f"ledger report exited {got_exits}, want {want.exits}\n{context}")
+
+    records = player.loop_thread.run(read_faces(player.service.base_url, player.service.token, player.db, run_id))
+    optional = optional_events(scenario)
+    for record in records:
+        broken = log_problems(record)
+        if broken:
+            raise EventLogBroken(f"{broken}\n{context}")
+    for record in records:
+        problems = model_problems(want, record, optional)
+        if problems:
+            part = next(p for p in PARTS if p in problems)
+            raise MODEL_MISMATCH[part](f"the {record.face} face differs from the model in {part}: {problems[part]}\n{context}")
+    reference = records[0]
+    for record in records[1:]:
+        for part in PARTS:
+            mine, theirs = reference.part(part), record.part(part)
+            if mine is not None and theirs is not None and mine != theirs:
+                raise FACES_MISMATCH[part](
+                    f"the {record.face} face differs from the {reference.face} face in {part}:\n"
+                    f"{reference.face}: {_show(mine)}\n{record.face}: {_show(theirs)}\n{context}"
+                )
+
+
+# -- the property -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def failure_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("failure-oracle")
+
+
+@timeout
+@background_random
+@budget("failures")
+@given(scenario=failure_scenarios(on_interrupt=ON_INTERRUPT))
+def test_failure_oracle(
+    loop_thread: LoopThread,
+    failure_service: ServiceThread,
+    failure_db: Database,
+    failure_workdir: Path,
+    scenario: FailureScenario,
+) -> None:
+    player = Player(loop_thread, failure_service, failure_db, failure_workdir)
+    try:
+        check(scenario, player)
+    except FailureOracleError as failure:
+        if not tally("failures", scenario, failure):
+            raise
+    else:
+        tally("failures", scenario, None)
