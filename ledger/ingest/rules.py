@@ -52,31 +52,40 @@ from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_PIPEL
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPT_STEP",
+    "INTERRUPTED",
+    "STEP_POSITION_KINDS",
     "TERMINAL_UPLOAD_STATUSES",
     "UPLOAD_STATUSES",
     "IngestPlan",
     "IngestState",
+    "Interruption",
     "LogReplay",
+    "LogSource",
     "StatusUpload",
     "UploadKey",
     "diff_steps",
     "fence_attempt",
+    "in_runner_order",
+    "interruption_events",
     "is_late_duplicate",
     "newer_activities",
     "node_failed",
     "parse_node",
     "parse_upload",
+    "place_logs",
+    "place_steps",
     "plan_upload",
-    "positional_slice",
     "replay_digest",
     "replay_end",
     "upload_key",
     "with_pipeline",
 ]
 
-# An upload's status: still running, or one of the ledger's terminal statuses (which end the run).
+# An upload's status: still running, interrupted (the reporter stopped and the run waits for one
+# that resumes it), or one of the ledger's terminal statuses (which end the run).
 TERMINAL_UPLOAD_STATUSES = TERMINAL_STATUSES
-UPLOAD_STATUSES = ("running", *TERMINAL_UPLOAD_STATUSES)
+INTERRUPTED = "interrupted"
+UPLOAD_STATUSES = ("running", INTERRUPTED, *TERMINAL_UPLOAD_STATUSES)
 _REPLAY_MODES = ("exact", "positional")
 # How far above the run's current producer attempt an upload may jump (retries that never
 # uploaded are skipped over; a forged or corrupted attempt number is not).
@@ -101,6 +110,14 @@ class LogReplay:
     total_count: int | None = None
 
 
+@dataclass(frozen=True)
+class Interruption:
+    """`interruption`: why an ``interrupted`` upload's reporter stopped (both plain text)."""
+
+    reason: str | None = None
+    signal: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class StatusUpload:
     """One reporter upload, validated; unknown extra fields were dropped."""
@@ -118,6 +135,9 @@ class StatusUpload:
     dropped_one_shot_events: int = 0
     pipeline_steps: tuple[str, ...] = ()
     error: str | None = None  # the run's terminal error, with a terminal status
+    interruption: Interruption | None = None  # with the interrupted status
+    # Per node, the attempt's log count when each of its transitions happened (`step_positions`).
+    step_positions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _int(name: str, value: object, *, minimum: int = 0, maximum: int | None = INT64_MAX) -> int:
@@ -250,7 +270,44 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
         or 0,
         pipeline_steps=steps,
         error=_error(raw.get("error")),
+        interruption=_interruption(raw.get("interruption")),
+        step_positions=_step_positions(raw.get("step_positions")),
     )
+
+
+def _interruption(value: object) -> Interruption | None:
+    if value is None:
+        return None
+    raw = _object("interruption", value)
+    reason = validate.free_text("interruption.reason", raw.get("reason"), optional=True)
+    signal = validate.free_text("interruption.signal", raw.get("signal"), optional=True)
+    return Interruption(
+        reason=None if reason is None else validate.truncate_line(reason),
+        signal=None if signal is None else validate.truncate_line(signal),
+    )
+
+
+# What `step_positions` may say of a node: where its start, its last change of counts and its
+# settlement happened on the attempt's log channel.
+STEP_POSITION_KINDS = ("started", "progress", "settled")
+
+
+def _step_positions(value: object) -> dict[str, dict[str, int]]:
+    """`step_positions`: `{node_id: {started?, progress?, settled?}}`, each a log count (absent or
+    null: none)."""
+    if value is None:
+        return {}
+    raw = _object("step_positions", value)
+    positions: dict[str, dict[str, int]] = {}
+    for node_id, marks in raw.items():
+        validate.node_id("step_positions", node_id)
+        node = _object(f"step_positions.{node_id}", marks)
+        positions[node_id] = {
+            kind: _int(f"step_positions.{node_id}.{kind}", node[kind])
+            for kind in STEP_POSITION_KINDS
+            if node.get(kind) is not None
+        }
+    return positions
 
 
 def _pipeline_steps(value: object) -> tuple[str, ...]:
@@ -333,6 +390,7 @@ class IngestState:
     live_node_progress: _NodeSnapshot = field(default_factory=dict)
     activity_watermarks: dict[str, float | int] = field(default_factory=dict)
     replay_digest: str | None = None
+    status: str = "running"  # the run's status (`interrupted` while it waits for a resume)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,25 +425,6 @@ def fence_attempt(
 def is_late_duplicate(last_upload_seq: int, upload_seq: int | None) -> bool:
     """True when an upload was already applied or superseded within its attempt."""
     return upload_seq is not None and upload_seq <= last_upload_seq
-
-
-@dataclass(frozen=True)
-class _LogSlice:
-    """The result of placing lines on a positional channel."""
-
-    lines: tuple[str, ...]  # to append, in order
-    missing: int  # positions that were neither held nor delivered now
-    delivered: int  # the channel's new count
-
-
-def positional_slice(delivered: int, lines: Sequence[str], end: int) -> _LogSlice:
-    """Place `lines` at positions `end - len(lines) + 1 … end` of a channel holding `delivered`."""
-    if end <= delivered:
-        return _LogSlice((), 0, delivered)
-    start = end - len(lines)  # the position just before the first line
-    missing = max(0, start - delivered)
-    skip = max(0, delivered - start)
-    return _LogSlice(tuple(lines[skip:]), missing, end)
 
 
 def replay_digest(attempt: int, lines: Sequence[str]) -> str:
@@ -474,19 +513,95 @@ def newer_activities(
     return events, marks
 
 
-def _log_events(placed: _LogSlice, delivered: int, attempt: int) -> list[_Event]:
-    events: list[_Event] = []
-    if placed.missing:
-        events.append(
-            {
-                "type": "log.gap",
-                "missing": placed.missing,
-                "after_position": delivered,
-                "producer_attempt": attempt,
-            }
-        )
-    events.extend({"type": "log", "line": line} for line in placed.lines)
-    return events
+def _gap_event(missing: int, after: int, attempt: int) -> _Event:
+    return {"type": "log.gap", "missing": missing, "after_position": after, "producer_attempt": attempt}
+
+
+# Where an event goes in the upload's order: after the log line at `position` (`rank` 1), before
+# it (`rank` -1: a gap that ends there), or it is that line (`rank` 0).
+_Placed = tuple[int, int, _Event]
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Lines at consecutive channel positions, the first at `start`."""
+
+    start: int
+    lines: Sequence[str]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.lines) - 1
+
+
+def place_logs(
+    delivered: int, sources: Sequence[LogSource], attempt: int
+) -> tuple[list[_Placed], int, int, int]:
+    """The log lines of `sources` the channel does not hold yet (it holds `delivered`), each once,
+    in position order, and one `log.gap` per run of positions no source carries; a position two
+    sources carry is taken from the first. Returns the placed events, the lines appended, the
+    positions missing and the channel's new count."""
+    placed: list[_Placed] = []
+    # An empty source still says how far the channel reaches (a tail that lost all its lines).
+    end = max((source.end for source in sources), default=delivered)
+    cursor = delivered + 1
+    appended = missing = 0
+    while cursor <= end:
+        covering = next((s for s in sources if s.lines and s.start <= cursor <= s.end), None)
+        if covering is None:
+            following = min((s.start for s in sources if s.lines and s.start > cursor), default=end + 1)
+            placed.append((cursor, -1, _gap_event(following - cursor, cursor - 1, attempt)))
+            missing += following - cursor
+            cursor = following
+            continue
+        for index in range(cursor - covering.start, len(covering.lines)):
+            placed.append((covering.start + index, 0, {"type": "log", "line": covering.lines[index]}))
+        appended += covering.end - cursor + 1
+        cursor = covering.end + 1
+    return placed, appended, missing, max(delivered, end)
+
+
+def _step_position_key(kind: str) -> str:
+    if kind == "step.started":
+        return "started"
+    if kind == "step.progress":
+        return "progress"
+    return "settled"
+
+
+def place_steps(
+    step_events: Sequence[_Event], positions: Mapping[str, Mapping[str, int]], default: int
+) -> list[_Placed]:
+    """Each step event after the log line its transition followed (`positions`, by node), or
+    after line `default` when the reporter did not say; a node's events keep their order."""
+    placed: list[_Placed] = []
+    last: dict[str, int] = {}
+    for event in step_events:
+        node_id = str(event.get("node_id"))
+        position = positions.get(node_id, {}).get(_step_position_key(str(event["type"])), default)
+        position = max(position, last.get(node_id, position))
+        last[node_id] = position
+        placed.append((position, 1, event))
+    return placed
+
+
+def in_runner_order(*placed: list[_Placed]) -> list[_Event]:
+    """The events of `placed` by position (stable: equal places keep their given order)."""
+    merged = [item for group in placed for item in group]
+    merged.sort(key=lambda item: (item[0], item[1]))
+    return [event for _, _, event in merged]
+
+
+def interruption_events(stored_status: str, upload: StatusUpload) -> tuple[list[_Event], list[_Event]]:
+    """The events that go before and after the upload's own when it changes whether the run is
+    interrupted: `reporter.resumed` first when an interrupted run hears from a reporter again,
+    `reporter.interrupted` last when the reporter says it stopped."""
+    if stored_status == INTERRUPTED and upload.status != INTERRUPTED:
+        return [{"type": "reporter.resumed", "status": upload.status}], []
+    if upload.status == INTERRUPTED and stored_status != INTERRUPTED:
+        why = upload.interruption or Interruption()
+        return [], [{"type": "reporter.interrupted", "reason": why.reason, "signal": why.signal}]
+    return [], []
 
 
 def plan_upload(
@@ -504,35 +619,38 @@ def plan_upload(
         state = replace(state, producer_attempt=attempt, last_upload_seq=0, live_log_count=0)
     if is_late_duplicate(state.last_upload_seq, upload.upload_seq):
         return IngestPlan(duplicate=True, state=state)
-    events: list[_Event] = []
     delivered = state.live_log_count
-    live = positional_slice(delivered, upload.live_logs, upload.live_log_total_count)
-    events.extend(_log_events(live, delivered, attempt))
-    delivered = live.delivered
-    logs_appended, gap = len(live.lines), live.missing
-
-    step_events, changed, snapshot = diff_steps(
-        state.live_node_progress, upload.live_node_progress, upload.status
-    )
-    snapshot = with_pipeline(snapshot, upload.pipeline_steps, state.live_node_progress)
-    events.extend(step_events)
-    events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
-    activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)
-    events.extend(activity_events)
-
+    sources = [LogSource(upload.live_log_total_count - len(upload.live_logs) + 1, upload.live_logs)]
     digest = state.replay_digest
     replay = upload.terminal_log_replay
     if replay is not None and replay.lines:
         new_digest = replay_digest(attempt, replay.lines)
         if not (replay.dedupe_mode == "exact" and new_digest == state.replay_digest):
-            placed = positional_slice(
-                delivered, replay.lines, replay_end(replay, upload.live_log_total_count)
-            )
-            events.extend(_log_events(placed, delivered, attempt))
-            delivered = placed.delivered
-            logs_appended += len(placed.lines)
-            gap += placed.missing
+            end = replay_end(replay, upload.live_log_total_count)
+            sources.append(LogSource(end - len(replay.lines) + 1, replay.lines))
         digest = new_digest
+    # A position the live tail and the replay both carry is the same line; where the tail lost
+    # lines the replay fills them, so only what neither carries is a gap.
+    log_events, logs_appended, gap, delivered = place_logs(delivered, sources, attempt)
+
+    step_events, changed, snapshot = diff_steps(
+        state.live_node_progress, upload.live_node_progress, upload.status
+    )
+    snapshot = with_pipeline(snapshot, upload.pipeline_steps, state.live_node_progress)
+    before, after = interruption_events(state.status, upload)
+    # Log lines and step transitions in the order the runner wrote them: each transition after
+    # the line it followed; a transition without a position after this upload's live lines.
+    events: list[_Event] = [
+        *before,
+        *in_runner_order(
+            log_events,
+            place_steps(step_events, upload.step_positions, upload.live_log_total_count),
+        ),
+    ]
+    events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
+    activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)
+    events.extend(activity_events)
+    events.extend(after)
 
     new_state = IngestState(
         producer_attempt=attempt,
@@ -541,6 +659,7 @@ def plan_upload(
         live_node_progress=snapshot,
         activity_watermarks=marks,
         replay_digest=digest,
+        status=state.status if state.status in TERMINAL_STATUSES else upload.status,
     )
     return IngestPlan(
         duplicate=False,

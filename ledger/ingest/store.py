@@ -108,6 +108,7 @@ def _state_from_row(row: dict[str, Any]) -> IngestState:
         live_node_progress=dict(row["live_node_progress"] or {}),
         activity_watermarks=dict(row["activity_watermarks"] or {}),
         replay_digest=row["replay_digest"],
+        status=str(row["status"]),
     )
 
 

@@ -6,7 +6,8 @@ fields. `seq` and `ts` are assigned by the ledger, so input events may not carry
 that would collide with them when flattened).
 
 The four coordinator types (`status`, `log`, `progress`, `terminal`) have fixed fields and reject
-unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.observed`, `log.gap`)
+unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.observed`, `log.gap`,
+`reporter.interrupted` / `reporter.resumed`)
 carry free-form JSON produced by the status ingestion; only their shape as a JSON object is checked
 (and `log.gap` must say how many lines are `missing`). Counts and times may come as integral floats
 (3.0, as JavaScript sends them): JSON does not tell them apart.
@@ -62,6 +63,8 @@ INGESTION_TYPES: Final = (
     "dataset.lifecycle",
     "activity.observed",
     "log.gap",
+    "reporter.interrupted",
+    "reporter.resumed",
 )
 EVENT_TYPES: Final = _COORDINATOR_TYPES + INGESTION_TYPES
 

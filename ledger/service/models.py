@@ -14,7 +14,7 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP, UPLOAD_STATUSES
+from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP, STEP_POSITION_KINDS, UPLOAD_STATUSES
 from ledger.runlog.events import INGESTION_TYPES, RESERVED_KEYS, TERMINAL_STATUSES
 from ledger.validate import (
     INT32_MAX,
@@ -229,6 +229,27 @@ STATUS_UPLOAD_SCHEMA: Final[dict[str, Any]] = {
         ),
         "last_checkpoint_at": _nullable({"type": "integer", "minimum": 0}),
         "dropped_one_shot_events": _nullable({"type": "integer", "minimum": 0}),
+        "interruption": _nullable(
+            {
+                "type": "object",
+                "description": "with the `interrupted` status: why the reporter stopped (the run "
+                "waits for a reporter that resumes it; the first such upload appends "
+                "`reporter.interrupted`, the next upload of another status `reporter.resumed`)",
+                "properties": {"reason": _NULLABLE_TEXT, "signal": _NULLABLE_TEXT},
+            }
+        ),
+        "step_positions": _nullable(
+            {
+                "type": "object",
+                "description": "per node, the attempt's log count when it started, when its counts "
+                "last changed and when it settled: its step events go right after that log line",
+                "propertyNames": _NON_BLANK,
+                "additionalProperties": {
+                    "type": "object",
+                    "properties": {kind: _nullable(_BIGINT) for kind in STEP_POSITION_KINDS},
+                },
+            }
+        ),
         "pipeline_steps": _nullable(
             {
                 "type": "array",

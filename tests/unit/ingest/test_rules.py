@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,15 +14,17 @@ from hypothesis import strategies as st
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
+    Interruption,
     LogReplay,
+    LogSource,
     StatusUpload,
     diff_steps,
     fence_attempt,
     is_late_duplicate,
     newer_activities,
     parse_upload,
+    place_logs,
     plan_upload,
-    positional_slice,
     replay_digest,
     replay_end,
 )
@@ -179,6 +183,14 @@ def test_late_duplicate() -> None:
 
 
 # -- positional logs -----------------------------------------------------------------------------
+
+
+def positional_slice(delivered: int, lines: list[str] | tuple[str, ...], end: int) -> Any:
+    """One source placed on a channel holding `delivered`: (lines appended, missing, new count)."""
+    placed, appended, missing, count = place_logs(delivered, [LogSource(end - len(lines) + 1, lines)], 1)
+    logs = tuple(event["line"] for _, _, event in placed if event["type"] == "log")
+    assert len(logs) == appended
+    return SimpleNamespace(lines=logs, missing=missing, delivered=count)
 
 
 def test_positional_slice_cases() -> None:
@@ -382,12 +394,159 @@ def test_event_order_within_an_upload() -> None:
     assert [e["type"] for e in plan.events] == [
         "log",
         "step.started",
+        "log",
         "dataset.lifecycle",
         "activity.observed",
-        "log",
     ]
-    assert plan.events[2] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
+    assert plan.events[3] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
     assert plan.steps_changed == ("n",)
+
+
+def test_step_transitions_go_after_the_log_line_they_followed() -> None:
+    # The runner wrote: a, (n starts), b, c, (n completes, m starts), d.
+    upload = _upload(
+        status="running",
+        live_logs=["a", "b", "c", "d"],
+        live_node_progress={"n": {"started_at": 1, "completed_at": 2}, "m": {"started_at": 3}},
+        step_positions={"n": {"started": 1, "settled": 3}, "m": {"started": 3}},
+    )
+    assert upload == _upload(**_UPLOAD_ORDER_BODY)
+    plan = plan_upload("r", IngestState(), upload)
+    assert [(e["type"], e.get("line") or e.get("node_id")) for e in plan.events] == [
+        ("log", "a"),
+        ("step.started", "n"),
+        ("log", "b"),
+        ("log", "c"),
+        ("step.completed", "n"),
+        ("step.started", "m"),
+        ("log", "d"),
+    ]
+    # The same upload again (a lost answer, resent under a new number) finds nothing new.
+    again = plan_upload("r", plan.state, _upload(**{**_UPLOAD_ORDER_BODY, "upload_seq": 2}))
+    assert [e["type"] for e in again.events] == []
+
+
+_UPLOAD_ORDER_BODY: dict[str, Any] = {
+    "status": "running",
+    "live_logs": ["a", "b", "c", "d"],
+    "live_node_progress": {"n": {"started_at": 1, "completed_at": 2}, "m": {"started_at": 3}},
+    "step_positions": {"n": {"started": 1, "settled": 3}, "m": {"started": 3}},
+}
+
+
+def test_a_transition_before_the_lines_already_held_goes_first_and_a_nodes_events_keep_their_order() -> None:
+    upload = _upload(
+        status="running",
+        live_logs=["c", "d"],
+        live_log_total_count=4,
+        live_node_progress={"n": {"started_at": 1, "completed": 5, "completed_at": 2}},
+        step_positions={"n": {"started": 1, "progress": 4, "settled": 2}},
+    )
+    plan = plan_upload("r", IngestState(live_log_count=2), upload)
+    assert [e["type"] for e in plan.events] == [
+        "step.started",
+        "log",
+        "log",
+        "step.progress",
+        "step.completed",
+    ]
+
+
+def test_transitions_without_positions_follow_the_live_lines_and_precede_the_replay() -> None:
+    upload = _upload(
+        status="completed",
+        live_logs=["a"],
+        live_node_progress={"n": {"started_at": 1}},
+        terminal_log_replay={"lines": ["z"]},
+    )
+    plan = plan_upload("r", IngestState(), upload)
+    assert [e.get("line", e["type"]) for e in plan.events] == ["a", "step.started", "z"]
+
+
+def test_the_replay_fills_what_the_live_tail_lost_and_no_gap_is_left() -> None:
+    log = [f"line {i}" for i in range(1, 5001)]
+    # The tail held only the last 1,000 of 5,000 lines; the result carries all of them.
+    upload = _upload(
+        status="completed",
+        live_logs=log[-1000:],
+        live_log_total_count=5000,
+        terminal_log_replay={"lines": log, "total_count": 5000},
+    )
+    plan = plan_upload("r", IngestState(live_log_count=10), upload)
+    assert [e["line"] for e in plan.events] == log[10:]
+    assert (plan.logs_appended, plan.log_gap, plan.state.live_log_count) == (4990, 0, 5000)
+
+
+def test_positions_neither_the_tail_nor_the_replay_carry_are_each_one_gap() -> None:
+    upload = _upload(
+        status="completed",
+        live_logs=["p9", "p10"],
+        live_log_total_count=10,
+        terminal_log_replay={"lines": ["p3", "p4"], "total_count": 4},
+    )
+    plan = plan_upload("r", IngestState(live_log_count=1), upload)
+    assert [(e["type"], e.get("missing") or e.get("line")) for e in plan.events] == [
+        ("log.gap", 1),
+        ("log", "p3"),
+        ("log", "p4"),
+        ("log.gap", 4),
+        ("log", "p9"),
+        ("log", "p10"),
+    ]
+    assert (plan.log_gap, plan.logs_appended) == (5, 4)
+
+
+def test_an_interrupted_upload_records_the_interruption_once_and_a_later_upload_the_resume() -> None:
+    interrupted = _upload(
+        status="interrupted",
+        live_logs=["a"],
+        interruption={"reason": "the reporter was interrupted (SIGTERM)", "signal": "SIGTERM"},
+    )
+    plan = plan_upload("r", IngestState(), interrupted)
+    assert [e["type"] for e in plan.events] == ["log", "reporter.interrupted"]
+    assert plan.events[-1] == {
+        "type": "reporter.interrupted",
+        "reason": "the reporter was interrupted (SIGTERM)",
+        "signal": "SIGTERM",
+    }
+    assert plan.state.status == "interrupted"
+    again = plan_upload("r", plan.state, _upload(status="interrupted", upload_seq=2, live_logs=["a"]))
+    assert again.events == ()
+    resumed = plan_upload(
+        "r",
+        again.state,
+        _upload(status="completed", upload_seq=3, live_logs=["a", "b"], live_log_total_count=2),
+    )
+    assert [e["type"] for e in resumed.events] == ["reporter.resumed", "log"]
+    assert resumed.events[0] == {"type": "reporter.resumed", "status": "completed"}
+    # An ended run keeps its status whatever is uploaded to it.
+    assert (
+        plan_upload("r", replace(IngestState(), status="failed"), _upload(status="running")).state.status
+        == "failed"
+    )
+
+
+def test_parse_interruption_and_step_positions() -> None:
+    upload = parse_upload(
+        "r",
+        {
+            "status": "interrupted",
+            "interruption": {"reason": "bad \x00 byte", "signal": None},
+            "step_positions": {"n": {"started": 3, "progress": None}},
+        },
+    )
+    assert upload.interruption == Interruption(reason="bad \ufffd byte", signal=None)
+    assert upload.step_positions == {"n": {"started": 3}}
+    for body, field in (
+        ({"interruption": "x"}, "interruption"),
+        ({"interruption": {"reason": 3}}, "interruption.reason"),
+        ({"step_positions": {"n": {"started": -1}}}, "step_positions.n.started"),
+        ({"step_positions": {"n": 3}}, "step_positions.n"),
+        ({"step_positions": {"": {}}}, "step_positions"),
+    ):
+        with pytest.raises(InvalidInput) as caught:
+            parse_upload("r", {"status": "running", **body})
+        assert caught.value.field == field
 
 
 def test_positional_replay_continues_after_live_count() -> None:
