@@ -285,16 +285,20 @@ class _Story:
             return known[0] if known else None
         namespace = event.get("artifactTableNamespace")
         for step in self.steps:
-            if step.kind == "dataset" and isinstance(namespace, str) and step.namespace is not None:
-                if namespace == step.namespace or namespace.startswith(step.namespace + "_"):
-                    return step.node_id
+            if (
+                step.kind == "dataset"
+                and isinstance(namespace, str)
+                and step.namespace is not None
+                and (namespace == step.namespace or namespace.startswith(step.namespace + "_"))
+            ):
+                return step.node_id
         return None
 
     def tool(self, tool_id: Any, *, open_only: bool) -> str | None:
         for step in self.steps:
-            if step.kind == "tool" and step.tool_id == tool_id:
-                if not open_only or self.state[step.node_id] not in SETTLED:
-                    return step.node_id
+            settled = self.state[step.node_id] in SETTLED
+            if step.kind == "tool" and step.tool_id == tool_id and not (open_only and settled):
+                return step.node_id
         return None
 
     # -- one runner line
@@ -434,7 +438,8 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
     if terminal is not None:
         status = OPEN
     steps = {
-        node: ExpectedStep(story.state[node], story.reason[node], **story.counts[node]) for node in story.state
+        node: ExpectedStep(story.state[node], story.reason[node], **story.counts[node])
+        for node in story.state
     }
     return Expected(
         status=status,

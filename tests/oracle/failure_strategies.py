@@ -57,7 +57,7 @@ class _Lines:
     def chatter(self) -> None:
         """Log lines and lines outside the contract, between two of the runner's step lines."""
         for _ in range(self.draw(st.integers(0, 2))):
-            what = self.draw(st.sampled_from(("log", "log", "log", "ghost map", "ghost tool")))
+            what = self.draw(st.sampled_from(("log",) * 6 + ("ghost map", "ghost tool")))
             if what == "log":
                 self.lines.append({"type": "log", "line": f"{RUNNER_PREFIX}{self.logs}"})
                 self.logs += 1

@@ -72,6 +72,7 @@ def tally(backend: str, scenario: Any, failure: BaseException | None) -> bool:
         "lines": lines + (scenario.result is not None),
         "failure": None if failure is None else type(failure).__name__,
         "message": None if failure is None else str(failure).splitlines()[0][:300],
+        "detail": None if failure is None else str(failure)[:6_000],
     }
     with open(TALLY, "a", encoding="utf-8") as out:
         out.write(json.dumps(entry) + "\n")

@@ -21,15 +21,14 @@ so Hypothesis shrinks each kind on its own; its message names the face and shows
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
-import os
 import signal
 import subprocess
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from tests.oracle.profiles import background_random, budget, tally, timeout
 from tests.oracle.services import LoopThread, ServiceThread
 
 REPORT_TIMEOUT_S = 120.0
+LANDED_SQL = "SELECT 1 FROM ledger.run_events WHERE run_id = %s AND type = 'log' AND payload ->> 'line' = %s"
 LANDED_TIMEOUT_S = 60.0
 
 # The documented exit code of an interrupted `ledger report` (None until the command has one).
@@ -154,7 +154,16 @@ class Player:
         signal_name: str | None = None,
         on_interrupt: str | None = None,
     ) -> None:
-        args = [*ledger_command(), "report", "--run-id", run_id, "--contract", str(contract), "--deadline", "30"]
+        args = [
+            *ledger_command(),
+            "report",
+            "--run-id",
+            run_id,
+            "--contract",
+            str(contract),
+            "--deadline",
+            "30",
+        ]
         if resume:
             args.append("--resume")
         if no_finalize:
@@ -184,13 +193,13 @@ class Player:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-                raise HarnessStuck(f"ledger report ({' '.join(args[3:])}) did not exit in {REPORT_TIMEOUT_S} s") from None
+                raise HarnessStuck(
+                    f"ledger report ({' '.join(args[3:])}) did not exit in {REPORT_TIMEOUT_S} s"
+                ) from None
             finally:
                 if process.stdin is not None and not process.stdin.closed:
-                    try:
+                    with contextlib.suppress(BrokenPipeError):
                         process.stdin.close()
-                    except BrokenPipeError:
-                        pass
             stderr.seek(0)
             self.said.append(f"[{' '.join(args[3:])} → exit {code}] {stderr.read().strip()[:1500]}")
         self.exits.append(code)
@@ -201,10 +210,7 @@ class Player:
 
         async def landed() -> bool:
             async with self.db.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT 1 FROM ledger.run_events WHERE run_id = %s AND type = 'log' AND payload ->> 'line' = %s",
-                    (run_id, line),
-                )
+                cur = await conn.execute(LANDED_SQL, (run_id, line))
                 return await cur.fetchone() is not None
 
         deadline = time.monotonic() + LANDED_TIMEOUT_S
@@ -237,14 +243,18 @@ class Player:
 
     def play(self, scenario: FailureScenario, run_id: str) -> None:
         contract = self.workdir / f"{run_id}.contract.json"
-        contract.write_text(json.dumps({"staticPipeline": {"substeps": list(scenario.contract)}}), encoding="utf-8")
+        contract.write_text(
+            json.dumps({"staticPipeline": {"substeps": list(scenario.contract)}}), encoding="utf-8"
+        )
         first = scenario.first_batch
         if scenario.ending == "result":
             self.report(run_id, contract, first, scenario.result)
         elif scenario.ending == "cut":
             self.report(run_id, contract, first, None)
         elif scenario.ending == "signal":
-            self.report(run_id, contract, first, None, signal_name=scenario.signal, on_interrupt=scenario.on_interrupt)
+            self.report(
+                run_id, contract, first, None, signal_name=scenario.signal, on_interrupt=scenario.on_interrupt
+            )
         else:
             self.report(run_id, contract, first, None, no_finalize=True)
         if scenario.then == "resume":
@@ -262,7 +272,48 @@ def _show(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True, default=repr)
 
 
-def model_problems(want: Expected, record: Record, optional: frozenset[str]) -> dict[str, str]:
+SETTLEMENTS = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
+
+
+def event_problems(record: Record, signal_name: str | None) -> list[str]:
+    """What a face's events say that its run or steps contradict: a settlement event's state and
+    reason are the step's, the terminal event's status and error the run's, and an interruption
+    names the signal."""
+    problems = []
+    last: dict[str, dict[str, Any]] = {}
+    for event in record.events:
+        kind = event["type"]
+        if kind in SETTLEMENTS:
+            state = kind.removeprefix("step.")
+            if event.get("state") != state:
+                problems.append(f"{kind} of {event.get('node_id')} carries state {event.get('state')!r}")
+            last[str(event.get("node_id"))] = event
+        elif kind == "terminal" and (
+            event.get("status") != record.terminal_status or event.get("error") != record.terminal_error
+        ):
+            problems.append(
+                f"the terminal event says {event.get('status')!r} / {event.get('error')!r}, the run "
+                f"{record.terminal_status!r} / {record.terminal_error!r}"
+            )
+        elif kind == "reporter.interrupted" and (
+            signal_name is None or signal_name not in str(event.get("signal")) or not event.get("reason")
+        ):
+            problems.append(
+                f"reporter.interrupted says signal {event.get('signal')!r}, reason {event.get('reason')!r}"
+            )
+    for node, event in last.items():
+        step = record.steps.get(node)
+        if step is not None and (step["state"], step["reason"]) != (event.get("state"), event.get("reason")):
+            problems.append(
+                f"{node}: its last event says {event.get('state')!r} ({event.get('reason')!r}), the step "
+                f"{step['state']!r} ({step['reason']!r})"
+            )
+    return problems
+
+
+def model_problems(
+    want: Expected, record: Record, optional: frozenset[str], scenario_signal: str | None = None
+) -> dict[str, str]:
     """Where one face differs from the model, by part (empty: nowhere)."""
     problems: dict[str, str] = {}
     terminal = []
@@ -310,8 +361,12 @@ def model_problems(want: Expected, record: Record, optional: frozenset[str]) -> 
         else:
             key = event.get("node_id")
         story.append((kind, key))
-    if not events_match(want.events, story):
-        problems["events"] = f"got\n{_show(story)}\nwant\n{_show([sorted(i) if isinstance(i, frozenset) else i for i in want.events])}"
+    consistency = event_problems(record, scenario_signal)
+    if consistency:
+        problems["events"] = "; ".join(consistency)
+    elif not events_match(want.events, story):
+        shown = [sorted(item) if isinstance(item, frozenset) else item for item in want.events]
+        problems["events"] = f"got\n{_show(story)}\nwant\n{_show(shown)}"
     return problems
 
 
@@ -333,20 +388,26 @@ def check(scenario: FailureScenario, player: Player) -> None:
 
     want = expected(scenario, interrupt_exit=INTERRUPT_EXIT)
     got_exits = player.exits
-    if len(got_exits) != len(want.exits) or not all(p.holds(c) for p, c in zip(want.exits, got_exits, strict=False)):
+    if len(got_exits) != len(want.exits) or not all(
+        p.holds(c) for p, c in zip(want.exits, got_exits, strict=False)
+    ):
         raise ReportExitDiffers(f"ledger report exited {got_exits}, want {want.exits}\n{context}")
 
-    records = player.loop_thread.run(read_faces(player.service.base_url, player.service.token, player.db, run_id))
+    records = player.loop_thread.run(
+        read_faces(player.service.base_url, player.service.token, player.db, run_id)
+    )
     optional = optional_events(scenario)
     for record in records:
         broken = log_problems(record)
         if broken:
             raise EventLogBroken(f"{broken}\n{context}")
     for record in records:
-        problems = model_problems(want, record, optional)
+        problems = model_problems(want, record, optional, scenario.signal)
         if problems:
             part = next(p for p in PARTS if p in problems)
-            raise MODEL_MISMATCH[part](f"the {record.face} face differs from the model in {part}: {problems[part]}\n{context}")
+            raise MODEL_MISMATCH[part](
+                f"the {record.face} face differs from the model in {part}: {problems[part]}\n{context}"
+            )
     reference = records[0]
     for record in records[1:]:
         for part in PARTS:
