@@ -4,7 +4,8 @@ A *face* is a way a person or a program learns how a run went:
 
 * ``http`` — `GET /v1/runs/{id}`, its events page by page (`GET …/events`) and its row of the
   run list (`GET /v1/runs`), with the API token;
-* ``cli`` — `ledger run RUN --json` and `ledger events RUN --json`, real subprocesses;
+* ``cli`` — `ledger run RUN --json`, `ledger events RUN --json` and the run's row of
+  `ledger runs --json`, real subprocesses;
 * ``sql`` — the views `ledger.run_overview` and `ledger.step_progress`, and the event log table;
 * ``dashboard`` — what the dashboard's pages fetch, signed in through its sign-in form with the
   session cookie: the run (`GET /v1/runs/{id}`), the run list's row, and the events over the SSE
@@ -71,6 +72,10 @@ def _event(event: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class FaceUnreadable(AssertionError):
+    """A face does not show the run at all (no row in the run list, a command that failed)."""
+
+
 def from_run(
     face: str, run: dict[str, Any], summary: dict[str, Any] | None, events: list[dict[str, Any]]
 ) -> Record:
@@ -104,10 +109,18 @@ async def _events_over_http(client: httpx.AsyncClient, run_id: str) -> list[dict
         after = str(events[-1]["seq"])
 
 
-async def _summary(client: httpx.AsyncClient, run_id: str) -> dict[str, Any] | None:
+async def _summary(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
     answer = await client.get("/v1/runs", params={"limit": 50})
     answer.raise_for_status()
-    return next((row for row in answer.json()["runs"] if row["run_id"] == run_id), None)
+    return _row(answer.json(), run_id)
+
+
+def _row(page: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The run's row of a run list page (the newest runs: the run just played is among them)."""
+    row = next((row for row in page["runs"] if row["run_id"] == run_id), None)
+    if row is None:
+        raise FaceUnreadable(f"run {run_id} is not in the run list's first page")
+    return dict(row)
 
 
 async def read_http(base_url: str, token: str, run_id: str) -> Record:
@@ -154,7 +167,7 @@ async def read_dashboard(base_url: str, token: str, run_id: str) -> Record:
             headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": base_url},
         )
         if signed.status_code != 303 or not client.cookies:
-            raise AssertionError(f"signing in to the dashboard answered {signed.status_code}")
+            raise FaceUnreadable(f"signing in to the dashboard answered {signed.status_code}")
         answer = await client.get(f"/v1/runs/{run_id}", headers={"Accept": "application/json"})
         answer.raise_for_status()
         run = answer.json()
@@ -186,7 +199,7 @@ def _cli(env: dict[str, str], *args: str) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise AssertionError(f"ledger {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[:500]}")
+        raise FaceUnreadable(f"ledger {' '.join(args)} exited {done.returncode}: {done.stderr.strip()[:500]}")
     return done.stdout
 
 
@@ -194,7 +207,8 @@ def read_cli(base_url: str, token: str, run_id: str) -> Record:
     env = cli_env(base_url, token)
     run = json.loads(_cli(env, "run", run_id, "--json"))
     lines = _cli(env, "events", run_id, "--json").splitlines()
-    return from_run("cli", run, None, [json.loads(line) for line in lines if line.strip()])
+    page = json.loads(_cli(env, "runs", "--json", "--limit", "50"))
+    return from_run("cli", run, _row(page, run_id), [json.loads(line) for line in lines if line.strip()])
 
 
 # -- SQL --------------------------------------------------------------------------------------------
@@ -216,7 +230,7 @@ async def read_sql(db: Database, run_id: str) -> Record:
         steps = await (await conn.execute(_STEPS, (run_id,))).fetchall()
         events = await (await conn.execute(_EVENTS, (run_id,))).fetchall()
     if overview is None:
-        raise AssertionError(f"ledger.run_overview has no row for {run_id}")
+        raise FaceUnreadable(f"ledger.run_overview has no row for {run_id}")
     return Record(
         face="sql",
         status=overview["status"],

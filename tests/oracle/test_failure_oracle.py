@@ -35,12 +35,14 @@ from typing import Any
 import httpx
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
+from ledger.cli import app as cli_app
 from ledger.cli import report as report_cli
 from ledger.clock import ManualClock
 from ledger.db import Database
 from ledger.runlog.watchdog import Watchdog
-from tests.oracle.faces import PARTS, Record, cli_env, ledger_command, read_faces
+from tests.oracle.faces import PARTS, FaceUnreadable, Record, cli_env, ledger_command, read_faces
 from tests.oracle.failure_model import (
     CANCEL_ERROR,
     Expected,
@@ -61,6 +63,18 @@ LANDED_TIMEOUT_S = 60.0
 
 # The documented exit code of an interrupted `ledger report` (None until the command has one).
 INTERRUPT_EXIT: int | None = getattr(report_cli, "EXIT_INTERRUPTED", None)
+# `ledger cancel` is drawn beside `PUT …/terminal` once the CLI has it (with a reason to give).
+_CANCEL = cli_app.cli.commands.get("cancel")
+CANCEL_REASON_OPTION = next(
+    (
+        opt
+        for param in (_CANCEL.params if _CANCEL else [])
+        for opt in param.opts
+        if opt in ("--reason", "--error")
+    ),
+    None,
+)
+CANCEL_VIA = ("http", "cli") if CANCEL_REASON_OPTION else ("http",)
 # `--on-interrupt fail|cancel` is drawn once the command has it.
 ON_INTERRUPT = any("--on-interrupt" in option.opts for option in report_cli.report_command.params)
 
@@ -74,6 +88,14 @@ class FailureOracleError(AssertionError):
 
 class ReportExitDiffers(FailureOracleError):
     pass
+
+
+class CancelRefused(FailureOracleError):
+    pass
+
+
+class FaceMissing(FailureOracleError):
+    """A face does not show the run at all."""
 
 
 class HarnessStuck(FailureOracleError):
@@ -232,7 +254,17 @@ class Player:
 
         self.loop_thread.run(one_pass())
 
-    def cancel(self, run_id: str) -> None:
+    def cancel(self, run_id: str, via: str) -> None:
+        if via == "cli":
+            assert CANCEL_REASON_OPTION is not None
+            args = [*ledger_command(), "cancel", run_id, CANCEL_REASON_OPTION, CANCEL_ERROR]
+            done = subprocess.run(
+                args, env=self.env, capture_output=True, text=True, timeout=REPORT_TIMEOUT_S
+            )
+            self.said.append(f"[ledger cancel → exit {done.returncode}] {done.stderr.strip()[:500]}")
+            if done.returncode != 0:
+                raise CancelRefused(f"ledger cancel {run_id} exited {done.returncode}: {done.stderr.strip()}")
+            return
         answer = httpx.put(
             f"{self.service.base_url}/v1/runs/{run_id}/terminal",
             json={"status": "cancelled", "error": CANCEL_ERROR},
@@ -241,7 +273,7 @@ class Player:
         )
         answer.raise_for_status()
 
-    def play(self, scenario: FailureScenario, run_id: str) -> None:
+    def play(self, scenario: FailureScenario, run_id: str, cancel_via: str = "http") -> None:
         contract = self.workdir / f"{run_id}.contract.json"
         contract.write_text(
             json.dumps({"staticPipeline": {"substeps": list(scenario.contract)}}), encoding="utf-8"
@@ -262,7 +294,7 @@ class Player:
         elif scenario.then == "watchdog":
             self.watchdog()
         elif scenario.then == "cancel":
-            self.cancel(run_id)
+            self.cancel(run_id, cancel_via)
 
 
 # -- comparing --------------------------------------------------------------------------------------
@@ -381,9 +413,9 @@ def log_problems(record: Record) -> list[str]:
     return problems
 
 
-def check(scenario: FailureScenario, player: Player) -> None:
+def check(scenario: FailureScenario, player: Player, cancel_via: str = "http") -> None:
     run_id = f"failure-{uuid.uuid4().hex[:12]}"
-    player.play(scenario, run_id)
+    player.play(scenario, run_id, cancel_via)
     context = f"run {run_id}\n{scenario.describe()}\nledger report said:\n" + "\n".join(player.said)
 
     want = expected(scenario, interrupt_exit=INTERRUPT_EXIT)
@@ -393,9 +425,12 @@ def check(scenario: FailureScenario, player: Player) -> None:
     ):
         raise ReportExitDiffers(f"ledger report exited {got_exits}, want {want.exits}\n{context}")
 
-    records = player.loop_thread.run(
-        read_faces(player.service.base_url, player.service.token, player.db, run_id)
-    )
+    try:
+        records = player.loop_thread.run(
+            read_faces(player.service.base_url, player.service.token, player.db, run_id)
+        )
+    except (FaceUnreadable, httpx.HTTPError, TimeoutError) as exc:
+        raise FaceMissing(f"{type(exc).__name__}: {exc}\n{context}") from exc
     optional = optional_events(scenario)
     for record in records:
         broken = log_problems(record)
@@ -430,17 +465,18 @@ def failure_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @timeout
 @background_random
 @budget("failures")
-@given(scenario=failure_scenarios(on_interrupt=ON_INTERRUPT))
+@given(scenario=failure_scenarios(on_interrupt=ON_INTERRUPT), cancel_via=st.sampled_from(CANCEL_VIA))
 def test_failure_oracle(
     loop_thread: LoopThread,
     failure_service: ServiceThread,
     failure_db: Database,
     failure_workdir: Path,
     scenario: FailureScenario,
+    cancel_via: str,
 ) -> None:
     player = Player(loop_thread, failure_service, failure_db, failure_workdir)
     try:
-        check(scenario, player)
+        check(scenario, player, cancel_via)
     except FailureOracleError as failure:
         if not tally("failures", scenario, failure):
             raise
