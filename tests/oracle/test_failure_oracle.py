@@ -21,6 +21,7 @@ so Hypothesis shrinks each kind on its own; its message names the face and shows
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
@@ -28,7 +29,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,6 @@ from hypothesis import strategies as st
 
 from ledger.cli import app as cli_app
 from ledger.cli import report as report_cli
-from ledger.clock import ManualClock
 from ledger.db import Database
 from ledger.runlog.watchdog import Watchdog
 from tests.oracle.faces import PARTS, FaceUnreadable, Record, cli_env, ledger_command, read_faces
@@ -58,6 +57,9 @@ from tests.oracle.profiles import background_random, budget, tally, timeout
 from tests.oracle.services import LoopThread, ServiceThread
 
 REPORT_TIMEOUT_S = 120.0
+# The watchdog's limit in the scenarios that call it (the run is idle that long in a moment).
+WATCHDOG_STALL_S = 0.5
+STALLED_SQL = "SELECT 1 FROM ledger.stalled_runs WHERE run_id = %s"
 LANDED_SQL = "SELECT 1 FROM ledger.run_events WHERE run_id = %s AND type = 'log' AND payload ->> 'line' = %s"
 LANDED_TIMEOUT_S = 60.0
 
@@ -87,6 +89,10 @@ class FailureOracleError(AssertionError):
 
 
 class ReportExitDiffers(FailureOracleError):
+    pass
+
+
+class WatchdogDisagrees(FailureOracleError):
     pass
 
 
@@ -243,14 +249,30 @@ class Player:
                 raise HarnessStuck(f"the line {line!r} did not land within {LANDED_TIMEOUT_S} s")
             time.sleep(0.05)
 
-    def watchdog(self) -> None:
-        """One pass of the watchdog, its clock a day ahead: every run still in flight has stalled."""
+    def watchdog(self, run_id: str) -> None:
+        """The watchdog with a short stall limit of its own, recorded where the view of stalled
+        runs reads it: once the view lists the run (it has been idle that long), one pass of the
+        watchdog fails it — the view and the watchdog agree."""
 
-        async def one_pass() -> list[str]:
+        async def listed() -> bool:
             async with self.db.connection() as conn:
-                now = (await (await conn.execute("SELECT now() AS now")).fetchone())["now"]
-            clock = ManualClock(now + timedelta(days=1))
-            return await Watchdog(self.db, clock=clock, retention=None).run_once()
+                cur = await conn.execute(STALLED_SQL, (run_id,))
+                return await cur.fetchone() is not None
+
+        async def one_pass() -> None:
+            dog = Watchdog(self.db, stall_after_s=WATCHDOG_STALL_S, retention=None)
+            await dog.record_stall_limit()
+            deadline = time.monotonic() + LANDED_TIMEOUT_S
+            while not await listed():
+                if time.monotonic() > deadline:
+                    raise WatchdogDisagrees(
+                        f"ledger.stalled_runs did not list {run_id} within {LANDED_TIMEOUT_S} s under "
+                        f"a stall limit of {WATCHDOG_STALL_S} s"
+                    )
+                await asyncio.sleep(0.05)
+            failed = await dog.run_once()
+            if run_id not in failed:
+                raise WatchdogDisagrees(f"ledger.stalled_runs lists {run_id}; the watchdog failed {failed}")
 
         self.loop_thread.run(one_pass())
 
@@ -292,7 +314,7 @@ class Player:
         if scenario.then == "resume":
             self.report(run_id, contract, scenario.rest, scenario.result, resume=True)
         elif scenario.then == "watchdog":
-            self.watchdog()
+            self.watchdog(run_id)
         elif scenario.then == "cancel":
             self.cancel(run_id, cancel_via)
 
