@@ -10,9 +10,10 @@ together carry everything the one upload did, losing no line:
   its last line (so the ledger places every line where the one upload would have);
 * then the nodes (the ledger keeps a node an upload does not name), the lifecycle events and the
   activity observations;
-* then the terminal log replay's lines, each body's ``total_count`` placing its slice;
-* the status (and its ``error``) only in the last body (the others are ``running``), so the run
-  ends once all of it has landed. The first body carries ``dropped_one_shot_events``.
+* then the terminal log replay's lines, each body's ``total_count`` placing its slice (those at
+  positions before the live tail's first go before the tail: they fill what it lost);
+* the status (and its ``error`` or ``interruption``) only in the last body (the others are
+  ``running``), so the run ends once all of it has landed. The first body carries ``dropped_one_shot_events``.
 
 ``upload_seq`` is measured as the widest number it can be; the caller numbers the bodies.
 """
@@ -103,6 +104,26 @@ def split_upload(
             shrunk("log line")
         return text, size
 
+    replay_lines: list[str] = list(replay["lines"]) if replay is not None else []
+    replay_start = int(replay["total_count"]) - len(replay_lines) if replay is not None else 0
+    current.replay_end = replay_start
+    # The replay's lines before the live tail's first position fill what the tail lost: they go
+    # first, so no body leaves a gap there that a later one could no longer fill.
+    lead = max(0, min(len(replay_lines), live_start - replay_start))
+
+    def replay_slice(first: int, last: int) -> None:
+        for position, text in enumerate(replay_lines[first:last], start=replay_start + first + 1):
+            text, size = line(text, replay_room)
+            place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
+            current.replay.append(text)
+            current.replay_end = position
+            if position <= live_start:
+                # A body that carries no live line says no more of the channel than its lines.
+                current.log_end = position
+
+    if lead:
+        current.log_end = replay_start
+    replay_slice(0, lead)
     for position, text in enumerate(live, start=live_start + 1):
         text, size = line(text, 0)
         place(size)
@@ -119,15 +140,7 @@ def split_upload(
                 current.lists[name].append(item)
             else:
                 shrunk(name)
-    if replay is not None:
-        lines = list(replay["lines"])
-        replay_start = int(replay["total_count"]) - len(lines)
-        current.replay_end = replay_start
-        for position, text in enumerate(lines, start=replay_start + 1):
-            text, size = line(text, replay_room)
-            place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
-            current.replay.append(text)
-            current.replay_end = position
+    replay_slice(lead, len(replay_lines))
     bodies.append(current)
     return [_render(body, part, index == 0, index == len(bodies) - 1) for index, part in enumerate(bodies)]
 
@@ -149,4 +162,5 @@ def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[
         out.pop("dropped_one_shot_events", None)
     if not last:
         out.pop("error", None)
+        out.pop("interruption", None)
     return out

@@ -19,6 +19,7 @@ Counting rules worth knowing:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,11 +38,35 @@ __all__ = [
     "EventFolder",
 ]
 
+_log = logging.getLogger("reporter")
+
 _MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
 _MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
 _DOCFLOW_EVENT_KINDS = frozenset(
     ("docflow.node.hit", "docflow.node.started", "docflow.node.completed", "docflow.node.failed")
 )
+# Unsent log lines past which a line asks for an upload at once (half the live tail).
+_LOG_BACKLOG = validate.LIVE_LOG_TAIL_LIMIT // 2
+# How many steps outside the contract are named in warnings (the rest are counted).
+_NAMED_OUTSIDE_STEPS = 20
+# The node I/O a stored observation or a later event of the same invocation keeps when it does not
+# carry it.
+_KEPT_IO_KEYS = ("inputs", "inputs_truncated", "outputs", "outputs_truncated")
+
+
+def _same_invocation(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.get("attempt") == b.get("attempt") and a.get("invocation_id") == b.get("invocation_id")
+
+
+def _kept_io(new: Mapping[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` node I/O with the inputs, outputs and truncation flags of `stored` it lacks, when both
+    are of the same invocation."""
+    kept = dict(new)
+    if _same_invocation(new, stored):
+        for key in _KEPT_IO_KEYS:
+            if key not in kept and key in stored:
+                kept[key] = stored[key]
+    return kept
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,8 +104,10 @@ class EventFolder:
         self.lifecycle.mark_pre_dataset_steps_started()
         self.schedule = schedule
         self._execution_handlers = self._execution_handler_table()
+        self._outside_steps: set[str] = set()
 
     def _on_transition(self, event: StepTransition) -> None:
+        self.state.mark_transition(event.node_id, "started" if event.transition == "started" else "settled")
         if event.transition == "started":
             self.state.set_node_progress(event.node_id, {"started_at": event.at})
         elif event.transition == "completed":
@@ -105,6 +132,11 @@ class EventFolder:
         for node_id, patch in reconcile.observation_patches(
             observations, self.state.nodes, self.state.now_ms()
         ):
+            current = self.state.nodes.get(node_id)
+            if current is not None and current.node_io:
+                # A stored observation keeps no truncation flags, and no inputs or outputs it was
+                # not given: of the same invocation, what the node already shows stays.
+                patch = {**patch, "node_io": _kept_io(patch["node_io"], current.node_io)}
             self.state.set_node_progress(node_id, patch)
 
     def reconcile(self, result: Mapping[str, Any] | None, sheet_outcomes: Iterable[object]) -> None:
@@ -112,7 +144,11 @@ class EventFolder:
         (the reconciliation of record: they win). A step the data plane shows settled is settled:
         one still open completes, as it would have on its own ``map.completed``."""
         now = self.state.now_ms()
-        patches = reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now)
+        patches = [
+            (node_id, patch)
+            for node_id, patch in reconcile.checkpoint_patches(result, self.pipeline, self.state.nodes, now)
+            if self._in_contract(node_id, "a checkpoint frame")
+        ]
         for node_id, patch in patches:
             self.state.set_node_progress(node_id, patch)
         outcome_patches = reconcile.sheet_outcome_patches(
@@ -158,7 +194,8 @@ class EventFolder:
                     if is_durable_log(self.mode, line, source):
                         self.state.append_log(line)
                     self._fold_log_line(line)
-                    self.schedule(False)
+                    # Lines arriving faster than the uploads: upload now, before the tail drops one.
+                    self.schedule(self.state.unsent_log_lines >= _LOG_BACKLOG)
                     return
             elif kind == "row_update":
                 # Sheet rows belong to the data plane's writer, never to progress.
@@ -189,7 +226,7 @@ class EventFolder:
                 if is_durable_log(self.mode, line, event.get("source")):
                     self.state.append_log(line)
                 self._fold_log_line(line)
-                self.schedule(False)
+                self.schedule(self.state.unsent_log_lines >= _LOG_BACKLOG)
             # "row_update": sheet rows belong to the data plane's writer, never to progress.
         except (TypeError, ValueError, KeyError, AttributeError):
             # Junk of a shape we did not foresee; progress is best-effort, the run goes on.
@@ -346,25 +383,27 @@ class EventFolder:
             current_io.get("invocation_id")
         ):
             return
-        node_io: dict[str, Any] = {
-            "attempt": attempt,
-            "invocation_id": invocation_id,
-            "inputs": event.get("inputs"),
-        }
-        if event.get("inputsTruncated"):
-            node_io["inputs_truncated"] = True
+        node_io: dict[str, Any] = {"attempt": attempt, "invocation_id": invocation_id}
+        # Absent is unchanged: what a line leaves out, the node keeps from the same invocation's
+        # earlier lines; what it carries (null and false included) is set.
+        _carry(node_io, event, "inputs", "inputs")
+        _carry_flag(node_io, event, "inputsTruncated", "inputs_truncated")
+        if kind == "docflow.node.completed":
+            _carry(node_io, event, "outputs", "outputs")
+            _carry_flag(node_io, event, "outputsTruncated", "outputs_truncated")
+            node_io["error"] = None
+        elif kind == "docflow.node.failed":
+            error = event.get("error")
+            # The error is how the ledger tells a failed node: one without its text still failed.
+            node_io["error"] = error if isinstance(error, str) and error.strip() else "docflow node failed"
+        node_io = _kept_io(node_io, current_io) if current_io else node_io
         if kind == "docflow.node.started":
+            node_io.pop("outputs", None)
+            node_io.pop("outputs_truncated", None)
             node_io = self.sanitizer.node_io(f"{node_id}.node_io", node_io)
             # A new invocation starts from a clean node: earlier outputs/completion belong to the old one.
             self.state.replace_node(node_id, NodeProgress(started_at=at, updated_at=at, node_io=node_io))
         else:
-            if kind == "docflow.node.completed":
-                node_io["outputs"] = event.get("outputs")
-                if event.get("outputsTruncated"):
-                    node_io["outputs_truncated"] = True
-                node_io["error"] = None
-            else:
-                node_io["error"] = event.get("error")
             node_io = self.sanitizer.node_io(f"{node_id}.node_io", node_io)
             started_at = current.started_at if current is not None and current.started_at is not None else at
             self.state.set_node_progress(
@@ -372,15 +411,36 @@ class EventFolder:
             )
         self.schedule(True)
 
+    def _in_contract(self, node_id: str, what: str) -> bool:
+        """Whether `node_id` is a step of the contract (any step is, without one); a line or frame
+        naming another step is junk, counted, and the step named in a warning once."""
+        if not self.pipeline.nodes or self.lifecycle.state(node_id) is not None:
+            return True
+        kind = "line or frame naming a step outside the contract"
+        if node_id not in self._outside_steps and len(self._outside_steps) < _NAMED_OUTSIDE_STEPS:
+            self._outside_steps.add(node_id)
+            _log.warning(
+                "run %s: %s names step %r, which the contract does not list: ignored",
+                self.sanitizer.run_id,
+                what,
+                node_id,
+            )
+        self.sanitizer.counts[kind] += 1
+        return False
+
     def _fold_map_event(self, kind: str, event: Mapping[str, Any]) -> None:
         node_id = self.pipeline.map_node_id(event)
-        if node_id is None:
+        if node_id is None or not self._in_contract(node_id, f"a {kind} event"):
             return
         completed = as_count(event.get("completedRows"))
         if completed is None and kind not in _MAP_STARTS:
             return  # a count-carrying event without its counts says nothing
         total = as_count(event.get("totalRows"))
-        failed = as_count(event.get("failedRows")) or 0
+        current = self.state.nodes.get(node_id)
+        # Absent is unchanged: a count the line leaves out stays as the node has it (null is 0).
+        failed = as_count(event.get("failedRows"))
+        if failed is None:
+            failed = (current.failed or 0) if current is not None and "failedRows" not in event else 0
         namespace = event.get("artifactTableNamespace")
         if not (isinstance(namespace, str) and namespace and storable(namespace)):
             namespace = None
@@ -389,6 +449,12 @@ class EventFolder:
         if kind == "map.progress":  # by far the most frequent event: no facts record for it
             self._map_progress(node_id, completed or 0, failed, total, namespace)
             return
+        if completed is None:
+            completed = (
+                (current.completed or 0) if current is not None and "completedRows" not in event else 0
+            )
+        if total is None and current is not None:
+            total = current.total
         facts = _MapFacts(
             node_id=node_id, total=total, completed=completed, failed=failed, namespace=namespace
         )
@@ -401,6 +467,7 @@ class EventFolder:
 
     def _map_started(self, kind: str, facts: _MapFacts) -> None:
         done = facts.completed or 0
+        settled = done + facts.failed
         total = facts.total
         self.lifecycle.on_map_started(facts.node_id)
         message = (
@@ -410,11 +477,11 @@ class EventFolder:
             facts.node_id,
             {
                 "completed": done,
-                "failed": 0,
+                "failed": facts.failed,
                 "total": total,
-                "started_rows": done,
+                "started_rows": settled,
                 "active_rows": 0,
-                "waiting_rows": max(0, total - done) if total is not None else None,
+                "waiting_rows": max(0, total - settled) if total is not None else None,
                 "completed_rows": done,
                 "artifact_table_namespace": facts.namespace,
                 "started_at": self.state.now_ms(),
@@ -480,3 +547,16 @@ class EventFolder:
             namespace,
             rows_processed_message(completed, progress_total),
         )
+
+
+def _carry(node_io: dict[str, Any], event: Mapping[str, Any], name: str, key: str) -> None:
+    """`node_io[key]` from the event's `name` when the event carries it (null included)."""
+    if name in event:
+        node_io[key] = event[name]
+
+
+def _carry_flag(node_io: dict[str, Any], event: Mapping[str, Any], name: str, key: str) -> None:
+    """A truncation flag the event carries: true sets it, false or null clears it (the node then
+    shows none, not even an earlier one)."""
+    if name in event:
+        node_io[key] = event[name] is True

@@ -105,6 +105,17 @@ def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, 
     )
     if payload.get("error") is not None:
         clean["error"] = validate.log_line(payload["error"], bounds.log_line_bytes)
+    positions = payload.get("step_positions")
+    if positions is not None:
+        # Only for the nodes the upload carries: a node dropped here has no step events to place.
+        nodes = clean["live_node_progress"]
+        clean["step_positions"] = {node_id: marks for node_id, marks in positions.items() if node_id in nodes}
+    interruption = payload.get("interruption")
+    if interruption is not None:
+        clean["interruption"] = {
+            key: None if text is None else validate.log_line(text, bounds.log_line_bytes)
+            for key, text in interruption.items()
+        }
     replay = payload.get("terminal_log_replay")
     if replay is not None:
         clean["terminal_log_replay"] = {

@@ -8,6 +8,16 @@ The live tail holds at most `LIVE_LOG_TAIL_LIMIT` lines and `UploadBounds.log_ta
 bytes (the oldest go first), each line repaired and truncated to the line bound as the ledger
 stores it: what an upload carries of it always fits the service's body limit.
 
+The live tail never skips a line silently: a line that falls out of it before any upload carried it
+opens a *hole*, and until an upload that takes the whole tail (the last of a batch: a terminal,
+interrupted or batch-ending one, `snapshot(whole_tail=True)`) the uploads carry no line past it.
+A gap in the ledger's log is then decided only at the end, where the result's ``logs`` (the terminal
+replay) fill what the tail lost, in order, once.
+
+Each node's *positions* say where on the log its transitions happened (the log count when it
+started, when its progress last changed, when it settled): the ledger puts its step events right
+after those lines, so the log reads in the order the runner wrote.
+
 One-shot events are bounded (``max_pending_one_shot`` per kind) so that a ledger that stays down
 cannot grow the worker's memory without limit: the oldest are dropped and counted, and the count
 travels in the next upload as ``dropped_one_shot_events``.
@@ -49,6 +59,7 @@ class Snapshot:
     dataset_lifecycle_events: list[dict[str, Any]] = field(default_factory=list)
     activity_observations: list[dict[str, Any]] = field(default_factory=list)
     dropped_one_shot_events: int = 0
+    step_positions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _observed_at(observation: Mapping[str, Any]) -> float:
@@ -82,6 +93,10 @@ class ProgressState:
         self._lifecycle_events: deque[dict[str, Any]] = deque()
         self._activity: dict[str, dict[str, Any]] = {}
         self.dropped_one_shot_events = 0
+        # How far the uploads have carried the log, and where a hole opened (None: no hole).
+        self.log_sent_through = initial_live_log_total_count
+        self.log_hole_after: int | None = None
+        self.positions: dict[str, dict[str, int]] = {}
 
     # -- writes (synchronous, from the event path) ------------------------------------------------
 
@@ -90,7 +105,18 @@ class ProgressState:
         if node is None:
             node = self.nodes[node_id] = NodeProgress()
         merge_patch(node, patch, self.now_ms())
+        self._moved(node_id, "progress")
         self.progress_dirty = True
+
+    def _moved(self, node_id: str, kind: str) -> None:
+        positions = self.positions.get(node_id)
+        if positions is None:
+            positions = self.positions[node_id] = {}
+        positions[kind] = self.log_total_count
+
+    def mark_transition(self, node_id: str, kind: str) -> None:
+        """Note that `node_id` started or settled (`kind`) after the log's current last line."""
+        self._moved(node_id, kind)
 
     def merge_row_counts(
         self,
@@ -122,6 +148,7 @@ class ProgressState:
             artifact_table_namespace,
             message,
         )
+        self._moved(node_id, "progress")
         self.progress_dirty = True
 
     def replace_node(self, node_id: str, node: NodeProgress) -> None:
@@ -150,14 +177,18 @@ class ProgressState:
         """Drop the oldest lines of the tail past its bounds (lines and bytes)."""
         logs = self.logs
         while len(logs) > LIVE_LOG_TAIL_LIMIT or (self.log_bytes > self.bounds.log_tail_bytes and logs):
+            position = self.log_total_count - len(logs) + 1
+            if position > self.log_sent_through and self.log_hole_after is None:
+                self.log_hole_after = self.log_sent_through
             self.log_bytes -= utf8_length(logs.popleft())
 
     def restore_logs(self, tail: list[str], total_count: int) -> None:
         """Continue the positional channel after `total_count` lines, `tail` the last of them
         (already delivered: nothing to upload)."""
+        self.log_total_count = max(self.log_total_count, total_count)
         for line in tail:
             self._keep_log(line)
-        self.log_total_count = max(self.log_total_count, total_count)
+        self.log_sent_through, self.log_hole_after = self.log_total_count, None
 
     def add_lifecycle_event(self, event: dict[str, Any]) -> None:
         self._lifecycle_events.append(event)
@@ -190,6 +221,13 @@ class ProgressState:
         return len(self._lifecycle_events) + len(self._activity)
 
     @property
+    def unsent_log_lines(self) -> int:
+        """Lines no upload has carried yet and a live upload still could (none past a hole)."""
+        if self.log_hole_after is not None:
+            return 0
+        return self.log_total_count - self.log_sent_through
+
+    @property
     def has_changes(self) -> bool:
         return (
             self.progress_dirty
@@ -199,15 +237,24 @@ class ProgressState:
             or self.dropped_one_shot_events > 0
         )
 
-    def snapshot(self) -> Snapshot:
-        """Copy progress and logs, drain the one-shot events, and mark everything clean."""
+    def snapshot(self, *, whole_tail: bool = False) -> Snapshot:
+        """Copy progress and logs, drain the one-shot events, and mark everything clean. Past a
+        hole in the tail only an upload of the `whole_tail` carries lines (module docstring)."""
+        if self.log_hole_after is not None and not whole_tail:
+            logs, total = [], self.log_hole_after
+        else:
+            logs, total = list(self.logs), self.log_total_count
+            self.log_sent_through, self.log_hole_after = total, None
         snap = Snapshot(
             live_node_progress={node_id: node.to_wire() for node_id, node in self.nodes.items()},
-            live_logs=list(self.logs),
-            live_log_total_count=self.log_total_count,
+            live_logs=logs,
+            live_log_total_count=total,
             dataset_lifecycle_events=list(self._lifecycle_events),
             activity_observations=list(self._activity.values()),
             dropped_one_shot_events=self.dropped_one_shot_events,
+            step_positions={
+                node_id: dict(marks) for node_id, marks in self.positions.items() if node_id in self.nodes
+            },
         )
         self._lifecycle_events.clear()
         self._activity.clear()

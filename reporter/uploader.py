@@ -4,7 +4,8 @@ Design. At most one upload is in flight, run by one *pump* task; nobody awaits t
 caller that is cancelled never cancels the upload the other callers are waiting for. A flush
 request that arrives while an upload is in flight merges into the one pending request:
 
-* a terminal status (``completed``/``failed``/``cancelled``) beats ``running``;
+* a terminal status (``completed``/``failed``/``cancelled``) beats ``interrupted``, which beats
+  ``running``;
 * each caller keeps its own ``required``: a failed upload rejects the required callers it carried,
   whatever they merged with, and resolves the best-effort ones;
 * a terminal log replay, once asked for, is kept;
@@ -60,6 +61,7 @@ from ledger.errors import (
     PayloadTooLarge,
     RunTerminal,
     StaleAttempt,
+    Unauthorized,
 )
 from ledger.validate import UploadBounds, encode_body
 from reporter.bounded import split_upload
@@ -76,11 +78,14 @@ __all__ = [
     "pipeline_step_list",
 ]
 
-Status = Literal["running", "completed", "failed", "cancelled"]
+Status = Literal["running", "interrupted", "completed", "failed", "cancelled"]
+# How a merged request's status is chosen: the later in this order wins.
+_STATUS_RANK: Final[dict[str, int]] = {"running": 0, "interrupted": 1}
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 _MIN_BODY_BYTES = 4_096
 # The refusals that stop the uploader for good; any other refusal costs only the upload it refused.
-_STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload)
+# A refused token is one: every later upload would be refused the same way.
+_STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload, Unauthorized)
 
 _log = logging.getLogger("reporter.uploader")
 
@@ -109,15 +114,20 @@ class FlushRequest:
     # failure rejects it.
     waiters: list[tuple[asyncio.Future[None], bool]] = field(default_factory=list)
     error: str | None = None  # the run's terminal error, with a terminal status
+    interruption: dict[str, Any] | None = None  # why the reporter stopped, with `interrupted`
+    whole_tail: bool = False  # the last upload of a batch: it carries the tail past any hole
 
     def merge(self, other: FlushRequest) -> FlushRequest:
         """This pending request with `other` folded in (see the module docstring)."""
-        terminal = other if other.status != "running" else self
+        rank = _STATUS_RANK.get
+        final = other if rank(other.status, 2) >= rank(self.status, 2) else self
         return FlushRequest(
-            status=terminal.status,
+            status=final.status,
             terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
             waiters=self.waiters + other.waiters,
-            error=terminal.error,
+            error=final.error,
+            interruption=final.interruption,
+            whole_tail=self.whole_tail or other.whole_tail,
         )
 
 
@@ -228,6 +238,8 @@ class CoalescingUploader:
         required: bool = False,
         terminal_log_replay: dict[str, Any] | None = None,
         error: str | None = None,
+        interruption: dict[str, Any] | None = None,
+        whole_tail: bool = False,
     ) -> None:
         """Request an upload and wait until the upload that carries it is done.
 
@@ -241,6 +253,8 @@ class CoalescingUploader:
             replay=terminal_log_replay,
             waiter=True,
             error=error,
+            interruption=interruption,
+            whole_tail=whole_tail or status != "running" or terminal_log_replay is not None,
         )
         if future is not None:
             await future
@@ -254,6 +268,8 @@ class CoalescingUploader:
         replay: dict[str, Any] | None,
         waiter: bool,
         error: str | None = None,
+        interruption: dict[str, Any] | None = None,
+        whole_tail: bool = False,
     ) -> asyncio.Future[None] | None:
         loop = asyncio.get_running_loop()
         if self.stopped:
@@ -273,7 +289,13 @@ class CoalescingUploader:
             self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
             return self._idle_future(loop) if waiter else None
         self._last_flush_at = now
-        request = FlushRequest(status=status, terminal_log_replay=replay, error=error)
+        request = FlushRequest(
+            status=status,
+            terminal_log_replay=replay,
+            error=error,
+            interruption=interruption,
+            whole_tail=whole_tail,
+        )
         future: asyncio.Future[None] | None = None
         if waiter:
             future = loop.create_future()
@@ -382,7 +404,7 @@ class CoalescingUploader:
                 _settle(request, None)
                 return
             if await self._current_attempt():
-                snapshot = self.state.snapshot()
+                snapshot = self.state.snapshot(whole_tail=request.whole_tail)
                 body = self.payload(request, snapshot, self.upload_seq + 1)
                 self._unacked = self._numbered(body, request.terminal_log_replay)
                 await self._send_unacked()
@@ -452,6 +474,7 @@ class CoalescingUploader:
         # the same status and replay, another upload would only repeat them.
         return (
             not self.state.has_changes
+            and not (request.whole_tail and self.state.log_hole_after is not None)
             and last.body["status"] == request.status
             and (request.terminal_log_replay is None or last.replay is request.terminal_log_replay)
         )
@@ -512,8 +535,12 @@ class CoalescingUploader:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
         if self.pipeline_steps:
             body["pipeline_steps"] = self.pipeline_steps
-        if request.error is not None and request.status != "running":
+        if snapshot.step_positions:
+            body["step_positions"] = snapshot.step_positions
+        if request.error is not None and request.status not in ("running", "interrupted"):
             body["error"] = request.error
+        if request.interruption is not None and request.status == "interrupted":
+            body["interruption"] = request.interruption
         return sanitize_upload(body, self.sanitizer)
 
     async def aclose(self) -> None:

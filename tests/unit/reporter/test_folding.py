@@ -62,7 +62,17 @@ def test_log_lines_fill_a_bounded_tail_and_keep_the_total_count() -> None:
     assert len(folder.state.logs) == LIVE_LOG_TAIL_LIMIT
     assert folder.state.logs[0] == "line 5"
     assert folder.state.logs[-1] == f"line {LIVE_LOG_TAIL_LIMIT + 4}"
-    assert scheduled and not any(scheduled)  # log lines ask for throttled flushes only
+    # Log lines ask for throttled flushes until half a tail waits unsent, then for one at once.
+    half = LIVE_LOG_TAIL_LIMIT // 2
+    assert not any(scheduled[: half - 1]) and all(scheduled[half - 1 : LIVE_LOG_TAIL_LIMIT])
+    # Once the tail dropped an unsent line (a hole), only the batch's last upload carries lines:
+    # asking for more uploads before it is useless.
+    assert not any(scheduled[LIVE_LOG_TAIL_LIMIT:])
+    assert folder.state.log_hole_after == 0
+    folder.on_runner_event({"type": "log", "line": "past the hole", "source": "runner"})
+    assert scheduled[-1] is False
+    folder.state.snapshot(whole_tail=True)
+    assert folder.state.log_hole_after is None and folder.state.unsent_log_lines == 0
 
 
 def test_initial_live_log_total_count_continues_the_channel() -> None:
@@ -243,7 +253,8 @@ def test_map_preparing_and_resumed() -> None:
     folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=10, failedRows=4))
     folder.on_runner_event(ex(type="map.resumed", logicalNamespace="leads", totalRows=50, completedRows=10))
     wire = node(folder, "enrich")
-    assert (wire["completed"], wire["failed"], wire["waiting_rows"]) == (10, 0, 40)
+    # The resume leaves the failed rows it does not mention as they were.
+    assert (wire["completed"], wire["failed"], wire["waiting_rows"]) == (10, 4, 36)
     assert wire["artifact_table_namespace"] == "leads_a"
 
 
@@ -279,8 +290,24 @@ def test_map_event_for_an_unresolvable_node_is_ignored() -> None:
     assert set(folder.state.nodes) == {"load"}
 
 
-def test_map_event_with_an_explicit_unknown_node_id_is_tracked() -> None:
+def test_map_events_and_frames_naming_a_step_outside_the_contract_are_junk_named_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     folder, _, _ = make()
+    for kind in ("map.started", "map.progress", "map.completed"):
+        folder.on_runner_event(ex(type=kind, mapNodeId="inner-map", totalRows=4, completedRows=1))
+    frame = {"mapNodeId": "ghost", "status": "completed", "completedRowsCount": 3, "totalRows": 3}
+    folder.reconcile({"checkpoint": {"mapFrames": {"f": frame}}}, [])
+    assert set(folder.state.nodes) == {"load"}
+    assert folder.sanitizer.counts["line or frame naming a step outside the contract"] == 4
+    named = [r.getMessage() for r in caplog.records if "does not list" in r.getMessage()]
+    assert len(named) == 2
+    assert "'inner-map'" in named[0] and "a map.started event" in named[0]
+    assert "'ghost'" in named[1] and "a checkpoint frame" in named[1]
+
+
+def test_without_a_contract_a_map_names_its_own_step() -> None:
+    folder = EventFolder(ProgressState(now_ms=lambda: 1), StaticPipeline(None))
     folder.on_runner_event(
         ex(type="map.progress", mapNodeId="inner-map", totalRows=4, completedRows=1, failedRows=0)
     )
@@ -413,7 +440,7 @@ def test_docflow_started_of_a_new_invocation_replaces_the_node() -> None:
     folder.on_runner_event(ex(type="docflow.node.started", nodeId="d1", attempt=1, invocationId="i:2", at=30))
     assert node(folder, "d1") == {
         "started_at": 30,
-        "node_io": {"attempt": 1, "invocation_id": "i:2", "inputs": None},
+        "node_io": {"attempt": 1, "invocation_id": "i:2"},
         "updated_at": 30,
     }
 

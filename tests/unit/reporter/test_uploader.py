@@ -93,6 +93,8 @@ async def test_payload_shape_and_upload_seq() -> None:
             "activity_observations": [],
             "terminal_log_replay": None,
             "last_checkpoint_at": clock.wall_ms(),
+            # Where the node last changed on the log: after no line yet.
+            "step_positions": {"n": {"progress": 0}},
         }
     ]
 
