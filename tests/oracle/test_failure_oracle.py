@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from ledger.cli import app as cli_app
@@ -42,6 +42,7 @@ from ledger.cli import report as report_cli
 from ledger.db import Database
 from ledger.runlog.watchdog import Watchdog
 from tests.oracle.faces import PARTS, FaceUnreadable, Record, cli_env, ledger_command, read_faces
+from tests.oracle.failure_examples import CONTRACT, EXAMPLES, MID_MAP
 from tests.oracle.failure_model import (
     CANCEL_ERROR,
     Expected,
@@ -484,10 +485,26 @@ def failure_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("failure-oracle")
 
 
+def with_examples(test: Any) -> Any:
+    """The property with the stories it always plays (`tests.oracle.failure_examples`)."""
+    stories = list(EXAMPLES)
+    if ON_INTERRUPT:
+        stories += [
+            FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGINT", on_interrupt="fail"),
+            FailureScenario(
+                CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", on_interrupt="cancel"
+            ),
+        ]
+    for story in reversed(stories):
+        test = example(scenario=story, cancel_via="http")(test)
+    return test
+
+
 @timeout
 @background_random
 @budget("failures")
 @given(scenario=failure_scenarios(on_interrupt=ON_INTERRUPT), cancel_via=st.sampled_from(CANCEL_VIA))
+@with_examples
 def test_failure_oracle(
     loop_thread: LoopThread,
     failure_service: ServiceThread,

@@ -1,0 +1,93 @@
+"""The failed-run stories every run of the failure oracle plays, whatever it draws.
+
+Each is one way a run went wrong that once left a face telling a false or silent story: a runner
+that dies inside a map, a result status the ledger does not take, Ctrl-C and SIGTERM on `ledger
+report` (left resumable and resumed, or ended), a map resumed or suspended without its counts,
+steps the contract does not list, the watchdog under a stall limit other than the default, and a
+cancel while a step runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.oracle.failure_model import RUNNER_PREFIX, STEP_POOL, FailureScenario
+
+
+def _map(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "execution_event", "event": {"type": kind, "mapNodeId": "enrich", **fields}}
+
+
+def _log(n: int) -> dict[str, Any]:
+    return {"type": "log", "line": f"{RUNNER_PREFIX}{n}"}
+
+
+CONTRACT = (STEP_POOL["load"], STEP_POOL["enrich"], STEP_POOL["notify"])
+# A runner in the middle of a map over 1,000 rows: 400 done, 2 failed.
+MID_MAP = (
+    _log(0),
+    _map("map.started", totalRows=1_000, completedRows=0, failedRows=0),
+    _map("map.progress", totalRows=1_000, completedRows=400, failedRows=2),
+    _log(1),
+)
+REST = (
+    _map("map.completed", totalRows=1_000, completedRows=998, failedRows=2),
+    {"type": "execution_event", "event": {"type": "tool.call.started", "toolId": "slack.post"}},
+    _log(2),
+    {
+        "type": "execution_event",
+        "event": {"type": "tool.call.settled", "toolId": "slack.post", "outcome": "succeeded"},
+    },
+)
+COMPLETED = {"type": "result", "status": "completed"}
+
+EXAMPLES: tuple[FailureScenario, ...] = (
+    # The runner dies mid-map: no result line.
+    FailureScenario(CONTRACT, MID_MAP, "cut", len(MID_MAP)),
+    # A result status the ledger does not take.
+    FailureScenario(
+        CONTRACT, MID_MAP + REST, "result", len(MID_MAP + REST), {"type": "result", "status": "succeeded"}
+    ),
+    # Ctrl-C mid-map, then --resume to a completed result.
+    FailureScenario(
+        CONTRACT, MID_MAP + REST, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="resume"
+    ),
+    # SIGTERM mid-map and nobody resumes: the watchdog fails the interrupted run.
+    FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", then="watchdog"),
+    # Counts left out: map.suspended without failedRows, map.resumed without completedRows.
+    FailureScenario(
+        CONTRACT,
+        (
+            _map("map.started", totalRows=100),
+            _map("map.progress", completedRows=40, failedRows=3),
+            _map("map.suspended", completedRows=50),
+            _map("map.resumed"),
+            _log(0),
+        ),
+        "batch",
+        5,
+        then="cancel",
+    ),
+    # Steps outside the contract: a map and a tool it does not list, a checkpoint frame for one.
+    FailureScenario(
+        CONTRACT,
+        (
+            {
+                "type": "execution_event",
+                "event": {"type": "map.progress", "mapNodeId": "ghost-step", "completedRows": 5},
+            },
+            {"type": "execution_event", "event": {"type": "tool.call.started", "toolId": "ghost.tool"}},
+            *MID_MAP,
+            *REST,
+        ),
+        "result",
+        len(MID_MAP + REST) + 2,
+        {
+            "type": "result",
+            "status": "failed",
+            "checkpoint": {
+                "mapFrames": {"g": {"status": "completed", "mapNodeId": "ghost-step", "totalRows": 9}}
+            },
+        },
+    ),
+)
