@@ -6,19 +6,24 @@ ordered list, so the same contract always yields the same ids). A dataset step's
 is its ``tableNamespace``, else its ``field``; a physical table namespace belongs to it when equal
 or when it starts with the logical one plus ``_`` (the first matching step in pipeline order wins).
 Malformed steps (not an object, no string ``type``) are skipped, without shifting later positions.
+
+`contract_problem` checks a contract file against its shipped schema (``schemas/contract.v1.json``,
+whose rules it restates as plain checks; the tests hold the two together) and that no two steps
+share a node id: ``ledger report`` refuses such a contract before it reads any input.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ledger import validate
 
 __all__ = [
     "PipelineNode",
     "StaticPipeline",
+    "contract_problem",
     "static_node_id",
     "storable",
 ]
@@ -78,6 +83,65 @@ def _pipeline_substeps(contract: object) -> list[tuple[int, Mapping[str, Any]]]:
         for index, step in enumerate(substeps)
         if isinstance(step, Mapping) and isinstance(step.get("type"), str)
     ]
+
+
+_STEP_TEXT_FIELDS = ("id", "field", "tableNamespace", "toolId")
+
+
+def _kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "null" if value is None else "a string"
+
+
+def _step_problem(step: object) -> str | None:
+    if not isinstance(step, Mapping):
+        return f"must be an object, not {_kind(step)}"
+    if "type" not in step:
+        return "has no type"
+    for name in ("type", *_STEP_TEXT_FIELDS):
+        if name in step and not isinstance(step[name], str):
+            return f"{name} must be a string, not {_kind(step[name])}"
+    if "id" in step and not step["id"].strip():
+        return "id must not be blank"
+    return None
+
+
+def contract_problem(contract: object) -> str | None:
+    """What is wrong with a contract file's content (one line naming the place), or None."""
+    if not isinstance(contract, Mapping):
+        return f"must be a JSON object holding staticPipeline.substeps, not {_kind(contract)}"
+    pipeline = contract.get("staticPipeline")
+    if "staticPipeline" not in contract:
+        return "has no staticPipeline (an object whose substeps lists the steps)"
+    if not isinstance(pipeline, Mapping):
+        return f"staticPipeline must be an object, not {_kind(pipeline)}"
+    if "substeps" not in pipeline:
+        held = ", ".join(sorted(map(str, pipeline))) or "nothing"
+        return f"staticPipeline has no substeps (the list of steps); it holds {held}"
+    substeps = pipeline["substeps"]
+    if not isinstance(substeps, list):
+        return f"staticPipeline.substeps must be a list, not {_kind(substeps)}"
+    seen: dict[str, int] = {}
+    for index, step in enumerate(substeps):
+        problem = _step_problem(step)
+        if problem is not None:
+            return f"staticPipeline.substeps[{index}] {problem}"
+        node_id = static_node_id(cast("Mapping[str, Any]", step), index)
+        if node_id in seen:
+            return (
+                f"staticPipeline.substeps[{seen[node_id]}] and substeps[{index}] have the same node id "
+                f"{node_id!r} (give each step an id of its own)"
+            )
+        seen[node_id] = index
+    return None
 
 
 class StaticPipeline:

@@ -8,6 +8,10 @@ nodes from the result's checkpoint and then from the sheet outcomes (the reconci
 it settles counts, not whether a step failed), adds the terminal log replay and makes one forced
 upload that must succeed for a terminal status.
 
+A reporter stopped before its input ended (a signal) lands what it holds with `interrupt`: the run
+is then ``interrupted`` (it stays in flight, its steps as they were) until a reporter continues it
+with `resume`, or it ends it failed or cancelled.
+
 A result's status is one of the ledger's terminal statuses (``completed``, ``failed``,
 ``cancelled``: the run ends so) or ``suspended`` (the run stays in flight: end the batch instead,
 `end_batch`); `result_status_problem` says what is wrong with any other.
@@ -51,9 +55,11 @@ from reporter.wire import LogMode
 
 __all__ = [
     "DEFAULT_FINALIZE_DEADLINE_S",
+    "INTERRUPT_ENDS",
     "IN_FLIGHT_RESULT_STATUSES",
     "RESULT_STATUSES",
     "ProgressReporter",
+    "interrupted_error",
     "result_status_problem",
 ]
 
@@ -65,6 +71,10 @@ _RETRY_FIRST_WAIT_S = 0.25
 _RETRY_MAX_WAIT_S = 5.0
 
 _T = TypeVar("_T")
+
+# How an interrupted reporter may end its run instead of leaving it resumable, and the status each
+# gives the run.
+INTERRUPT_ENDS: dict[str, Status] = {"fail": "failed", "cancel": "cancelled"}
 
 # A result status that leaves the run in flight: the batch ends, a later reporter continues it.
 IN_FLIGHT_RESULT_STATUSES = ("suspended",)
@@ -79,6 +89,11 @@ def result_status_problem(result: Mapping[str, Any]) -> str | None:
         return None
     said = "has no status" if status is None else f"has the status {_shown(status)}"
     return f"the runner's result {said}, not one of {', '.join(RESULT_STATUSES)}"
+
+
+def interrupted_error(signal_name: str) -> str:
+    """The run's terminal error when an interrupted reporter ends it."""
+    return f"the reporter was interrupted ({signal_name})"
 
 
 def _shown(value: object) -> str:
@@ -194,7 +209,7 @@ class ProgressReporter:
                     f"run {self.run_id} is on attempt {attempt}, newer than {self.uploader.producer_attempt}",
                 )
         except LedgerError as exc:
-            self.uploader.stopped, self.uploader.stop_reason = True, exc
+            self.uploader.stop(exc)
             raise
         if attempt < self.uploader.producer_attempt:
             return  # this reporter's attempt is new to the ledger: it starts from the beginning
@@ -255,7 +270,7 @@ class ProgressReporter:
         must land (retried until `deadline_s`). A later reporter continues with `resume`."""
         await self._retrying(
             "upload the batch's progress",
-            lambda: self.uploader.flush(force=True, required=True),
+            lambda: self.uploader.flush(force=True, required=True, whole_tail=True),
             deadline_s,
         )
 
@@ -332,7 +347,12 @@ class ProgressReporter:
             await self._retrying(
                 "make the final upload",
                 lambda: self.uploader.flush(
-                    force=True, status=final, required=True, terminal_log_replay=replay, error=error
+                    force=True,
+                    status=final,
+                    required=True,
+                    terminal_log_replay=replay,
+                    error=error,
+                    whole_tail=True,
                 ),
                 deadline_s,
             )
@@ -340,6 +360,31 @@ class ProgressReporter:
             if required or isinstance(exc, LedgerError):
                 raise
             _log.warning("run %s: the final progress upload failed: %s", self.run_id, exc)
+
+    async def interrupt(
+        self, signal_name: str, *, end: str | None = None, deadline_s: float = DEFAULT_FINALIZE_DEADLINE_S
+    ) -> None:
+        """The reporter was stopped (by `signal_name`) before its input ended: land what it holds
+        within `deadline_s` (`TimeoutError` after). By default the run is left ``interrupted``,
+        its steps as they are, for a reporter that resumes it (`resume`); `end` (``fail`` or
+        ``cancel``, `INTERRUPT_ENDS`) ends it instead, its open steps with it."""
+        reason = interrupted_error(signal_name)
+        if end is not None:
+            await self.finalize(
+                {"type": "result", "status": INTERRUPT_ENDS[end]}, error=reason, deadline_s=deadline_s
+            )
+            return
+        async with asyncio.timeout(deadline_s):
+            await self._retrying(
+                "land what arrived",
+                lambda: self.uploader.flush(
+                    force=True,
+                    status="interrupted",
+                    required=True,
+                    interruption={"reason": reason, "signal": signal_name},
+                ),
+                deadline_s,
+            )
 
     async def aclose(self) -> None:
         """Stop the trailing timer and wait for the upload in flight."""

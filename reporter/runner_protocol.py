@@ -67,11 +67,12 @@ _REFERENCE_END: Final = "<!-- end of reference -->"
 
 
 def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """`node` with its ``$ref`` followed; its own keys (a description) win over the target's."""
     while "$ref" in node:
         target: Any = root
         for part in node["$ref"].removeprefix("#/").split("/"):
             target = target[part]
-        node = target
+        node = {**target, **{key: value for key, value in node.items() if key != "$ref"}}
     return node
 
 

@@ -190,6 +190,8 @@ class CoalescingUploader:
         self.failed_uploads = 0
         self.stopped = False
         self.stop_reason: LedgerError | None = None
+        # Set when the uploader stops for good, so whoever feeds it can stop too.
+        self.stopped_event = asyncio.Event()
         self.sanitizer = sanitizer or Sanitizer(run_id, state.bounds)
         # The uploads built but not acknowledged (the first one's outcome may be unknown), sent in
         # order before anything newer.
@@ -508,13 +510,17 @@ class CoalescingUploader:
         if not stops:
             self.failed_uploads += 1
             return
-        self.stopped = True
-        self.stop_reason = exc
+        self.stop(exc)
         # Not a warning: every caller that waits for an upload from now on gets `exc` itself.
         if isinstance(exc, StaleAttempt):
             _log.info("run %s: stale producer attempt %s, reporter stops", self.run_id, self.producer_attempt)
         else:
             _log.info("run %s: reporter stops: %s", self.run_id, exc)
+
+    def stop(self, reason: LedgerError) -> None:
+        """Upload nothing more: the ledger refused this reporter for good (`reason`)."""
+        self.stopped, self.stop_reason = True, reason
+        self.stopped_event.set()
 
     def payload(self, request: FlushRequest, snapshot: Snapshot, upload_seq: int) -> dict[str, Any]:
         """The status upload (the ledger's snake_case body) for one snapshot."""

@@ -1,7 +1,7 @@
 """The exit codes of every `ledger` command, and the error that carries one.
 
 A mistake a person can act on is one line on stderr (`Error: ...`) and one of these codes, never a
-traceback; docs/errors.md lists them. 3, 4 and 5 are `ledger report`'s own (see its module).
+traceback; docs/errors.md lists them. 3, 4, 5, 11 and 12 are `ledger report`'s own (see its module).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_LEDGER",
+    "EXIT_NEEDS_RESUME",
+    "EXIT_REPORT_INTERRUPTED",
     "EXIT_TOKEN",
     "CliError",
     "first_line",
@@ -37,7 +39,11 @@ EXIT_DATABASE: Final = 8
 EXIT_LEDGER: Final = 9
 # The ledger service refused the API token (unknown, expired, or not allowed this request).
 EXIT_TOKEN: Final = 10
-# The shell's convention for a command ended by Ctrl-C.
+# `ledger report` was interrupted (SIGINT or SIGTERM): it landed what it could and said how to go on.
+EXIT_REPORT_INTERRUPTED: Final = 11
+# `ledger report` found its run interrupted, waiting for a reporter that resumes it (`--resume`).
+EXIT_NEEDS_RESUME: Final = 12
+# The shell's convention for a command ended by Ctrl-C (`ledger report`: by a second signal).
 EXIT_INTERRUPTED: Final = 130
 
 

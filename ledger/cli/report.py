@@ -18,7 +18,18 @@ A runner that reports one attempt in several batches ends each batch but the las
 Exit codes: 0 reported (whatever the run's outcome), 1 no result line or a result status the
 ledger does not take, 3 a newer attempt owns the run (stale attempt), 4 the run had already ended
 (whoever ended it: the line says how), 5 the final upload failed (the ledger refused it, or could
-not be reached before the deadline). Click's usage errors keep 2.
+not be reached before the deadline), 10 the ledger refused the token (at its first refusal, while
+the runner may still be writing), 11 the reporter was interrupted (SIGINT or SIGTERM), 12 the run
+was interrupted and waits for a reporter that resumes it (`--resume`). Click's usage errors keep 2,
+and so does a contract file that is not one (checked before any input is read).
+
+Interruption. On the first SIGINT or SIGTERM the reporter stops reading, lands what it has within
+a short grace (`INTERRUPT_GRACE_S`), leaves the run ``interrupted`` (the ledger records
+``reporter.interrupted``; the watchdog still fails it if nobody resumes it) and prints one line
+with the command that continues it; `--on-interrupt fail|cancel` ends the run that way instead. A
+second signal exits at once (130). A ledger that refuses this reporter for good (a refused token,
+a newer attempt, a run someone ended, a run that waits for a resume) stops it at once too, while
+the runner may still be writing.
 
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
@@ -31,22 +42,45 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
+import shlex
+import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import click
 import httpx
 
 from ledger import tracing
-from ledger.auth import client_token
+from ledger.auth import CLIENT_TOKEN_VAR, client_token
+from ledger.cli.exits import (
+    EXIT_INTERRUPTED,
+    EXIT_NEEDS_RESUME,
+    EXIT_REPORT_INTERRUPTED,
+    EXIT_TOKEN,
+    CliError,
+)
 from ledger.client import URL_VAR, service_url
-from ledger.errors import LedgerFailure, LedgerUnavailable, RunTerminal, StaleAttempt
+from ledger.errors import (
+    DuplicateUpload,
+    LedgerFailure,
+    LedgerUnavailable,
+    RunTerminal,
+    StaleAttempt,
+    Unauthorized,
+)
 from reporter import HttpTransport, ProgressReporter
-from reporter.reporter import DEFAULT_FINALIZE_DEADLINE_S, IN_FLIGHT_RESULT_STATUSES, result_status_problem
+from reporter.pipeline import contract_problem
+from reporter.reporter import (
+    DEFAULT_FINALIZE_DEADLINE_S,
+    IN_FLIGHT_RESULT_STATUSES,
+    INTERRUPT_ENDS,
+    result_status_problem,
+)
 from reporter.runner_protocol import runner_schema_text
 from reporter.transports.http import DEFAULT_RETRY_POLICY
 from reporter.transports.protocol import terminal_message
@@ -57,6 +91,7 @@ __all__ = [
     "EXIT_STALE",
     "EXIT_TERMINAL",
     "EXIT_UPLOAD_FAILED",
+    "INTERRUPT_GRACE_S",
     "NO_RESULT_LINE",
     "report",
     "report_command",
@@ -65,9 +100,16 @@ __all__ = [
 EXIT_OK = 0
 EXIT_NO_RESULT = 1
 _EXIT_BAD_RESULT = 1
+_EXIT_USAGE = 2
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
+# How long an interrupted reporter has to land what it holds before it exits anyway.
+INTERRUPT_GRACE_S = 5.0
+# Between two yields of the input loop to the uploads (lines arriving faster than they are read
+# would otherwise hold the event loop until the input pauses).
+_YIELD_EVERY = 256
+_T = TypeVar("_T")
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
 )
@@ -177,6 +219,8 @@ async def _feed(
     number = 0
     async for raw in lines:
         number += 1
+        if number % _YIELD_EVERY == 0:
+            await asyncio.sleep(0)
         text = raw.strip()
         if not text:
             continue
@@ -194,6 +238,26 @@ async def _feed(
     return None
 
 
+async def _until(
+    work: Awaitable[_T], interrupted: asyncio.Future[str], stopped: asyncio.Event
+) -> tuple[_T | None, str | None]:
+    """`work`'s result, unless a signal (its name) or the uploader stopping (None, None) comes
+    first: then `work` is cancelled."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(stopped.wait())
+    try:
+        waited: set[asyncio.Future[Any]] = {task, interrupted, stop}
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task.done():
+        return task.result(), None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None, interrupted.result() if interrupted.done() else None
+
+
 async def report(
     reporter: ProgressReporter,
     lines: AsyncIterator[str],
@@ -202,48 +266,104 @@ async def report(
     resume: bool = False,
     finalize: bool = True,
     deadline_s: float = DEFAULT_FINALIZE_DEADLINE_S,
+    interrupted: asyncio.Future[str] | None = None,
+    on_interrupt: str = "resumable",
+    resume_command: str = "",
+    grace_s: float = INTERRUPT_GRACE_S,
 ) -> int:
     """Feed, reconcile and finalize (or only end the batch), retrying faults until `deadline_s`
-    after the input ends; the exit code (module docstring)."""
-    missing = False
-    problem = None
-
-    def left(ends: float) -> float:
-        return max(0.0, ends - time.monotonic())
-
+    after the input ends; the exit code (module docstring). `interrupted` resolves to a signal's
+    name when one asks the reporter to stop."""
+    if interrupted is None:
+        interrupted = asyncio.get_running_loop().create_future()
+    stopped = reporter.uploader.stopped_event
+    signal_name: str | None = None
     try:
         if resume:
-            await reporter.resume(deadline_s=deadline_s)
-        try:
-            result = await _feed(reporter, lines, warn)
-        except OSError as exc:
-            warn(str(exc))
-            result = None
-        ends = time.monotonic() + deadline_s
-        if not finalize or (result is not None and result.get("status") in IN_FLIGHT_RESULT_STATUSES):
-            await reporter.end_batch(deadline_s=left(ends))
-            return EXIT_OK
-        missing = result is None
-        if result is None:
-            reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
-            result = {"type": "result", "status": "failed"}
-        else:
-            problem = result_status_problem(result)
-            if problem is not None:
-                result = {**result, "status": "failed"}
-        await reporter.load_terminal_truth(deadline_s=left(ends))
-        await reporter.finalize(result, error=problem, deadline_s=left(ends))
+            _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
+        if signal_name is None and not reporter.stopped:
+            try:
+                result, signal_name = await _until(_feed(reporter, lines, warn), interrupted, stopped)
+            except OSError as exc:
+                warn(str(exc))
+                result = None
+        if reporter.stopped and reporter.uploader.stop_reason is not None:
+            raise reporter.uploader.stop_reason
+        if signal_name is not None:
+            return await _interrupted(reporter, signal_name, on_interrupt, warn, resume_command, grace_s)
+        ending = asyncio.ensure_future(_end(reporter, result, warn, finalize=finalize, deadline_s=deadline_s))
+        either: set[asyncio.Future[Any]] = {ending, interrupted}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not ending.done():
+            # Interrupted while ending the run: the end is what lands, given the grace to do it.
+            signal_name = interrupted.result()
+            await asyncio.wait({ending}, timeout=grace_s)
+            if not ending.done():
+                ending.cancel()
+                warn(
+                    f"interrupted ({signal_name}) while ending run {reporter.run_id}: its end could not "
+                    f"be landed within {grace_s:g} s; continue it with: {resume_command}"
+                )
+                return EXIT_REPORT_INTERRUPTED
+        return ending.result()
     except StaleAttempt as exc:
         warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
         return EXIT_STALE
     except RunTerminal as exc:
         warn(terminal_message(reporter.run_id, exc.terminal) if exc.terminal else str(exc))
         return EXIT_TERMINAL
+    except Unauthorized as exc:
+        warn(_token_refused(reporter.run_id, exc))
+        return EXIT_TOKEN
+    except DuplicateUpload as exc:
+        if await _run_status(reporter) == "interrupted":
+            warn(
+                f"run {reporter.run_id} was interrupted and waits for a reporter that resumes it; "
+                f"continue it with: {resume_command}"
+            )
+            return EXIT_NEEDS_RESUME
+        warn(str(exc))
+        return EXIT_UPLOAD_FAILED
     except (LedgerFailure, TimeoutError) as exc:
         warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
         return EXIT_UPLOAD_FAILED
     finally:
-        await reporter.aclose()
+        if signal_name is None:
+            await reporter.aclose()
+        else:
+            # An upload stuck retrying must not keep an interrupted reporter past its grace.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reporter.aclose(), grace_s)
+
+
+async def _end(
+    reporter: ProgressReporter,
+    result: dict[str, Any] | None,
+    warn: Callable[[str], None],
+    *,
+    finalize: bool,
+    deadline_s: float,
+) -> int:
+    """The end of the input: end the batch, or reconcile and finalize the run; the exit code."""
+    ends = time.monotonic() + deadline_s
+
+    def left() -> float:
+        return max(0.0, ends - time.monotonic())
+
+    if not finalize or (result is not None and result.get("status") in IN_FLIGHT_RESULT_STATUSES):
+        await reporter.end_batch(deadline_s=left())
+        return EXIT_OK
+    missing = result is None
+    problem = None
+    if result is None:
+        reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
+        result = {"type": "result", "status": "failed"}
+    else:
+        problem = result_status_problem(result)
+        if problem is not None:
+            result = {**result, "status": "failed"}
+    await reporter.load_terminal_truth(deadline_s=left())
+    await reporter.finalize(result, error=problem, deadline_s=left())
     if missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
@@ -253,13 +373,108 @@ async def report(
     return EXIT_OK
 
 
+async def _interrupted(
+    reporter: ProgressReporter,
+    signal_name: str,
+    on_interrupt: str,
+    warn: Callable[[str], None],
+    resume_command: str,
+    grace_s: float,
+) -> int:
+    """Land what arrived (or end the run, `--on-interrupt`) within the grace; the one line."""
+    end = INTERRUPT_ENDS.get(on_interrupt)
+    try:
+        await reporter.interrupt(signal_name, end=None if end is None else on_interrupt, deadline_s=grace_s)
+    except (StaleAttempt, RunTerminal, Unauthorized):
+        raise
+    except (LedgerFailure, TimeoutError) as exc:
+        why = " ".join(str(exc).split()) or "deadline passed"
+        warn(
+            f"interrupted ({signal_name}): what had arrived could not be landed within {grace_s:g} s "
+            f"({why}); run {reporter.run_id} stays as the ledger had it (the watchdog fails it if "
+            f"nobody resumes it); continue it with: {resume_command}"
+        )
+        return EXIT_REPORT_INTERRUPTED
+    if end is None:
+        lines = reporter.state.log_total_count
+        warn(
+            f"interrupted ({signal_name}): run {reporter.run_id} is left interrupted with what had "
+            f"arrived ({lines:,} log line{'' if lines == 1 else 's'}); continue it with: {resume_command}"
+        )
+    else:
+        option = f"--on-interrupt {on_interrupt}"
+        warn(f"interrupted ({signal_name}): run {reporter.run_id} was reported {end} ({option})")
+    return EXIT_REPORT_INTERRUPTED
+
+
+def _token_refused(run_id: str, exc: Unauthorized) -> str:
+    said = " ".join(str(exc).split())
+    return (
+        f"the ledger refused the API token ({said}); ledger report needs a run token for run {run_id} "
+        f"or an admin token: set {CLIENT_TOKEN_VAR} to one. Nothing more was read"
+    )
+
+
+async def _run_status(reporter: ProgressReporter) -> str | None:
+    """The run's status as the ledger has it, or None when it cannot say."""
+    try:
+        run = await reporter.transport.run_state(reporter.run_id)
+    except LedgerFailure:
+        return None
+    status = run.get("status") if isinstance(run, dict) else None
+    return status if isinstance(status, str) else None
+
+
+def resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
+    """The command line that continues this reporter's attempt after an interruption."""
+    words = ["ledger", "report", "--run-id", run_id, "--resume"]
+    if contract is not None:
+        words += ["--contract", str(contract)]
+    if attempt != 1:
+        words += ["--attempt", str(attempt)]
+    if mode != "progress_reporter":
+        words += ["--mode", mode]
+    return shlex.join(words)
+
+
+@contextlib.contextmanager
+def _signals(interrupted: asyncio.Future[str], warn: Callable[[str], None], run_id: str) -> Iterator[None]:
+    """The first SIGINT or SIGTERM resolves `interrupted` with its name; a second one exits at once."""
+    loop = asyncio.get_running_loop()
+    heard: list[str] = []
+
+    def on_signal(name: str) -> None:
+        heard.append(name)
+        if len(heard) == 1:
+            if not interrupted.done():
+                interrupted.set_result(name)
+            return
+        warn(f"{name} again: exiting at once; run {run_id} is left as the ledger had it")
+        os._exit(EXIT_INTERRUPTED)
+
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    for kind in kinds:
+        loop.add_signal_handler(kind, on_signal, kind.name)
+    try:
+        yield
+    finally:
+        for kind in kinds:
+            loop.remove_signal_handler(kind)
+
+
 def _load_contract(path: Path | None) -> object:
+    """The contract file's content, checked before any input is read (one line and exit 2 when
+    it is not a contract)."""
     if path is None:
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        contract = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise click.BadParameter(f"cannot read the contract {path}: {exc}", param_hint="--contract") from None
+    problem = contract_problem(contract)
+    if problem is not None:
+        raise CliError(f"--contract {path}: the contract {problem}", exit_code=_EXIT_USAGE)
+    return contract
 
 
 async def _main(
@@ -273,6 +488,8 @@ async def _main(
     resume: bool,
     finalize: bool,
     deadline_s: float,
+    on_interrupt: str = "resumable",
+    resume_command: str = "",
 ) -> int:
     url = service_url()
     first_failure = _FirstFailure(url, deadline_s, warn)
@@ -290,17 +507,27 @@ async def _main(
         tracing.joined_from_environment(),
         tracing.span("ledger report", run_id=run_id, producer_attempt=attempt),
     ):
-        async with HttpTransport(url, client_token(), retry_policy=retry) as transport:
-            reporter = ProgressReporter(
-                run_id,
-                transport,
-                contract=contract,
-                producer_attempt=attempt,
-                mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
-            )
-            return await report(
-                reporter, _read_lines(stream), warn, resume=resume, finalize=finalize, deadline_s=deadline_s
-            )
+        interrupted: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        with _signals(interrupted, warn, run_id):
+            async with HttpTransport(url, client_token(), retry_policy=retry) as transport:
+                reporter = ProgressReporter(
+                    run_id,
+                    transport,
+                    contract=contract,
+                    producer_attempt=attempt,
+                    mode="direct_worker" if mode == "direct_worker" else "progress_reporter",
+                )
+                return await report(
+                    reporter,
+                    _read_lines(stream),
+                    warn,
+                    resume=resume,
+                    finalize=finalize,
+                    deadline_s=deadline_s,
+                    interrupted=interrupted,
+                    on_interrupt=on_interrupt,
+                    resume_command=resume_command,
+                )
 
 
 def _print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -353,6 +580,15 @@ def _print_schema(ctx: click.Context, param: click.Parameter, value: bool) -> No
     help=f"After the input ends, keep retrying an unreachable ledger ({URL_VAR}) this long; the "
     "first failure is printed at once.",
 )
+@click.option(
+    "--on-interrupt",
+    "on_interrupt",
+    type=click.Choice(["resumable", *INTERRUPT_ENDS]),
+    default="resumable",
+    show_default=True,
+    help="On SIGINT or SIGTERM, after landing what arrived: leave the run interrupted for a "
+    "`--resume` (resumable), or end it failed (fail) or cancelled (cancel).",
+)
 def report_command(
     run_id: str,
     contract: Path | None,
@@ -361,11 +597,14 @@ def report_command(
     resume: bool,
     no_finalize: bool,
     deadline_s: float,
+    on_interrupt: str,
 ) -> None:
     """Report a runner's JSON-lines events from stdin to the ledger (LEDGER_URL).
 
-    Exit codes: 0 reported, 1 no result line (or a result status the ledger does not take), 3 stale
-    attempt, 4 the run had already ended, 5 the final upload failed.
+    Exit codes: 0 reported, 1 no result line (or a result status the ledger does not take), 2 a
+    bad option or contract, 3 stale attempt, 4 the run had already ended, 5 the final upload
+    failed, 10 the token was refused, 11 interrupted (SIGINT/SIGTERM), 12 the run waits for
+    `--resume`.
     """
     if not run_id.strip():
         raise click.BadParameter("must not be empty", param_hint="--run-id")
@@ -384,6 +623,8 @@ def report_command(
             resume=resume,
             finalize=not no_finalize,
             deadline_s=deadline_s,
+            on_interrupt=on_interrupt,
+            resume_command=resume_command(run_id, contract, attempt, mode),
         )
     )
     if code != EXIT_OK:
