@@ -20,7 +20,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import BYTEA, JSONB, TIMESTAMP
+from sqlalchemy.dialects.postgresql import BYTEA, INTERVAL, JSONB, TIMESTAMP
 
 # The rules own the vocabularies; the checks below only restate them for the database.
 from ledger.runlog.events import EVENT_TYPES, TERMINAL_STATUSES
@@ -219,6 +219,19 @@ _run_event_partitioning = Table(
     CheckConstraint("period IN ('day', 'month')", name="period"),
 )
 
+# The watchdog's stall limit, in one place: the watchdog writes it when it starts, the view of
+# stalled runs reads it. One row.
+_watchdog_settings = Table(
+    "watchdog_settings",
+    metadata,
+    Column("id", Boolean, nullable=False, server_default=text("true")),
+    Column("stall_after", INTERVAL, nullable=False),
+    Column("updated_at", TIMESTAMP(timezone=True), nullable=False, server_default=text("now()")),
+    PrimaryKeyConstraint("id"),
+    CheckConstraint("id", name="one_row"),
+    CheckConstraint("stall_after > interval '0'", name="stall_after_positive"),
+)
+
 # -- data plane outcomes: sheet rows and durable node observations -------------------------------
 
 _sheet_rows = Table(
@@ -343,4 +356,6 @@ ALL_TABLES = (
     _idempotency_keys,
     _stream_data,
     _streams,
+    # Without its row the stall limit is the default.
+    _watchdog_settings,
 )

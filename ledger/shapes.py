@@ -52,6 +52,7 @@ __all__ = [
     "SheetOutcome",
     "SheetOutcomes",
     "StalledRun",
+    "StepState",
     "TerminalAnswer",
     "TerminalStateBody",
     "TerminalStatus",
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 TerminalStatus = Literal["completed", "failed", "cancelled"]
+StepState = Literal["pending", "running", "completed", "failed", "cancelled", "skipped"]
 
 # -- runs -------------------------------------------------------------------------------------------
 
@@ -92,6 +94,10 @@ class NodeProgressBody(TypedDict):
     message: NotRequired[str]
     artifact_table_namespace: NotRequired[str]
     node_io: NotRequired[dict[str, Any]]
+    # The step's state (`ledger.runlog.steps`): always present in the ledger's answers.
+    state: NotRequired[StepState]
+    # Why the step settled as it did (a failed, cancelled or skipped step), a plain sentence.
+    reason: NotRequired[str]
     # The step's index in the pipeline, from the upload's `pipeline_steps` (set by the ledger).
     position: NotRequired[int]
 
@@ -133,7 +139,12 @@ class RunSummary(TypedDict):
     terminal_error: str | None
     terminal_total_rows: int | None
     steps_total: int
+    # Steps by state: `steps_done` counts the completed ones.
     steps_done: int
+    steps_failed: int
+    steps_cancelled: int
+    steps_skipped: int
+    # Summed over the steps: may pass 2**63 - 1 (each step's count is a bigint).
     rows_completed: int
     rows_failed: int
     rows_total: int
@@ -178,7 +189,9 @@ class Event(TypedDict, extra_items=Any):  # type: ignore[call-arg]
     `status`: status, logs; `log`: line; `progress`: status, logs, active_node_id,
     active_artifact_table_namespace, updated_at; `terminal`: the terminal state's fields;
     `log.gap`: missing (how many lines never arrived); `step.started`, `step.progress`,
-    `step.completed`, `dataset.lifecycle`, `activity.observed`: the reporter's JSON.
+    `dataset.lifecycle`, `activity.observed`: the reporter's JSON; `step.completed`,
+    `step.failed`, `step.cancelled`, `step.skipped` (a step settled): node_id, state, outcome
+    (= state), completed_at (when known), reason (when there is one), error (the step's own).
     """
 
     seq: int

@@ -394,7 +394,17 @@ NODE_COUNT_FIELDS: Final = (
     "completed_rows",
 )
 NODE_TIME_FIELDS: Final = ("started_at", "completed_at", "updated_at")
-NODE_FIELDS: Final = (*NODE_COUNT_FIELDS, *NODE_TIME_FIELDS, "message", "artifact_table_namespace", "node_io")
+# A step's state: not started yet, under way, or settled (`skipped`: the run ended before it started).
+STEP_STATES: Final = ("pending", "running", "completed", "failed", "cancelled", "skipped")
+NODE_FIELDS: Final = (
+    *NODE_COUNT_FIELDS,
+    *NODE_TIME_FIELDS,
+    "message",
+    "artifact_table_namespace",
+    "node_io",
+    "state",
+    "reason",
+)
 
 
 def node_id(field: str, value: object) -> str:
@@ -406,7 +416,8 @@ def node_field(field: str, key: str, value: object) -> Any:
     """One known field of a node's progress (`key` in `NODE_FIELDS`, `value` not None).
 
     Counts are bigints and times epoch milliseconds (the inspection views cast both); JavaScript's
-    integral floats (3.0) are taken as ints. `message` is free text, the rest is structure.
+    integral floats (3.0) are taken as ints. `message` and `reason` are free text (a reason is cut
+    like a log line), `state` is one of `STEP_STATES`, the rest is structure.
     """
     if key in NODE_COUNT_FIELDS:
         return required_integer(field, value, integral_float=True)
@@ -418,6 +429,13 @@ def node_field(field: str, key: str, value: object) -> Any:
         return required_text(field, value)
     if key == "node_io":
         return json_object(field, value)
+    if key == "state":
+        if value not in STEP_STATES:
+            raise InvalidInput(field, f"must be one of {', '.join(STEP_STATES)}, got {value!r}")
+        return value
+    if key == "reason":
+        # Free text, like an error: repaired and bounded, never refused.
+        return truncate_line(_required(free_text(field, value)))
     raise ValueError(f"{key!r} is not a node progress field")
 
 
@@ -505,6 +523,7 @@ __all__ = [
     "NODE_FIELDS",
     "NODE_TIME_FIELDS",
     "REPLACEMENT_CHARACTER",
+    "STEP_STATES",
     "TERMINAL_STATUSES",
     "TRUNCATION_MARKER",
     "InvalidInput",

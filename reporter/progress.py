@@ -7,8 +7,9 @@ fields it names, and a value of ``None`` counts as "not named" (so callers can w
 
 The stale-completion rule: after the merge a node whose ``completed`` is below a positive ``total``
 loses its ``completed_at`` unless the patch itself sets one (a step that regressed, or that a later
-page reopened, is not finished any more). ``completed`` counts successes only, so a map with failed
-rows keeps ``completed_at`` only when the patch that closes it names it.
+page reopened, is not finished any more), and a settled ``state`` with it (it is ``running``
+again). ``completed`` counts successes only, so a map with failed rows keeps ``completed_at`` only
+when the patch that closes it names it.
 
 In an upload every field is snake_case, times are epoch milliseconds, and ``node_io`` is
 a dict with snake_case keys (``attempt``, ``invocation_id``, ``inputs``, ``outputs``, ``error``,
@@ -38,6 +39,7 @@ __all__ = [
 # which every merge sets itself.
 PROGRESS_FIELDS: tuple[str, ...] = tuple(name for name in NODE_FIELDS if name != "updated_at")
 _PATCHABLE = frozenset(PROGRESS_FIELDS)
+_SETTLED = frozenset(("completed", "failed", "cancelled", "skipped"))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -57,6 +59,10 @@ class NodeProgress:
     completed_at: int | None = None
     node_io: dict[str, Any] | None = None
     updated_at: int | None = None
+    # The step's state (`ledger.validate.STEP_STATES`) and why it settled as it did, sent
+    # explicitly so the ledger need not derive them.
+    state: str | None = None
+    reason: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         """The node's snake_case JSON object in an upload, without the fields that were never set."""
@@ -140,6 +146,9 @@ def _end_merge(node: NodeProgress, names_completed_at: bool, now_ms: int) -> Non
         total = node.total or 0
         if total > 0 and completed < total:
             node.completed_at = None
+            if node.state in _SETTLED:
+                # Reopened: under way again, whatever it had settled as.
+                node.state, node.reason = "running", None
     node.updated_at = now_ms
 
 

@@ -8,6 +8,7 @@ non-zero exit.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -114,14 +115,28 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+def _echo_json(value: object) -> None:
+    """One JSON value on one line, exactly as the API gave it (machine-readable output)."""
+    click.echo(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the API's JSON as it is (events: one object a line)."
+)
+
+
 @click.command("runs")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="How many runs.")
 @click.option("--before", metavar="CURSOR", help="The runs after this cursor (printed under a full page).")
+@_json_option
 @deadline_option()
-def _runs(limit: int, before: str | None, deadline_s: float) -> None:
-    """List the newest runs: status, age, last event, steps done, rows."""
+def _runs(limit: int, before: str | None, as_json: bool, deadline_s: float) -> None:
+    """List the newest runs: status, age, last event, steps by state, rows, why a run ended."""
     with _client(deadline_s) as client:
         page = client.runs_page(limit, before)
+    if as_json:
+        _echo_json(page)
+        return
     if not page["runs"]:
         click.echo("no runs yet" if before is None else "no more runs")
         return
@@ -132,11 +147,15 @@ def _runs(limit: int, before: str | None, deadline_s: float) -> None:
 
 @click.command("run")
 @click.argument("run_id")
+@_json_option
 @deadline_option()
-def _run(run_id: str, deadline_s: float) -> None:
-    """Show one run: its steps with progress bars and counts, and its terminal state."""
+def _run(run_id: str, as_json: bool, deadline_s: float) -> None:
+    """Show one run: its steps with progress bars, counts, states and reasons, and how it ended."""
     with _client(deadline_s) as client:
         body = client.get_run(run_id)
+    if as_json:
+        _echo_json(body)
+        return
     _console().print(render.run_detail(body, _now_ms()))
 
 
@@ -146,13 +165,17 @@ def _run(run_id: str, deadline_s: float) -> None:
 @click.option(
     "--after", default="-1", show_default=True, help="Start after this seq (-1: from the start; now)."
 )
+@_json_option
 @deadline_option()
-def _events(run_id: str, follow: bool, after: str, deadline_s: float) -> None:
+def _events(run_id: str, follow: bool, after: str, as_json: bool, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
     with _client(deadline_s) as client:
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
         for event in stream:
-            click.echo(render.event_line(event))
+            if as_json:
+                _echo_json(event)
+            else:
+                click.echo(render.event_line(event))
 
 
 @click.command("pool")

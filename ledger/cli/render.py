@@ -17,6 +17,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ledger.runlog.steps import derived_state
+
 __all__ = [
     "RUNS_COLUMNS",
     "STATUS_STYLES",
@@ -31,6 +33,7 @@ __all__ = [
     "step_bar",
     "step_counts",
     "steps",
+    "steps_cell",
     "terminal_line",
 ]
 
@@ -39,6 +42,9 @@ STATUS_STYLES = {
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",
+    "interrupted": "yellow",
+    "skipped": "dim",
+    "pending": "dim",
 }
 
 
@@ -99,7 +105,9 @@ def _run_state(run: Mapping[str, Any]) -> str:
 
 # -- ledger runs -----------------------------------------------------------------------------------
 
-RUNS_COLUMNS = ("run", "status", "age", "last event", "steps done", "rows")
+RUNS_COLUMNS = ("run", "status", "age", "last event", "steps", "rows", "why it ended")
+# How much of a terminal error the run list shows (`ledger run` shows all of it).
+_ERROR_CELL_CHARS = 80
 
 
 def rows_cell(completed: object, failed: object, total: object) -> str:
@@ -122,9 +130,22 @@ def run_row(run: Mapping[str, Any], now_ms: int) -> tuple[str, ...]:
     updated = _int(run.get("updated_at"))
     if updated is not None:
         last += f", {duration(now_ms - updated)} ago"
-    steps = f"{_count(run.get('steps_done'))}/{_count(run.get('steps_total'))}"
     rows = rows_cell(run.get("rows_completed"), run.get("rows_failed"), run.get("rows_total"))
-    return (str(run.get("run_id", "?")), _run_state(run), duration(age), last, steps, rows)
+    error = str(run.get("terminal_error") or "")
+    if len(error) > _ERROR_CELL_CHARS:
+        error = error[: _ERROR_CELL_CHARS - 1] + "…"
+    return (str(run.get("run_id", "?")), _run_state(run), duration(age), last, steps_cell(run), rows, error)
+
+
+def steps_cell(run: Mapping[str, Any]) -> str:
+    """`1/3 done (1 failed, 1 skipped)`: the run's steps by state (`run_overview`'s counts)."""
+    text = f"{_count(run.get('steps_done'))}/{_count(run.get('steps_total'))} done"
+    others = [
+        f"{_count(run.get(f'steps_{state}'))} {state}"
+        for state in ("failed", "cancelled", "skipped")
+        if (_int(run.get(f"steps_{state}")) or 0) > 0
+    ]
+    return f"{text} ({', '.join(others)})" if others else text
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
@@ -150,7 +171,9 @@ class _StepView:
     """One step of a run as `ledger run` shows it."""
 
     node_id: str
-    state: str  # pending | running | done
+    state: str  # the step's state, as the ledger gives it (`ledger.runlog.steps`)
+    reason: str | None
+    position: int | None
     completed: int | None
     failed: int | None
     total: int | None
@@ -170,18 +193,22 @@ class _StepView:
 
 
 def steps(live_node_progress: object) -> list[_StepView]:
-    """The run's steps from its live node progress, started ones first in start order."""
+    """The run's steps from its live node progress, in pipeline order when the steps have
+    positions, else started ones first in start order. A step's state is the one the ledger gives
+    (never read from a completion time: a step can end without completing)."""
     if not isinstance(live_node_progress, Mapping):
         return []
     views = []
     for node_id, raw in live_node_progress.items():
         node = raw if isinstance(raw, Mapping) else {}
         started, done = _int(node.get("started_at")), _int(node.get("completed_at"))
-        message = node.get("message")
+        message, reason = node.get("message"), node.get("reason")
         views.append(
             _StepView(
                 node_id=str(node_id),
-                state="done" if done is not None else "running" if started is not None else "pending",
+                state=derived_state(node),
+                reason=reason if isinstance(reason, str) and reason else None,
+                position=_int(node.get("position")),
                 completed=_int(node.get("completed")),
                 failed=_int(node.get("failed")),
                 total=_int(node.get("total")),
@@ -190,8 +217,16 @@ def steps(live_node_progress: object) -> list[_StepView]:
                 completed_at=done,
             )
         )
-    # Object key order does not survive JSONB, so order by what happened.
-    return sorted(views, key=lambda v: (v.started_at is None, v.started_at or 0, v.node_id))
+    # Object key order does not survive JSONB: the pipeline's order, else what happened.
+    return sorted(
+        views,
+        key=_order,
+    )
+
+
+def _order(step: _StepView) -> tuple[bool, int, bool, int, str]:
+    started = step.started_at
+    return (step.position is None, step.position or 0, started is None, started or 0, step.node_id)
 
 
 def step_counts(step: _StepView) -> str:
@@ -205,7 +240,7 @@ def step_bar(step: _StepView, width: int = 30) -> ProgressBar:
     """A bar filled by the rows processed; a finished step without counts shows full."""
     fraction = step.fraction()
     if fraction is None:
-        fraction = 1.0 if step.state == "done" else 0.0
+        fraction = 1.0 if step.state == "completed" else 0.0
     return ProgressBar(total=1000, completed=round(fraction * 1000), width=width)
 
 
@@ -242,15 +277,19 @@ def run_detail(run: Mapping[str, Any], now_ms: int) -> RenderableType:
     )
     header.add_row("terminal", terminal_line(run))
 
-    table = Table("step", "progress", "rows", "state", "message", title="steps", title_justify="left")
+    columns = ("step", "progress", "rows", "state", "reason / message")
+    table = Table(*columns, title="steps", title_justify="left")
     for step in steps(run.get("live_node_progress")):
-        table.add_row(step.node_id, step_bar(step), step_counts(step), step.state, step.message or "")
+        note = " · ".join(text for text in (step.reason, step.message) if text)
+        state_cell = Text(step.state, style=STATUS_STYLES.get(step.state, ""))
+        table.add_row(step.node_id, step_bar(step), step_counts(step), state_cell, note)
     return Group(header, table)
 
 
 # -- ledger events ---------------------------------------------------------------------------------
 
-_SUMMARY_KEYS = ("status", "line", "node_id", "message", "error", "missing")
+_SUMMARY_KEYS = ("status", "line", "node_id", "message", "error", "missing", "reason", "signal")
+_SETTLEMENT_TYPES = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
 
 
 def event_summary(event: Mapping[str, Any]) -> str:
@@ -267,7 +306,17 @@ def event_summary(event: Mapping[str, Any]) -> str:
         if event.get("error"):
             parts.append(str(event["error"]))
         return " · ".join(parts)
-    if kind in ("step.started", "step.progress", "step.completed"):
+    if kind in _SETTLEMENT_TYPES:
+        # The step's state, never read from its completion time, and why it settled so.
+        node = event.get("node_id") or "?"
+        state = event.get("state") or event.get("outcome") or str(kind).removeprefix("step.")
+        parts = [str(node), str(state)]
+        if event.get("reason"):
+            parts.append(str(event["reason"]))
+        elif event.get("error"):
+            parts.append(str(event["error"]))
+        return " · ".join(parts)
+    if kind in ("step.started", "step.progress"):
         node = event.get("node_id") or event.get("node") or "?"
         parts = [str(node)]
         if event.get("total") is not None or event.get("completed") is not None:

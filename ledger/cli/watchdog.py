@@ -33,6 +33,10 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
             interval_s=interval_s,
             retention=retention.parse_retention(os.environ.get(retention.RETENTION_VAR)),
         )
+        try:
+            await dog.record_stall_limit()
+        except SchemaMissing as exc:
+            raise click.ClickException(str(exc)) from None
         while True:
             try:
                 failed = await dog.run_once()

@@ -25,11 +25,14 @@ Design notes:
   (attempt + lines) equals the last replay applied is absorbed whole.
 - **Steps.** The uploaded nodes are diffed against the stored snapshot (missing nodes are kept, an
   uploaded node replaces its stored entry): newly `started_at` → `step.started`; any count changed
-  → `step.progress`; newly `completed_at` → `step.completed`, whose outcome is `failed` when the
-  node's `node_io.error` is set or the node completes in an upload whose status is `failed` (the
-  reporter marks the still-running steps of a failed run completed in that last upload).
+  → `step.progress`; a state newly settled → `step.completed|failed|cancelled|skipped`. Each node
+  is stored with its `state`: the one it carries, else the one `ledger.runlog.steps` derives from
+  its fields (a node completing in an upload whose status is `failed`, or whose `node_io.error` is
+  set, failed; one completed in an earlier upload stays completed). An upload with a terminal
+  status settles every step still open (a running one takes the run's outcome, a pending one is
+  skipped) and announces each (`steps.settle_steps`).
 - **Pipeline steps.** `pipeline_steps` is the contract's step list, in pipeline order: each step
-  gets an entry in the snapshot from the first upload on (an empty one while it has not started:
+  gets an entry in the snapshot from the first upload on (a `pending` one while it has not started:
   the views count it in `steps_total`, the dashboard shows it pending) and its index as `position`,
   kept when an uploaded node replaces its entry, so readers can list the steps in pipeline order.
   An uploaded node never sets `position` itself.
@@ -47,6 +50,7 @@ from typing import Any, Literal
 
 from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
+from ledger.runlog import steps
 from ledger.runlog.events import TERMINAL_STATUSES
 from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_PIPELINE_STEPS
 
@@ -77,6 +81,7 @@ __all__ = [
     "plan_upload",
     "replay_digest",
     "replay_end",
+    "settle_upload",
     "upload_key",
     "with_pipeline",
 ]
@@ -322,17 +327,21 @@ def _pipeline_steps(value: object) -> tuple[str, ...]:
     return steps
 
 
-def with_pipeline(snapshot: _NodeSnapshot, steps: Sequence[str], stored: Mapping[str, Any]) -> _NodeSnapshot:
+def with_pipeline(
+    snapshot: _NodeSnapshot, pipeline: Sequence[str], stored: Mapping[str, Any]
+) -> _NodeSnapshot:
     """`snapshot` with an entry for every step of the pipeline and each one's `position`; a node
     the upload replaced keeps the position its `stored` entry had."""
     for node_id, node in list(snapshot.items()):
         old = stored.get(node_id)
         if "position" not in node and isinstance(old, Mapping) and "position" in old:
             snapshot[node_id] = {**node, "position": old["position"]}
-    for position, node_id in enumerate(steps):
+    for position, node_id in enumerate(pipeline):
         entry = snapshot.get(node_id)
-        if entry is None or entry.get("position") != position:
-            snapshot[node_id] = {**(entry or {}), "position": position}
+        if entry is None:
+            snapshot[node_id] = {"position": position, "state": "pending"}
+        elif entry.get("position") != position:
+            snapshot[node_id] = {**entry, "position": position}
     return snapshot
 
 
@@ -447,21 +456,26 @@ def _counts(node: Mapping[str, Any]) -> list[Any]:
 
 
 def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
-    node_io = node.get("node_io")
-    error = node_io.get("error") if isinstance(node_io, Mapping) else None
-    return bool(error) or run_status == "failed"
+    """Whether the node, uploaded with `run_status`, is a failed step (`steps.derived_state`)."""
+    return steps.derived_state(node, run_status) == "failed"
 
 
 def diff_steps(
-    stored: Mapping[str, dict[str, Any]], uploaded: Mapping[str, dict[str, Any]], run_status: str
+    stored: Mapping[str, dict[str, Any]],
+    uploaded: Mapping[str, dict[str, Any]],
+    run_status: str,
+    error: str | None = None,
 ) -> tuple[list[_Event], list[str], _NodeSnapshot]:
-    """Step events for the uploaded nodes, the ids of the nodes that changed, and the new snapshot."""
+    """Step events for the uploaded nodes, the ids of the nodes that changed, and the new snapshot
+    (each uploaded node stored with its state; `error` is the upload's terminal error)."""
     events: list[_Event] = []
     changed: list[str] = []
     # Node dicts are never changed in place (an uploaded node replaces its entry): a shallow copy.
     snapshot: _NodeSnapshot = dict(stored)
-    for node_id, node in uploaded.items():
+    for node_id, uploaded_node in uploaded.items():
         old = stored.get(node_id, {})
+        # The upload's status speaks for the nodes completing in it, not those completed before.
+        node = steps.with_state(uploaded_node, run_status if old.get("completed_at") is None else None, error)
         node_events: list[_Event] = []
         if node.get("started_at") is not None and old.get("started_at") is None:
             node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
@@ -471,22 +485,24 @@ def diff_steps(
                 if node.get(key) is not None:
                     progress[key] = node[key]
             node_events.append(progress)
-        if node.get("completed_at") is not None and old.get("completed_at") is None:
-            completed: _Event = {
-                "type": "step.completed",
-                "node_id": node_id,
-                "completed_at": node["completed_at"],
-                "outcome": "failed" if node_failed(node, run_status) else "completed",
-            }
-            node_io = node.get("node_io")
-            if isinstance(node_io, Mapping) and node_io.get("error"):
-                completed["error"] = str(node_io["error"])
-            node_events.append(completed)
+        state = node["state"]
+        if state in steps.SETTLED_STATES and state != steps.derived_state(old):
+            node_events.append(steps.settlement_event(node_id, node))
         if node_events:
             changed.append(node_id)
             events.extend(node_events)
         snapshot[node_id] = node
     return events, changed, snapshot
+
+
+def settle_upload(
+    stored: Mapping[str, Any], snapshot: _NodeSnapshot, upload: StatusUpload
+) -> tuple[list[_Event], _NodeSnapshot]:
+    """An upload with a terminal status settles the steps it leaves open (`steps.settle_steps`):
+    the run ends in the transaction that applies it. Any other upload settles nothing."""
+    if upload.status not in TERMINAL_UPLOAD_STATUSES:
+        return [], snapshot
+    return steps.settle_steps(stored, snapshot, upload.status, upload.error)
 
 
 def newer_activities(
@@ -634,9 +650,12 @@ def plan_upload(
     log_events, logs_appended, gap, delivered = place_logs(delivered, sources, attempt)
 
     step_events, changed, snapshot = diff_steps(
-        state.live_node_progress, upload.live_node_progress, upload.status
+        state.live_node_progress, upload.live_node_progress, upload.status, upload.error
     )
     snapshot = with_pipeline(snapshot, upload.pipeline_steps, state.live_node_progress)
+    # A terminal upload settles the steps it leaves open, after the runner's own transitions.
+    settle_events, snapshot = settle_upload(state.live_node_progress, snapshot, upload)
+    changed.extend(e["node_id"] for e in settle_events if e["node_id"] not in changed)
     before, after = interruption_events(state.status, upload)
     # Log lines and step transitions in the order the runner wrote them: each transition after
     # the line it followed; a transition without a position after this upload's live lines.
@@ -646,6 +665,7 @@ def plan_upload(
             log_events,
             place_steps(step_events, upload.step_positions, upload.live_log_total_count),
         ),
+        *settle_events,
     ]
     events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
     activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)

@@ -58,6 +58,7 @@ from ledger.ingest.rules import (
     upload_key,
 )
 from ledger.runlog.events import validate_run_id
+from ledger.runlog.steps import settle_steps
 from ledger.runlog.store import (
     DEFAULT_MAX_EVENTS_PER_RUN,
     append_in_transaction,
@@ -178,6 +179,8 @@ async def apply_status_upload(
             if plan.events:
                 await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
             await _store_state(conn, run_id, plan, parsed.status)
+            # The plan settled the steps the upload leaves open; the terminal path finds none.
+            run["live_node_progress"] = plan.state.live_node_progress
             terminal_set = False
             if parsed.status in TERMINAL_UPLOAD_STATUSES:
                 _, terminal_set = await set_terminal_in_transaction(
@@ -200,7 +203,13 @@ def _refuse_a_change(run_id: str, run: Row, plan: IngestPlan, upload: StatusUplo
     same_end = upload.status not in TERMINAL_UPLOAD_STATUSES or (
         upload.status == terminal["status"] and upload.error in (None, terminal["error"])
     )
-    if plan.events or replace(plan.state, last_upload_seq=stored.last_upload_seq) != stored or not same_end:
+    # The run's end settled its steps: an upload that repeats what led there (its steps as they
+    # were before the end settled them) changes nothing.
+    _, nodes = settle_steps(
+        stored.live_node_progress, plan.state.live_node_progress, terminal["status"], terminal["error"]
+    )
+    planned = replace(plan.state, last_upload_seq=stored.last_upload_seq, live_node_progress=nodes)
+    if plan.events or planned != stored or not same_end:
         raise RunTerminal(
             f"run {run_id!r} already ended ({terminal['status']}"
             + (f": {terminal['error']}" if terminal["error"] else "")

@@ -7,10 +7,11 @@ that would collide with them when flattened).
 
 The four coordinator types (`status`, `log`, `progress`, `terminal`) have fixed fields and reject
 unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.observed`, `log.gap`,
-`reporter.interrupted` / `reporter.resumed`)
-carry free-form JSON produced by the status ingestion; only their shape as a JSON object is checked
-(and `log.gap` must say how many lines are `missing`). Counts and times may come as integral floats
-(3.0, as JavaScript sends them): JSON does not tell them apart.
+`reporter.interrupted` / `reporter.resumed`) carry free-form JSON produced by the status ingestion
+(and by a run's end, which settles its open steps: `step.completed|failed|cancelled|skipped`, see
+`ledger.runlog.steps`); only their shape as a JSON object is checked (and `log.gap` must say how
+many lines are `missing`). Counts and times may come as integral floats (3.0, as JavaScript sends
+them): JSON does not tell them apart.
 
 Free text (a `log` line, the `logs` of `status`/`progress`, a terminal `error`) is repaired: a NUL
 or a lone surrogate becomes U+FFFD, so one bad byte a tool printed never costs the run its log.
@@ -60,9 +61,13 @@ INGESTION_TYPES: Final = (
     "step.started",
     "step.progress",
     "step.completed",
+    "step.failed",
+    "step.cancelled",
+    "step.skipped",
     "dataset.lifecycle",
     "activity.observed",
     "log.gap",
+    # The reporter was interrupted (a signal) / a reporter resumed the run.
     "reporter.interrupted",
     "reporter.resumed",
 )

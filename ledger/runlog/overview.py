@@ -46,7 +46,8 @@ SELECT
     {_MS.format(col="o.age")} AS age_ms,
     o.last_seq, o.last_event_type,
     o.terminal_status, o.terminal_error, o.terminal_total_rows,
-    o.steps_total, o.steps_done, o.rows_completed, o.rows_failed, o.rows_total,
+    o.steps_total, o.steps_done, o.steps_failed, o.steps_cancelled, o.steps_skipped,
+    o.rows_completed, o.rows_failed, o.rows_total,
     o.created_at AS position_at
 FROM ledger.run_overview o
 {{where}}
@@ -55,6 +56,7 @@ LIMIT %(limit)s
 """
 
 _LIST_RUNS = _LIST_RUNS_TEMPLATE.format(where="")
+_ROW_SUMS: Final = ("rows_completed", "rows_failed", "rows_total")
 
 # After the cursor's run in the list's order. The `<=` bound is what the index scan starts from;
 # the rest drops the cursor's run and the runs created at the same instant that precede it.
@@ -131,6 +133,9 @@ async def runs_page(db: Database, limit: int = 50, before: str | None = None) ->
         next_before = cursor_of(rows[-1]["position_at"], rows[-1]["run_id"])
     for row in rows:
         del row["position_at"]
+        # Numeric in the view (a run's sums may pass the bigint limit): whole numbers all the same.
+        for column in _ROW_SUMS:
+            row[column] = int(row[column])
     # The other columns are the shape, named and converted (ms) in the SQL.
     return {"runs": cast(list[shapes.RunSummary], rows), "next_before": next_before}
 
@@ -141,7 +146,7 @@ async def list_runs(db: Database, limit: int = 50, before: str | None = None) ->
 
 
 async def list_stalled_runs(db: Database) -> list[shapes.StalledRun]:
-    """Non-terminal runs idle past the watchdog's default limit, longest idle first."""
+    """Non-terminal runs idle past the watchdog's stall limit, longest idle first."""
     async with db.connection() as conn:
         cur = await conn.execute(_LIST_STALLED)
         return cast(list[shapes.StalledRun], await cur.fetchall())

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from psycopg.types.json import Jsonb
+
 from ledger import jsonb, shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
@@ -44,6 +46,7 @@ from ledger.runlog.events import (
 )
 from ledger.runlog.fanout import Fanout, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
+from ledger.runlog.steps import settle_steps, with_states
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_RUN",
@@ -141,6 +144,10 @@ READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
 # with the partitions retention keeps (it overtakes the round trip at a few dozen).
 _RUN_CREATED_AT_SQL: Final = "SELECT created_at FROM ledger.runs WHERE run_id = %(run_id)s"
 
+_STORE_STEPS_SQL: Final = (
+    "UPDATE ledger.runs SET live_node_progress = %(live_node_progress)s WHERE run_id = %(run_id)s"
+)
+
 # The watchdog's scan: non-terminal runs with neither an event nor a heartbeat (an upload carrying
 # `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
 # busy with it, or another watchdog replica is failing it). Written as two conditions, not
@@ -191,7 +198,8 @@ def _run_from_row(row: Mapping[str, Any]) -> shapes.Run:
         "live_log_count": row["live_log_count"],
         "last_heartbeat_at": to_ms(row["last_heartbeat_at"]),
         "terminal": terminal_from_row(row),
-        "live_node_progress": row["live_node_progress"],
+        # Every step with its state (derived for one stored without, by an older ledger).
+        "live_node_progress": with_states(row["live_node_progress"]),
     }
 
 
@@ -371,6 +379,25 @@ async def append_in_transaction(
     return _appended(row, parsed)
 
 
+async def _settle_open_steps(conn: Conn, run_row: dict[str, Any], terminal: TerminalState) -> list[NewEvent]:
+    """Settle the open steps of the run `lock_run` locked, which `terminal` is about to end: store
+    its settled snapshot and return the step events to append before the `terminal` event. An
+    ended run keeps its steps as they are (the terminal request is refused or a repeat)."""
+    if run_row["terminal_status"] is not None:
+        return []
+    stored = run_row.get("live_node_progress")
+    if not isinstance(stored, Mapping):
+        return []
+    events, snapshot = settle_steps(stored, stored, terminal.status, terminal.error)
+    if snapshot != stored:
+        await conn.execute(
+            _STORE_STEPS_SQL,
+            {"run_id": run_row["run_id"], "live_node_progress": Jsonb(snapshot, dumps=jsonb.dumps)},
+        )
+        run_row["live_node_progress"] = snapshot
+    return [NewEvent(event.pop("type"), event) for event in events]
+
+
 async def set_terminal_in_transaction(
     conn: Conn,
     run_row: dict[str, Any],
@@ -383,11 +410,12 @@ async def set_terminal_in_transaction(
 
     Returns (the run's terminal state, whether this call set it). Repeating the stored state is a
     no-op (no second event); a different one raises `RunTerminal` (a `Conflict`). Setting it
-    appends the `terminal` event in this transaction.
+    settles the run's open steps (`ledger.runlog.steps`) and appends their events and the
+    `terminal` event in this transaction.
     """
     terminal = state if isinstance(state, TerminalState) else parse_terminal_state(state, field="")
-    event = NewEvent("terminal", terminal.payload())
-    row = await _append_locked(conn, run_row, [event], max_events_per_run=max_events_per_run, now=now)
+    events = [*await _settle_open_steps(conn, run_row, terminal), NewEvent("terminal", terminal.payload())]
+    row = await _append_locked(conn, run_row, events, max_events_per_run=max_events_per_run, now=now)
     return _terminal_outcome(run_row["run_id"], row, terminal)
 
 
@@ -540,6 +568,8 @@ class RunLog:
         """Append events in one transaction (one round trip); returns them with their seq and ts."""
         validate_run_id(run_id)
         parsed = parse_events(events)  # bad input is rejected before anything is sent
+        if parsed[-1].type == "terminal":
+            return await self._append_ending(run_id, parsed)
         async with self.db.autocommit() as conn:
             row = await _append_events(
                 conn,
@@ -552,6 +582,21 @@ class RunLog:
         if row["refused"]:
             raise _refusal(run_id, row)
         return _appended(row, parsed)
+
+    async def _append_ending(self, run_id: str, parsed: list[NewEvent]) -> list[shapes.Event]:
+        """`append` of a batch whose last event ends the run: under the run's lock, its open steps
+        are settled and their events appended between the batch and its `terminal` event."""
+        terminal = parse_terminal_state(parsed[-1].payload, field="events[-1]")
+        async with self.db.transaction() as conn:
+            run_row = await lock_run(conn, run_id)
+            settled = await _settle_open_steps(conn, run_row, terminal)
+            batch = [*parsed[:-1], *settled, parsed[-1]]
+            row = await _append_locked(
+                conn, run_row, batch, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
+            )
+            if row["refused"]:
+                raise _refusal(run_id, row)
+        return _appended(row, batch)
 
     async def set_terminal(
         self,
@@ -577,16 +622,12 @@ class RunLog:
             field="",
         )
         validate_run_id(run_id)
-        async with self.db.autocommit() as conn:
-            row = await _append_events(
-                conn,
-                run_id,
-                [NewEvent("terminal", terminal.payload())],
-                max_events_per_run=self.max_events_per_run,
-                now=await self._now(conn),
-                notify=True,
+        # One transaction: the run's lock, its open steps settled, their events and the terminal.
+        async with self.db.transaction() as conn:
+            run_row = await lock_run(conn, run_id)
+            state, _ = await set_terminal_in_transaction(
+                conn, run_row, terminal, max_events_per_run=self.max_events_per_run, now=await self._now(conn)
             )
-        state, _ = _terminal_outcome(run_id, row, terminal)
         return state
 
     async def get_terminal(self, run_id: str) -> shapes.TerminalStateBody | None:

@@ -2,7 +2,10 @@
 
 A non-terminal run with neither an event nor a heartbeat (a status upload carrying
 `last_checkpoint_at`) for `stall_after_s` is failed with `WATCHDOG_ERROR` through the normal
-first-terminal-wins path, so its readers stop waiting. Every replica of the service may run it:
+first-terminal-wins path (which settles its open steps), so its readers stop waiting. The limit
+has one home in the database, `ledger.watchdog_settings`, written when a watchdog starts
+(`record_stall_limit`): the view `ledger.stalled_runs` reads it, so it lists what the watchdog
+fails. Every replica of the service may run it:
 each pass locks the stalled runs with `FOR UPDATE SKIP LOCKED`, so two watchdogs never work on the
 same run at once, and a run that got an event, a heartbeat or a terminal state meanwhile no longer
 matches (Postgres re-checks the condition on the newest row version when it locks it).
@@ -55,6 +58,12 @@ DEFAULT_INTERVAL_S: Final = 30.0
 _DEFAULT_BATCH_SIZE: Final = 100
 # Deleting a row costs far less than failing a run: sweeps take bigger bites.
 _DEFAULT_SWEEP_BATCH_SIZE: Final = 1000
+
+# The stall limit's one home (one row): the view of stalled runs reads it.
+_RECORD_STALL_LIMIT_SQL: Final = """
+INSERT INTO ledger.watchdog_settings (id, stall_after, updated_at) VALUES (true, %(stall_after)s, now())
+ON CONFLICT (id) DO UPDATE SET stall_after = EXCLUDED.stall_after, updated_at = EXCLUDED.updated_at
+"""
 
 _Sleep = Callable[[float], Awaitable[None]]
 _Sweep = Callable[[Conn, datetime, int], Awaitable[int]]
@@ -120,6 +129,15 @@ class Watchdog:
         self.failed_total = 0
         self.swept_total = Swept()
         self.partitions_dropped = 0
+        self._limit_recorded = False
+
+    async def record_stall_limit(self) -> None:
+        """Write this watchdog's stall limit to its one home in the database
+        (`ledger.watchdog_settings`), which `ledger.stalled_runs` reads: the view lists the runs
+        this watchdog fails, under any limit."""
+        async with self.db.transaction() as conn:
+            await conn.execute(_RECORD_STALL_LIMIT_SQL, {"stall_after": self.stall_after})
+        self._limit_recorded = True
 
     async def run_once(self) -> list[str]:
         """One pass: fail every run stalled now (in batches); returns the ids this pass failed."""
@@ -267,6 +285,11 @@ class Watchdog:
         """Run a pass, a sweep and make the event log partitions ahead every `interval_s`; a failing
         one is logged and retried next interval."""
         while True:
+            if not self._limit_recorded:
+                try:
+                    await self.record_stall_limit()
+                except Exception:
+                    _log.exception("watchdog could not record its stall limit (next pass retries)")
             try:
                 await self.run_once()
             except Exception:

@@ -26,6 +26,7 @@ from ledger.validate import (
     MAX_VALUE_DEPTH,
     NODE_COUNT_FIELDS,
     NODE_TIME_FIELDS,
+    STEP_STATES,
 )
 
 __all__ = [
@@ -184,6 +185,13 @@ _NODE_PROGRESS: Final[dict[str, Any]] = {
         "message": _NULLABLE_TEXT,
         "artifact_table_namespace": _nullable(_TEXT),
         "node_io": _nullable({"type": "object"}),
+        "state": _nullable(
+            {
+                "enum": list(STEP_STATES),
+                "description": "the step's state; without it the ledger derives one from the fields",
+            }
+        ),
+        "reason": {**_NULLABLE_TEXT, "description": "why the step settled as it did (free text)"},
     },
 }
 

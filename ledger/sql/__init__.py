@@ -59,6 +59,23 @@ RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
         "pool_entry_conditions.sql",
         "pool_availability.sql",
     ),
+    "0014": (
+        "pool_windows.sql",
+        "append_events.sql",
+        "run_event_partitions.sql",
+        "run_events_follow_runs.sql",
+        "step_state.sql",
+        "run_overview_2.sql",
+        "step_progress_2.sql",
+        "stalled_runs_2.sql",
+        "pool_tallies.sql",
+        "pool_counts.sql",
+        "pool_collect_v2.sql",
+        "instance_runs.sql",
+        "pool_claim_v2.sql",
+        "pool_entry_conditions.sql",
+        "pool_availability.sql",
+    ),
 }
 
 # The release the schema at head is made of.
@@ -80,6 +97,10 @@ _SHIPPED: Final[Mapping[str, str]] = {
     "run_overview.sql": "a5fe1211004172b97eb3da55d50a07273b8f16a0b1ae17308cbff70a76e1236c",
     "stalled_runs.sql": "e6f07dccf3e9023f799c26e28b0be939288b289cce18b050fc6a13a0ae968704",
     "step_progress.sql": "1ddc7a423215eaa65f9b7daaef0ab9903db922a514d42699228a076015c50ee7",
+    "run_overview_2.sql": "d5cfaebec666e9964101c872e0532b2f5d7dc4f60584d7a7e6c2773d485e5ae8",
+    "stalled_runs_2.sql": "3a63edb8d3eecde874701eab9bb84707ea67d85a392007444e4c694bfb72d557",
+    "step_progress_2.sql": "ffabb12202dc2b58dc6a8f6e298454a8bda92eae8dc1a8d033a62c5541c764e8",
+    "step_state.sql": "de7abf0acf9e55547be8890c66054ad2be87551761c2bec3e21afc1028104bf7",
 }
 
 _WINDOW = re.compile(r"^\s*(\d+)::bigint AS (\w+),?$", re.MULTILINE)

@@ -109,7 +109,7 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Reader:
 @pytest.mark.parametrize(
     ("name", "old", "new", "changed"),
     [
-        ("stalled_runs.sql", "interval '5 minutes'", "interval '6 minutes'", "view ledger.stalled_runs"),
+        ("stalled_runs_2.sql", "interval '5 minutes'", "interval '6 minutes'", "view ledger.stalled_runs"),
         ("pool_windows.sql", "420000::bigint", "420001::bigint", "function ledger.pool_windows()"),
         (
             "append_events.sql",
@@ -132,7 +132,7 @@ def test_an_edited_file_is_a_difference(
 
 
 def test_formatting_alone_is_no_difference(head_url: str, tmp_path: Path) -> None:
-    reader = _edited(tmp_path, "stalled_runs.sql", "SELECT\n    r.run_id,", "SELECT r.run_id,")
+    reader = _edited(tmp_path, "stalled_runs_2.sql", "SELECT\n    r.run_id,", "SELECT r.run_id,")
     assert compare(head_url, reader) == NOTHING
 
 

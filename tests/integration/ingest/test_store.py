@@ -98,7 +98,9 @@ async def test_first_upload_opens_the_run_and_appends_everything(db: Database) -
         1,
         2,
     )
-    assert row["live_node_progress"] == {"n1": {"started_at": 1000, "completed": 1, "total": 4}}
+    assert row["live_node_progress"] == {
+        "n1": {"started_at": 1000, "completed": 1, "total": 4, "state": "running"}
+    }
     assert row["activity_watermarks"] == {"a": 7}
     # The run is readable through the run log like any other.
     assert (await RunLog(db).get_run("r1"))["last_seq"] == 6
@@ -225,12 +227,25 @@ async def test_step_events_only_when_something_changed(db: Database) -> None:
             "n2": {"started_at": 20, "completed_at": 31, "node_io": {"attempt": 1, "error": "bad input"}},
         }
     )
-    assert a["events_appended"] == {"step.progress": 1, "step.completed": 2}
+    assert a["events_appended"] == {"step.progress": 1, "step.completed": 1, "step.failed": 1}
     evs = await events(db, "r")
-    completed = [payload for kind, payload in evs if kind == "step.completed"]
-    assert completed == [
-        {"node_id": "n1", "completed_at": 30, "outcome": "completed"},
-        {"node_id": "n2", "completed_at": 31, "outcome": "failed", "error": "bad input"},
+    settled = [(kind, payload) for kind, payload in evs if kind in ("step.completed", "step.failed")]
+    assert settled == [
+        (
+            "step.completed",
+            {"node_id": "n1", "state": "completed", "completed_at": 30, "outcome": "completed"},
+        ),
+        (
+            "step.failed",
+            {
+                "node_id": "n2",
+                "state": "failed",
+                "completed_at": 31,
+                "outcome": "failed",
+                "reason": "bad input",
+                "error": "bad input",
+            },
+        ),
     ]
     # Uploading only n1 keeps n2 in the snapshot.
     await send({"n1": {"started_at": 10, "completed": 3, "total": 3, "completed_at": 30}})

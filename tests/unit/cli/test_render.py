@@ -56,14 +56,33 @@ def test_run_row_shows_status_age_last_event_steps_and_rows() -> None:
         "running",
         "2m 05s",
         "#1,234 step.progress, 3s ago",
-        "2/4",
+        "2/4 done",
         "4,001 / 5,001 (12 failed)",
+        "",
     )
+
+
+def test_run_row_counts_steps_by_state_and_says_why_the_run_ended() -> None:
+    run = {
+        "run_id": "r",
+        "terminal_status": "failed",
+        "terminal_error": "the runner's output ended without a result line",
+        "steps_total": 4,
+        "steps_done": 1,
+        "steps_failed": 1,
+        "steps_cancelled": 0,
+        "steps_skipped": 2,
+    }
+    row = render.run_row(run, NOW)
+    assert row[4] == "1/4 done (1 failed, 2 skipped)"
+    assert row[6] == "the runner's output ended without a result line"
+    long = render.run_row({**run, "terminal_error": "x" * 500}, NOW)[6]
+    assert len(long) == 80 and long.endswith("…")
 
 
 def test_run_row_prefers_the_terminal_status_and_copes_with_missing_fields() -> None:
     row = render.run_row({"run_id": "r", "status": "running", "terminal_status": "failed"}, NOW)
-    assert row == ("r", "failed", "-", "#-", "-/-", "- / -")
+    assert row == ("r", "failed", "-", "#-", "-/- done", "- / -", "")
     # Without age_ms the age comes from created_at and the caller's clock.
     assert render.run_row({"run_id": "r", "created_at": NOW - 61_000}, NOW)[2] == "1m 01s"
 
@@ -98,12 +117,57 @@ def test_steps_are_ordered_by_start_with_unstarted_last_and_states_derived() -> 
     }
     steps = render.steps(progress)
     assert [s.node_id for s in steps] == ["code-0", "dataset-1", "tool-3", "code-4", "junk"]
-    assert [s.state for s in steps] == ["done", "running", "running", "pending", "pending"]
+    assert [s.state for s in steps] == ["completed", "running", "running", "pending", "pending"]
     mapped = steps[1]
     assert (mapped.processed, mapped.fraction()) == (750, 0.75)
     assert render.step_counts(mapped) == "700 / 1,000 (50 failed)"
     assert render.step_counts(steps[2]) == "running"
     assert render.steps(None) == [] and render.steps([1, 2]) == []
+
+
+def test_a_step_shows_the_state_and_reason_the_ledger_gives_in_pipeline_order() -> None:
+    """Never "done" from a completion time: a failed map with a completion time is failed."""
+    progress = {
+        "notify": {"position": 2, "state": "skipped", "reason": "the run ended before this step started"},
+        "enrich": {
+            "position": 1,
+            "started_at": 5,
+            "completed_at": 9,
+            "completed": 400,
+            "failed": 2,
+            "total": 1000,
+            "state": "failed",
+            "reason": "run failed: no result line",
+        },
+        "load": {"position": 0, "started_at": 1, "completed_at": 2, "state": "completed"},
+    }
+    steps = render.steps(progress)
+    assert [(s.node_id, s.state, s.reason) for s in steps] == [
+        ("load", "completed", None),
+        ("enrich", "failed", "run failed: no result line"),
+        ("notify", "skipped", "the run ended before this step started"),
+    ]
+    console = Console(width=200, record=True)
+    console.print(render.run_detail({"run_id": "r", "live_node_progress": progress}, NOW))
+    text = console.export_text()
+    enrich = next(line for line in text.splitlines() if "enrich" in line)
+    assert "failed" in enrich and "run failed: no result line" in enrich and "done" not in enrich
+
+
+def test_settlement_events_show_the_state_and_the_reason() -> None:
+    line = render.event_summary(
+        {
+            "type": "step.failed",
+            "node_id": "enrich",
+            "state": "failed",
+            "outcome": "failed",
+            "reason": "map failed",
+        }
+    )
+    assert line == "enrich · failed · map failed"
+    # An older event (outcome only) shows its outcome, not "completed".
+    old = {"type": "step.completed", "node_id": "m", "outcome": "failed", "error": "boom"}
+    assert render.event_summary(old) == "m · failed · boom"
 
 
 def test_step_bar_fills_by_rows_processed_and_full_for_finished_uncounted_steps() -> None:

@@ -290,19 +290,58 @@ def test_only_counts_changes_make_progress() -> None:
     assert events == []
 
 
-def test_completed_outcomes() -> None:
+def test_settled_outcomes() -> None:
     stored = {"n": {"started_at": 1}}
-    events, _, _ = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "running")
-    assert events == [{"type": "step.completed", "node_id": "n", "completed_at": 5, "outcome": "completed"}]
-    events, _, _ = diff_steps(
+    events, _, snap = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "running")
+    assert events == [
+        {
+            "type": "step.completed",
+            "node_id": "n",
+            "state": "completed",
+            "outcome": "completed",
+            "completed_at": 5,
+        }
+    ]
+    assert snap["n"]["state"] == "completed" and "reason" not in snap["n"]
+    events, _, snap = diff_steps(
         stored, {"n": {"started_at": 1, "completed_at": 5, "node_io": {"error": "boom"}}}, "running"
     )
-    assert events[0]["outcome"] == "failed" and events[0]["error"] == "boom"
-    events, _, _ = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "failed")
-    assert events[0]["outcome"] == "failed" and "error" not in events[0]
+    assert events[0]["type"] == "step.failed" and events[0]["error"] == "boom"
+    # The step's own error is its reason.
+    assert events[0]["reason"] == snap["n"]["reason"] == "boom"
+    events, _, snap = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "failed")
+    assert (events[0]["type"], events[0]["outcome"]) == ("step.failed", "failed") and "error" not in events[0]
+    assert snap["n"]["reason"] == "run failed"
+    events, _, snap = diff_steps(stored, {"n": {"started_at": 1, "completed_at": 5}}, "failed", "no result")
+    assert events[0]["reason"] == snap["n"]["reason"] == "run failed: no result"
     # node_io without an error (a completed docflow node) is a success.
     events, _, _ = diff_steps(stored, {"n": {"completed_at": 5, "node_io": {"error": None}}}, "completed")
     assert events[0]["outcome"] == "completed"
+
+
+def test_an_explicit_state_wins_over_the_fields() -> None:
+    node = {"started_at": 1, "completed_at": 5, "state": "cancelled", "reason": "asked to stop"}
+    events, _, snap = diff_steps({"n": {"started_at": 1}}, {"n": node}, "running")
+    assert events[0] == {
+        "type": "step.cancelled",
+        "node_id": "n",
+        "state": "cancelled",
+        "outcome": "cancelled",
+        "completed_at": 5,
+        "reason": "asked to stop",
+    }
+    assert snap["n"] == node
+    # A step the reporter says is running is running, whatever its completion time says.
+    events, _, snap = diff_steps({}, {"n": {"completed_at": 5, "state": "running"}}, "failed")
+    assert events == [] and snap["n"]["state"] == "running"
+
+
+def test_a_state_settled_already_is_not_announced_again() -> None:
+    stored = {"n": {"started_at": 1, "state": "failed", "reason": "map failed"}}
+    events, changed, _ = diff_steps(
+        stored, {"n": {"started_at": 1, "state": "failed", "reason": "x"}}, "running"
+    )
+    assert events == [] and changed == []
 
 
 def test_reopened_step_completes_again() -> None:
@@ -315,7 +354,7 @@ def test_reopened_step_completes_again() -> None:
 
 def test_missing_nodes_are_kept_in_the_snapshot() -> None:
     _, _, snap = diff_steps({"a": {"completed": 1}}, {"b": {"completed": 2}}, "running")
-    assert snap == {"a": {"completed": 1}, "b": {"completed": 2}}
+    assert snap == {"a": {"completed": 1}, "b": {"completed": 2, "state": "pending"}}
 
 
 # -- activity ------------------------------------------------------------------------------------
@@ -395,10 +434,11 @@ def test_event_order_within_an_upload() -> None:
         "log",
         "step.started",
         "log",
+        "step.completed",  # the completed run settles the step it leaves running
         "dataset.lifecycle",
         "activity.observed",
     ]
-    assert plan.events[3] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
+    assert plan.events[4] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
     assert plan.steps_changed == ("n",)
 
 
@@ -460,7 +500,8 @@ def test_transitions_without_positions_follow_the_live_lines_and_precede_the_rep
         terminal_log_replay={"lines": ["z"]},
     )
     plan = plan_upload("r", IngestState(), upload)
-    assert [e.get("line", e["type"]) for e in plan.events] == ["a", "step.started", "z"]
+    # The completed run then settles the step it leaves running.
+    assert [e.get("line", e["type"]) for e in plan.events] == ["a", "step.started", "z", "step.completed"]
 
 
 def test_the_replay_fills_what_the_live_tail_lost_and_no_gap_is_left() -> None:
@@ -684,9 +725,9 @@ def test_pipeline_steps_show_every_step_pending_in_pipeline_order() -> None:
     upload = _upload(pipeline_steps=["load", "map", "notify"], live_node_progress={"map": started})
     plan = plan_upload("r", IngestState(), upload)
     assert plan.state.live_node_progress == {
-        "load": {"position": 0},
-        "map": {**started, "position": 1},
-        "notify": {"position": 2},
+        "load": {"position": 0, "state": "pending"},
+        "map": {**started, "state": "running", "position": 1},
+        "notify": {"position": 2, "state": "pending"},
     }
     # Only the step that reported makes events; a pending step is no news.
     assert [e["type"] for e in plan.events] == ["step.started", "step.progress"]
@@ -699,12 +740,15 @@ def test_a_replaced_node_keeps_its_position_and_a_node_cannot_set_one() -> None:
     assert plan_upload(
         "r", state, _upload(pipeline_steps=["load", "map"], live_node_progress=nodes)
     ).state.live_node_progress == {
-        "load": {"completed": 3, "position": 0},
+        "load": {"completed": 3, "state": "pending", "position": 0},
         "map": {"position": 1},
     }
     # Without the list too: the uploaded node's own `position` is ignored, the stored one kept.
     alone = plan_upload("r", state, _upload(live_node_progress={"map": {"completed": 1, "position": 0}}))
-    assert alone.state.live_node_progress == {"load": {"position": 0}, "map": {"completed": 1, "position": 1}}
+    assert alone.state.live_node_progress == {
+        "load": {"position": 0},
+        "map": {"completed": 1, "state": "pending", "position": 1},
+    }
 
 
 @pytest.mark.parametrize(

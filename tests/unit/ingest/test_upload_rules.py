@@ -47,7 +47,15 @@ def test_a_step_that_completes_later_gets_its_completion_then() -> None:
     events, changed, _ = diff_steps(
         {"n": {"started_at": 1}}, {"n": {"started_at": 1, "completed_at": 4}}, "running"
     )
-    assert events == [{"type": "step.completed", "node_id": "n", "completed_at": 4, "outcome": "completed"}]
+    assert events == [
+        {
+            "type": "step.completed",
+            "node_id": "n",
+            "state": "completed",
+            "outcome": "completed",
+            "completed_at": 4,
+        }
+    ]
     assert changed == ["n"]
 
 
@@ -213,7 +221,9 @@ def test_a_step_completing_in_a_failed_upload_fails() -> None:
     plan = plan_upload(
         "r", IngestState(), _upload(status="failed", live_node_progress={"n": {"completed_at": 5}})
     )
-    assert [e["outcome"] for e in plan.events if e["type"] == "step.completed"] == ["failed"]
+    assert [(e["type"], e["outcome"]) for e in plan.events if e["type"].startswith("step.")] == [
+        ("step.failed", "failed")
+    ]
 
 
 def test_the_plan_stores_the_new_snapshot_and_watermarks() -> None:
@@ -226,7 +236,7 @@ def test_the_plan_stores_the_new_snapshot_and_watermarks() -> None:
             activity_observations=[{"activityId": "x", "observedAt": 4}],
         ),
     )
-    assert plan.state.live_node_progress == {"a": {"completed": 1}, "b": {"completed": 2}}
+    assert plan.state.live_node_progress == {"a": {"completed": 1}, "b": {"completed": 2, "state": "pending"}}
     assert plan.state.activity_watermarks == {"x": 4}
 
 
