@@ -40,6 +40,7 @@ REST = (
     },
 )
 COMPLETED = {"type": "result", "status": "completed"}
+STORY = MID_MAP + REST
 
 EXAMPLES: tuple[FailureScenario, ...] = (
     # The runner dies mid-map: no result line.
@@ -51,6 +52,10 @@ EXAMPLES: tuple[FailureScenario, ...] = (
     # Ctrl-C mid-map, then --resume to a completed result.
     FailureScenario(
         CONTRACT, MID_MAP + REST, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="resume"
+    ),
+    # Ctrl-C, then the rest reported again without --resume: refused, the run still interrupted.
+    FailureScenario(
+        CONTRACT, MID_MAP + REST, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="again"
     ),
     # SIGTERM mid-map and nobody resumes: the watchdog fails the interrupted run.
     FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", then="watchdog"),

@@ -55,7 +55,10 @@ ACCEPTED_STATUSES = ("completed", "failed", "cancelled")
 BAD_STATUSES = ("succeeded", "COMPLETED", "done")
 
 Ending = Literal["result", "cut", "signal", "batch"]
-Then = Literal["nothing", "resume", "watchdog", "cancel"]
+Then = Literal["nothing", "resume", "watchdog", "cancel", "again"]
+
+# `ledger report`'s exit codes (docs/errors.md, docs/worker.md).
+EXIT_REPORTED, EXIT_NOT_TAKEN, EXIT_INTERRUPTED, EXIT_NEEDS_RESUME = 0, 1, 11, 12
 
 
 def bad_status_error(status: str) -> str:
@@ -138,7 +141,7 @@ class FailureScenario:
     stop: int
     result: dict[str, Any] | None = None  # the last batch's result line (None: the stream is cut)
     signal: str | None = None  # "SIGINT" | "SIGTERM"
-    on_interrupt: str | None = None  # None (the default: resumable), "fail", "cancel"
+    on_interrupt: str | None = None  # None (the default), "resumable", "fail", "cancel"
     then: Then = "nothing"
 
     @property
@@ -369,9 +372,8 @@ class _Story:
         self.events.append(("terminal", terminal))
 
 
-def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expected:
-    """The final record the documents say `scenario` ends with. `interrupt_exit`: the documented
-    exit code of an interrupted `ledger report` (None: not pinned)."""
+def expected(scenario: FailureScenario) -> Expected:
+    """The final record the documents say `scenario` ends with."""
     story = _Story(contract_steps(list(scenario.contract)))
     story.begin()
     exits: list[Pin] = []
@@ -384,15 +386,15 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
         nonlocal terminal, error
         if result is None:
             terminal, error = "failed", exact(NO_RESULT_ERROR)
-            exits.append(exact(1))
+            exits.append(exact(EXIT_NOT_TAKEN))
         elif result.get("status") in ACCEPTED_STATUSES:
             terminal = result["status"]
-            # Every run that did not complete says why.
-            error = ABSENT if terminal == "completed" else PRESENT
-            exits.append(exact(0))
+            # The runner's own verdict: the documents give it no error text of the ledger's.
+            error = ABSENT if terminal == "completed" else OPEN
+            exits.append(exact(EXIT_REPORTED))
         else:
             terminal, error = "failed", exact(bad_status_error(str(result.get("status"))))
-            exits.append(exact(1))
+            exits.append(exact(EXIT_NOT_TAKEN))
         story.end(terminal, None, by_ledger=False)
 
     def ledger_ends(how: str) -> None:
@@ -411,8 +413,8 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
         finish(scenario.result if scenario.ending == "result" else None)
     elif scenario.ending == "signal":
         assert scenario.signal is not None
-        exits.append(OPEN if interrupt_exit is None else exact(interrupt_exit))
-        if scenario.on_interrupt is None:
+        exits.append(exact(EXIT_INTERRUPTED))
+        if scenario.on_interrupt in (None, "resumable"):
             story.events.append(("reporter.interrupted", None))
             status = exact("interrupted")
         elif scenario.on_interrupt == "fail":
@@ -422,7 +424,7 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
             terminal, error = "cancelled", PRESENT
             story.end("cancelled", None, by_ledger=False)
     else:  # a batch ended with --no-finalize: the run stays in flight
-        exits.append(exact(0))
+        exits.append(exact(EXIT_REPORTED))
         status = exact("running")
 
     if terminal is None:
@@ -434,6 +436,9 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
             finish(scenario.result)
         elif scenario.then in ("watchdog", "cancel"):
             ledger_ends(scenario.then)
+        elif scenario.then == "again":
+            # Reported again without --resume: refused before anything changes.
+            exits.append(exact(EXIT_NEEDS_RESUME))
 
     if terminal is not None:
         status = OPEN
@@ -454,7 +459,7 @@ def expected(scenario: FailureScenario, *, interrupt_exit: int | None) -> Expect
 def optional_events(scenario: FailureScenario) -> frozenset[str]:
     """Event types the documents neither require nor rule out in this scenario: a reporter that
     ends the run on a signal (``--on-interrupt fail|cancel``) may say it was interrupted first."""
-    if scenario.ending == "signal" and scenario.on_interrupt is not None:
+    if scenario.ending == "signal" and scenario.on_interrupt in ("fail", "cancel"):
         return frozenset({"reporter.interrupted"})
     return frozenset()
 

@@ -10,7 +10,8 @@ left out at random: a count a line does not carry leaves the stored one unchange
 How the story ends is drawn too (`tests.oracle.failure_model.FailureScenario`): the result line
 (each status the ledger takes, and some it does not), the stream cut at any line, a signal at any
 line (left resumable, or ``--on-interrupt fail|cancel``), a batch ended with ``--no-finalize``;
-then nothing, a ``--resume`` with the rest of the lines, the watchdog, or a cancel. Everything
+then nothing, a ``--resume`` with the rest of the lines, the watchdog, a cancel, or (after a signal) the rest
+reported again without ``--resume``. Everything
 shrinks towards a short story with one ending.
 """
 
@@ -166,12 +167,13 @@ def failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool = True) -> FailureS
         stop = 1
     mode = None
     if ending == "signal" and on_interrupt:
-        mode = draw(st.sampled_from((None, None, "fail", "cancel")))
-    if mode is not None:
+        mode = draw(st.sampled_from((None, None, "resumable", "fail", "cancel")))
+    if mode in ("fail", "cancel"):
         signal = draw(st.sampled_from(("SIGINT", "SIGTERM")))
         return FailureScenario(contract, lines, "signal", stop, signal=signal, on_interrupt=mode)
-    then = draw(st.sampled_from(("resume", "resume", "watchdog", "cancel", "nothing")))
-    result = draw(result_lines()) if then == "resume" else None
+    thens = ("resume", "resume", "watchdog", "cancel", "nothing", *(("again",) if ending == "signal" else ()))
+    then = draw(st.sampled_from(thens))
+    result = draw(result_lines()) if then in ("resume", "again") else None
     return FailureScenario(
         contract,
         lines,
@@ -179,5 +181,6 @@ def failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool = True) -> FailureS
         stop,
         result,
         signal=draw(st.sampled_from(("SIGINT", "SIGTERM"))) if ending == "signal" else None,
+        on_interrupt=mode,
         then=then,
     )

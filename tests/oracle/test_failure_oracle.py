@@ -64,8 +64,6 @@ STALLED_SQL = "SELECT 1 FROM ledger.stalled_runs WHERE run_id = %s"
 LANDED_SQL = "SELECT 1 FROM ledger.run_events WHERE run_id = %s AND type = 'log' AND payload ->> 'line' = %s"
 LANDED_TIMEOUT_S = 60.0
 
-# The documented exit code of an interrupted `ledger report` (None until the command has one).
-INTERRUPT_EXIT: int | None = getattr(report_cli, "EXIT_INTERRUPTED", None)
 # `ledger cancel` is drawn beside `PUT …/terminal` once the CLI has it (with a reason to give).
 _CANCEL = cli_app.cli.commands.get("cancel")
 CANCEL_REASON_OPTION = next(
@@ -90,6 +88,10 @@ class FailureOracleError(AssertionError):
 
 
 class ReportExitDiffers(FailureOracleError):
+    pass
+
+
+class InterruptUnexplained(FailureOracleError):
     pass
 
 
@@ -170,6 +172,7 @@ class Player:
         self.env = cli_env(service.base_url, service.token)
         self.exits: list[int] = []
         self.said: list[str] = []
+        self.stderrs: list[str] = []
 
     def report(
         self,
@@ -230,7 +233,9 @@ class Player:
                     with contextlib.suppress(BrokenPipeError):
                         process.stdin.close()
             stderr.seek(0)
-            self.said.append(f"[{' '.join(args[3:])} → exit {code}] {stderr.read().strip()[:1500]}")
+            said = stderr.read()
+            self.stderrs.append(said)
+            self.said.append(f"[{' '.join(args[3:])} → exit {code}] {said.strip()[:1500]}")
         self.exits.append(code)
 
     def _wait_landed(self, run_id: str, line: str, process: subprocess.Popen[str]) -> None:
@@ -318,6 +323,8 @@ class Player:
             self.watchdog(run_id)
         elif scenario.then == "cancel":
             self.cancel(run_id, cancel_via)
+        elif scenario.then == "again":
+            self.report(run_id, contract, scenario.rest, scenario.result)
 
 
 # -- comparing --------------------------------------------------------------------------------------
@@ -441,13 +448,18 @@ def check(scenario: FailureScenario, player: Player, cancel_via: str = "http") -
     player.play(scenario, run_id, cancel_via)
     context = f"run {run_id}\n{scenario.describe()}\nledger report said:\n" + "\n".join(player.said)
 
-    want = expected(scenario, interrupt_exit=INTERRUPT_EXIT)
+    want = expected(scenario)
     got_exits = player.exits
     if len(got_exits) != len(want.exits) or not all(
         p.holds(c) for p, c in zip(want.exits, got_exits, strict=False)
     ):
         raise ReportExitDiffers(f"ledger report exited {got_exits}, want {want.exits}\n{context}")
 
+    if scenario.ending == "signal" and scenario.on_interrupt in (None, "resumable"):
+        # One line says what happened and the exact command that continues the run.
+        said = player.stderrs[0]
+        if "--resume" not in said or run_id not in said:
+            raise InterruptUnexplained(f"the interrupted reporter said {said!r}\n{context}")
     try:
         records = player.loop_thread.run(
             read_faces(player.service.base_url, player.service.token, player.db, run_id)
