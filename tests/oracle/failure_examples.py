@@ -59,6 +59,23 @@ EXAMPLES: tuple[FailureScenario, ...] = (
     ),
     # SIGTERM mid-map and nobody resumes: the watchdog fails the interrupted run.
     FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", then="watchdog"),
+    # A batch ends while a tool call runs; the --resume batch settles it failed.
+    FailureScenario(
+        CONTRACT,
+        (
+            *MID_MAP,
+            *REST[:2],
+            _log(2),
+            {
+                "type": "execution_event",
+                "event": {"type": "tool.call.settled", "toolId": "slack.post", "outcome": "failed"},
+            },
+        ),
+        "batch",
+        len(MID_MAP) + 2,
+        COMPLETED,
+        then="resume",
+    ),
     # Counts left out: map.suspended without failedRows, map.resumed without completedRows.
     FailureScenario(
         CONTRACT,

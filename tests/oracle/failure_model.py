@@ -464,15 +464,40 @@ def optional_events(scenario: FailureScenario) -> frozenset[str]:
     return frozenset()
 
 
+def _segments(events: list[EventKey]) -> tuple[list[EventKey], list[list[EventKey]]]:
+    """The barriers (log lines, the reporter's and the terminal events) in order, and the step
+    events between each two."""
+    barriers: list[EventKey] = []
+    segments: list[list[EventKey]] = [[]]
+    for event in events:
+        if event[0].startswith("step."):
+            segments[-1].append(event)
+        else:
+            barriers.append(event)
+            segments.append([])
+    return barriers, segments
+
+
+def _per_node(segment: list[EventKey]) -> dict[str | None, list[str]]:
+    out: dict[str | None, list[str]] = {}
+    for kind, node in segment:
+        out.setdefault(node, []).append(kind)
+    return out
+
+
 def events_match(want: list[EventKey | frozenset[EventKey]], got: list[EventKey]) -> bool:
-    """`got` is `want` in order, each group's members in any order."""
+    """`got` tells `want`'s story in the runner's order: the log lines, the reporter's events and
+    the terminal event in order, and between two of them the same step transitions, each step's in
+    order. (Transitions of different steps between the same two log lines carry no order of their
+    own on the wire: the ledger places a transition after the log line it followed.)"""
     flat: list[EventKey] = []
     for item in want:
-        if isinstance(item, frozenset):
-            group = sorted(item, key=repr)
-            if sorted(got[len(flat) : len(flat) + len(group)], key=repr) != group:
-                return False
-            flat.extend(got[len(flat) : len(flat) + len(group)])
-        else:
-            flat.append(item)
-    return flat == got
+        flat.extend(sorted(item, key=repr) if isinstance(item, frozenset) else [item])
+    want_barriers, want_segments = _segments(flat)
+    got_barriers, got_segments = _segments(got)
+    if want_barriers != got_barriers:
+        return False
+    return all(
+        sorted(mine, key=repr) == sorted(theirs, key=repr) and _per_node(mine) == _per_node(theirs)
+        for mine, theirs in zip(want_segments, got_segments, strict=True)
+    )
