@@ -203,11 +203,14 @@ def _cli(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def read_cli(base_url: str, token: str, run_id: str) -> Record:
+async def read_cli(base_url: str, token: str, run_id: str) -> Record:
     env = cli_env(base_url, token)
-    run = json.loads(_cli(env, "run", run_id, "--json"))
-    lines = _cli(env, "events", run_id, "--json").splitlines()
-    page = json.loads(_cli(env, "runs", "--json", "--limit", "50"))
+    run_out, events_out, runs_out = await asyncio.gather(
+        asyncio.to_thread(_cli, env, "run", run_id, "--json"),
+        asyncio.to_thread(_cli, env, "events", run_id, "--json"),
+        asyncio.to_thread(_cli, env, "runs", "--json", "--limit", "50"),
+    )
+    run, lines, page = json.loads(run_out), events_out.splitlines(), json.loads(runs_out)
     return from_run("cli", run, _row(page, run_id), [json.loads(line) for line in lines if line.strip()])
 
 
@@ -265,7 +268,7 @@ async def read_faces(base_url: str, token: str, db: Database, run_id: str) -> li
     """Every face of the run, read after it has settled (nothing writes to it any more)."""
     readers = {
         "http": lambda: read_http(base_url, token, run_id),
-        "cli": lambda: asyncio.to_thread(read_cli, base_url, token, run_id),
+        "cli": lambda: read_cli(base_url, token, run_id),
         "sql": lambda: read_sql(db, run_id),
         "dashboard": lambda: read_dashboard(base_url, token, run_id),
     }

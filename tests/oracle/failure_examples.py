@@ -1,10 +1,10 @@
-"""The failed-run stories every run of the failure oracle plays, whatever it draws.
+"""The failed-run stories the failure oracle plays by name (`test_failure_story`), beside what it draws.
 
 Each is one way a run went wrong that once left a face telling a false or silent story: a runner
 that dies inside a map, a result status the ledger does not take, Ctrl-C and SIGTERM on `ledger
 report` (left resumable and resumed, or ended), a map resumed or suspended without its counts,
 steps the contract does not list, the watchdog under a stall limit other than the default, and a
-cancel while a step runs.
+cancel while a step runs. Each is named, so one whose fix has not landed can be marked alone.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from tests.oracle.failure_model import RUNNER_PREFIX, STEP_POOL, FailureScenario
 
 def _map(kind: str, **fields: Any) -> dict[str, Any]:
     return {"type": "execution_event", "event": {"type": kind, "mapNodeId": "enrich", **fields}}
+
+
+def _event(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "execution_event", "event": {"type": kind, **fields}}
 
 
 def _log(n: int) -> dict[str, Any]:
@@ -40,44 +44,59 @@ REST = (
     },
 )
 COMPLETED = {"type": "result", "status": "completed"}
+TOOL_FAILED = {
+    "type": "execution_event",
+    "event": {"type": "tool.call.settled", "toolId": "slack.post", "outcome": "failed"},
+}
+GHOST_PROGRESS = {
+    "type": "execution_event",
+    "event": {"type": "map.progress", "mapNodeId": "ghost-step", "completedRows": 5},
+}
+GHOST_CALL = {"type": "execution_event", "event": {"type": "tool.call.started", "toolId": "ghost.tool"}}
 STORY = MID_MAP + REST
 
-EXAMPLES: tuple[FailureScenario, ...] = (
+STORIES: dict[str, FailureScenario] = {
     # The runner dies mid-map: no result line.
-    FailureScenario(CONTRACT, MID_MAP, "cut", len(MID_MAP)),
+    "runner-dies-mid-map": FailureScenario(CONTRACT, MID_MAP, "cut", len(MID_MAP)),
     # A result status the ledger does not take.
-    FailureScenario(
-        CONTRACT, MID_MAP + REST, "result", len(MID_MAP + REST), {"type": "result", "status": "succeeded"}
+    "refused-result-status": FailureScenario(
+        CONTRACT, STORY, "result", len(STORY), {"type": "result", "status": "succeeded"}
+    ),
+    # A result the runner says cancelled, a map still open.
+    "runner-result-cancelled": FailureScenario(
+        CONTRACT, MID_MAP, "result", len(MID_MAP), {"type": "result", "status": "cancelled"}
     ),
     # Ctrl-C mid-map, then --resume to a completed result.
-    FailureScenario(
-        CONTRACT, MID_MAP + REST, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="resume"
+    "sigint-then-resume": FailureScenario(
+        CONTRACT, STORY, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="resume"
     ),
     # Ctrl-C, then the rest reported again without --resume: refused, the run still interrupted.
-    FailureScenario(
-        CONTRACT, MID_MAP + REST, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="again"
+    "sigint-then-report-without-resume": FailureScenario(
+        CONTRACT, STORY, "signal", len(MID_MAP), COMPLETED, signal="SIGINT", then="again"
     ),
     # SIGTERM mid-map and nobody resumes: the watchdog fails the interrupted run.
-    FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", then="watchdog"),
+    "sigterm-then-watchdog": FailureScenario(
+        CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", then="watchdog"
+    ),
+    # --on-interrupt fail and cancel end the run at the signal.
+    "sigint-on-interrupt-fail": FailureScenario(
+        CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGINT", on_interrupt="fail"
+    ),
+    "sigterm-on-interrupt-cancel": FailureScenario(
+        CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", on_interrupt="cancel"
+    ),
     # A batch ends while a tool call runs; the --resume batch settles it failed.
-    FailureScenario(
+    "tool-fails-in-resumed-batch": FailureScenario(
         CONTRACT,
-        (
-            *MID_MAP,
-            *REST[:2],
-            _log(2),
-            {
-                "type": "execution_event",
-                "event": {"type": "tool.call.settled", "toolId": "slack.post", "outcome": "failed"},
-            },
-        ),
+        (*MID_MAP, *REST[:2], _log(2), TOOL_FAILED),
         "batch",
         len(MID_MAP) + 2,
         COMPLETED,
         then="resume",
     ),
-    # Counts left out: map.suspended without failedRows, map.resumed without completedRows.
-    FailureScenario(
+    # Counts left out (map.suspended without failedRows, map.resumed without completedRows), then
+    # a cancel while the map runs.
+    "counts-left-out-then-cancel": FailureScenario(
         CONTRACT,
         (
             _map("map.started", totalRows=100),
@@ -91,19 +110,11 @@ EXAMPLES: tuple[FailureScenario, ...] = (
         then="cancel",
     ),
     # Steps outside the contract: a map and a tool it does not list, a checkpoint frame for one.
-    FailureScenario(
+    "steps-outside-the-contract": FailureScenario(
         CONTRACT,
-        (
-            {
-                "type": "execution_event",
-                "event": {"type": "map.progress", "mapNodeId": "ghost-step", "completedRows": 5},
-            },
-            {"type": "execution_event", "event": {"type": "tool.call.started", "toolId": "ghost.tool"}},
-            *MID_MAP,
-            *REST,
-        ),
+        (GHOST_PROGRESS, GHOST_CALL, *STORY),
         "result",
-        len(MID_MAP + REST) + 2,
+        len(STORY) + 2,
         {
             "type": "result",
             "status": "failed",
@@ -112,4 +123,4 @@ EXAMPLES: tuple[FailureScenario, ...] = (
             },
         },
     ),
-)
+}

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 
 SOAK = os.environ.get("HYPOTHESIS_PROFILE", "").strip() == "soak"
 
@@ -34,9 +34,9 @@ BUDGETS = {
     "direct": (220, 5_000),
     "http": (60, 1_500),
     "postgres_restart": (6, 150),
-    # Each example runs `ledger report` and the CLI as processes: with the stories every run
-    # plays (`tests.oracle.failure_examples`), about two minutes of CI.
-    "failures": (10, 400),
+    # Each example runs `ledger report` and the CLI as processes: with the stories played by name
+    # (`tests.oracle.failure_examples`), about two minutes of CI.
+    "failures": (6, 400),
 }
 
 # pytest-timeout's per-test limit (pyproject: 120 s) would cut a soak run short, and a failing
@@ -80,15 +80,9 @@ def tally(backend: str, scenario: Any, failure: BaseException | None) -> bool:
     return True
 
 
-# ORACLE_EXPLICIT_ONLY=1: only the examples a test always plays (a quick rerun of the pinned
-# stories while a fix is chased); never under CI.
-EXPLICIT_ONLY = not CI and os.environ.get("ORACLE_EXPLICIT_ONLY", "").strip() not in ("", "0")
-
-
 def budget(test: str) -> settings:
     """The Hypothesis settings of one oracle test under the active profile."""
     default, soak = BUDGETS[test]
-    base = settings(
+    return settings(
         settings.get_profile("soak" if SOAK else "oracle"), max_examples=soak if SOAK else default
     )
-    return settings(base, phases=[Phase.explicit]) if EXPLICIT_ONLY else base

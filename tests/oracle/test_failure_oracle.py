@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.cli import app as cli_app
@@ -42,7 +42,7 @@ from ledger.cli import report as report_cli
 from ledger.db import Database
 from ledger.runlog.watchdog import Watchdog
 from tests.oracle.faces import PARTS, FaceUnreadable, Record, cli_env, ledger_command, read_faces
-from tests.oracle.failure_examples import CONTRACT, EXAMPLES, MID_MAP
+from tests.oracle.failure_examples import STORIES
 from tests.oracle.failure_model import (
     CANCEL_ERROR,
     Expected,
@@ -497,26 +497,46 @@ def failure_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("failure-oracle")
 
 
-def with_examples(test: Any) -> Any:
-    """The property with the stories it always plays (`tests.oracle.failure_examples`)."""
-    stories = list(EXAMPLES)
-    if ON_INTERRUPT:
-        stories += [
-            FailureScenario(CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGINT", on_interrupt="fail"),
-            FailureScenario(
-                CONTRACT, MID_MAP, "signal", len(MID_MAP), signal="SIGTERM", on_interrupt="cancel"
-            ),
-        ]
-    for story in reversed(stories):
-        test = example(scenario=story, cancel_via="http")(test)
-    return test
+def play_and_check(
+    loop_thread: LoopThread,
+    service: ServiceThread,
+    db: Database,
+    workdir: Path,
+    scenario: FailureScenario,
+    cancel_via: str,
+) -> None:
+    player = Player(loop_thread, service, db, workdir)
+    try:
+        check(scenario, player, cancel_via)
+    except FailureOracleError as failure:
+        if not tally("failures", scenario, failure):
+            raise
+    else:
+        tally("failures", scenario, None)
+
+
+# Each story of `tests.oracle.failure_examples` once, by name (a story whose fix has not landed
+# can be marked on its own).
+STORY_PARAMS = [pytest.param(name, id=name) for name in STORIES]
+
+
+@pytest.mark.parametrize("story", STORY_PARAMS)
+def test_failure_story(
+    loop_thread: LoopThread,
+    failure_service: ServiceThread,
+    failure_db: Database,
+    failure_workdir: Path,
+    story: str,
+) -> None:
+    if STORIES[story].on_interrupt in ("fail", "cancel") and not ON_INTERRUPT:
+        pytest.fail("ledger report has no --on-interrupt option")
+    play_and_check(loop_thread, failure_service, failure_db, failure_workdir, STORIES[story], "http")
 
 
 @timeout
 @background_random
 @budget("failures")
 @given(scenario=failure_scenarios(on_interrupt=ON_INTERRUPT), cancel_via=st.sampled_from(CANCEL_VIA))
-@with_examples
 def test_failure_oracle(
     loop_thread: LoopThread,
     failure_service: ServiceThread,
@@ -525,11 +545,4 @@ def test_failure_oracle(
     scenario: FailureScenario,
     cancel_via: str,
 ) -> None:
-    player = Player(loop_thread, failure_service, failure_db, failure_workdir)
-    try:
-        check(scenario, player, cancel_via)
-    except FailureOracleError as failure:
-        if not tally("failures", scenario, failure):
-            raise
-    else:
-        tally("failures", scenario, None)
+    play_and_check(loop_thread, failure_service, failure_db, failure_workdir, scenario, cancel_via)
