@@ -161,12 +161,25 @@ class EventFolder:
 
     def finish(self, result_status: str) -> None:
         """The terminal step transitions: every step still open completes with a completed run and
-        fails with any other end ("run failed", "run cancelled"); settled and never-started steps
-        stay as they are."""
+        fails with any other end ("run failed", "run cancelled"), its counts settled (none active
+        or waiting); settled and never-started steps stay as they are."""
+        still_open = [node_id for node_id, state in self.step_states().items() if state is StepState.STARTED]
         if result_status == "completed":
             self.lifecycle.mark_all_terminal()
         else:
             self.lifecycle.mark_started_failed(f"run {result_status}")
+        for node_id in still_open:
+            # A step the run's end settles is settled in its counts too: nothing active or
+            # waiting any more, its rows as last reported (reconciliation may still correct them).
+            node = self.state.nodes.get(node_id)
+            if node is not None and node.total is not None:
+                completed, failed = node.completed or 0, node.failed or 0
+                settled = completed + failed
+                patch = settled_map_patch(
+                    completed, failed, node.total, started_rows=min(node.total, settled)
+                )
+                patch["completed_at"] = node.completed_at
+                self.state.set_node_progress(node_id, patch)
 
     def restore(self, nodes: object) -> None:
         """Take the steps' progress as the ledger holds it (a reporter continuing an attempt);

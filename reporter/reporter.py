@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_FINALIZE_DEADLINE_S",
     "INTERRUPT_ENDS",
     "IN_FLIGHT_RESULT_STATUSES",
+    "NO_RESULT_ERROR",
     "RESULT_STATUSES",
     "ProgressReporter",
     "interrupted_error",
@@ -83,12 +84,15 @@ RESULT_STATUSES = (*TERMINAL_STATUSES, *IN_FLIGHT_RESULT_STATUSES)
 
 def result_status_problem(result: Mapping[str, Any]) -> str | None:
     """Why a runner's result cannot end the run as it says (its status is missing or not one of
-    `RESULT_STATUSES`), or None when it can."""
+    `RESULT_STATUSES`): the run's terminal error, or None when it can."""
     status = result.get("status")
     if isinstance(status, str) and status in RESULT_STATUSES:
         return None
-    said = "has no status" if status is None else f"has the status {_shown(status)}"
-    return f"the runner's result {said}, not one of {', '.join(RESULT_STATUSES)}"
+    return f"the runner reported status {_shown(status)}, which the ledger does not take"
+
+
+# The run's terminal error when the runner's output ends without a result line.
+NO_RESULT_ERROR = "the runner's output ended without a result line"
 
 
 def interrupted_error(signal_name: str) -> str:

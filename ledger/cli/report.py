@@ -79,6 +79,8 @@ from reporter.reporter import (
     DEFAULT_FINALIZE_DEADLINE_S,
     IN_FLIGHT_RESULT_STATUSES,
     INTERRUPT_ENDS,
+    NO_RESULT_ERROR,
+    RESULT_STATUSES,
     result_status_problem,
 )
 from reporter.runner_protocol import runner_schema_text
@@ -363,12 +365,13 @@ async def _end(
         if problem is not None:
             result = {**result, "status": "failed"}
     await reporter.load_terminal_truth(deadline_s=left())
-    await reporter.finalize(result, error=problem, deadline_s=left())
+    await reporter.finalize(result, error=NO_RESULT_ERROR if missing else problem, deadline_s=left())
     if missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
     if problem is not None:
-        warn(f"{problem}: run {reporter.run_id} was reported failed")
+        takes = ", ".join(RESULT_STATUSES)
+        warn(f"{problem} (it takes {takes}): run {reporter.run_id} was reported failed")
         return _EXIT_BAD_RESULT
     return EXIT_OK
 
@@ -449,7 +452,7 @@ def _signals(interrupted: asyncio.Future[str], warn: Callable[[str], None], run_
             if not interrupted.done():
                 interrupted.set_result(name)
             return
-        warn(f"{name} again: exiting at once; run {run_id} is left as the ledger had it")
+        warn(f"a second signal ({name}): exiting at once; run {run_id} is left as the ledger had it")
         os._exit(EXIT_INTERRUPTED)
 
     kinds = (signal.SIGINT, signal.SIGTERM)

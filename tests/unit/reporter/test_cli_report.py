@@ -62,6 +62,7 @@ async def test_end_of_input_without_a_result_reports_the_run_failed() -> None:
     assert any("no result line" in w for w in warnings)
     final = transport.payloads[-1]
     assert final["status"] == "failed"
+    assert final["error"] == "the runner's output ended without a result line"
     assert report_cli.NO_RESULT_LINE in final["live_logs"]
     assert final["live_node_progress"]["enrich"]["completed"] == 10  # still reconciled from the sheets
 

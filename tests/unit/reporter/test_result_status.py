@@ -114,16 +114,16 @@ def test_the_statuses_a_result_may_have(status: str) -> None:
 @pytest.mark.parametrize(
     ("result", "said"),
     [
-        ({}, "has no status"),
-        ({"status": None}, "has no status"),
-        ({"status": "succeeded"}, "has the status 'succeeded'"),
-        ({"status": "running"}, "has the status 'running'"),
-        ({"status": 3}, "has the status 3"),
-        ({"status": "x" * 500}, "has the status 'xxx"),
+        ({}, "the runner reported status None,"),
+        ({"status": None}, "the runner reported status None,"),
+        ({"status": "succeeded"}, "the runner reported status 'succeeded',"),
+        ({"status": "running"}, "the runner reported status 'running',"),
+        ({"status": 3}, "the runner reported status 3,"),
+        ({"status": "x" * 500}, "the runner reported status 'xxx"),
     ],
 )
 def test_any_other_status_is_named_with_the_ones_a_result_may_have(result: dict[str, Any], said: str) -> None:
     problem = result_status_problem(result)
     assert problem is not None and said in problem
-    assert problem.endswith("not one of completed, failed, cancelled, suspended")
+    assert problem.endswith(", which the ledger does not take")
     assert len(problem) < 200  # one line, whatever the runner sent
