@@ -212,8 +212,10 @@ class Player:
             try:
                 assert process.stdin is not None
                 if signal_name is None:
-                    process.stdin.write(text)
-                    process.stdin.close()
+                    # A reporter refused at once (exit 12, 4, ...) may stop reading early.
+                    with contextlib.suppress(BrokenPipeError):
+                        process.stdin.write(text)
+                        process.stdin.close()
                 else:
                     # The runner is still running: its stdout stays open. The signal comes once the
                     # last line it wrote (`signal_marker`) has landed, so the lines before it are read.
