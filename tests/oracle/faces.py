@@ -96,13 +96,26 @@ def from_run(
 # -- HTTP ----------------------------------------------------------------------------------------------
 
 
+RETRIES_503 = 20
+
+
+async def _get(client: httpx.AsyncClient, path: str, **kwargs: Any) -> httpx.Response:
+    """A GET that waits out a 503 as every client of the API must (`Retry-After`): a loaded
+    machine may run the service's pool dry for a moment; that is not what the faces are read for."""
+    for _ in range(RETRIES_503):
+        answer = await client.get(path, **kwargs)
+        if answer.status_code != 503:
+            break
+        await asyncio.sleep(min(float(answer.headers.get("Retry-After") or 1), 2.0))
+    answer.raise_for_status()
+    return answer
+
+
 async def _events_over_http(client: httpx.AsyncClient, run_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     after = "-1"
     while True:
-        answer = await client.get(f"/v1/runs/{run_id}/events", params={"after": after})
-        answer.raise_for_status()
-        page = answer.json()
+        page = (await _get(client, f"/v1/runs/{run_id}/events", params={"after": after})).json()
         events.extend(page["events"])
         if not page["events"] or events[-1]["seq"] >= page["latest_seq"]:
             return events
@@ -110,8 +123,7 @@ async def _events_over_http(client: httpx.AsyncClient, run_id: str) -> list[dict
 
 
 async def _summary(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    answer = await client.get("/v1/runs", params={"limit": 50})
-    answer.raise_for_status()
+    answer = await _get(client, "/v1/runs", params={"limit": 50})
     return _row(answer.json(), run_id)
 
 
@@ -126,8 +138,7 @@ def _row(page: dict[str, Any], run_id: str) -> dict[str, Any]:
 async def read_http(base_url: str, token: str, run_id: str) -> Record:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30) as client:
-        answer = await client.get(f"/v1/runs/{run_id}")
-        answer.raise_for_status()
+        answer = await _get(client, f"/v1/runs/{run_id}")
         return from_run(
             "http", answer.json(), await _summary(client, run_id), await _events_over_http(client, run_id)
         )
@@ -142,8 +153,12 @@ async def _sse_events(client: httpx.AsyncClient, run_id: str, last_seq: int) -> 
     if last_seq <= 0:
         return events
 
-    async def follow() -> None:
+    async def follow() -> bool:
+        """Read the tail; False when the service answered 503 (try again)."""
+        events.clear()
         async with client.stream("GET", f"/v1/runs/{run_id}/events/stream", params={"after": "-1"}) as answer:
+            if answer.status_code == 503:
+                return False
             answer.raise_for_status()
             data: list[str] = []
             async for line in answer.aiter_lines():
@@ -153,9 +168,17 @@ async def _sse_events(client: httpx.AsyncClient, run_id: str, last_seq: int) -> 
                     events.append(json.loads("\n".join(data)))
                     data = []
                     if events[-1].get("seq", 0) >= last_seq:
-                        return
+                        return True
+        return True
 
-    await asyncio.wait_for(follow(), SSE_TIMEOUT_S)
+    async def follow_through_503() -> None:
+        for _ in range(RETRIES_503):
+            if await follow():
+                return
+            await asyncio.sleep(1.0)
+        raise FaceUnreadable(f"the event stream of {run_id} kept answering 503")
+
+    await asyncio.wait_for(follow_through_503(), SSE_TIMEOUT_S)
     return events
 
 
@@ -168,9 +191,7 @@ async def read_dashboard(base_url: str, token: str, run_id: str) -> Record:
         )
         if signed.status_code != 303 or not client.cookies:
             raise FaceUnreadable(f"signing in to the dashboard answered {signed.status_code}")
-        answer = await client.get(f"/v1/runs/{run_id}", headers={"Accept": "application/json"})
-        answer.raise_for_status()
-        run = answer.json()
+        run = (await _get(client, f"/v1/runs/{run_id}", headers={"Accept": "application/json"})).json()
         summary = await _summary(client, run_id)
         events = await _sse_events(client, run_id, int(run.get("last_seq") or 0))
         return from_run("dashboard", run, summary, events)
@@ -272,5 +293,5 @@ async def read_faces(base_url: str, token: str, db: Database, run_id: str) -> li
         "sql": lambda: read_sql(db, run_id),
         "dashboard": lambda: read_dashboard(base_url, token, run_id),
     }
-    records = await asyncio.gather(*(readers[face]() for face in faces_read()))
-    return list(records)
+    # One face after the other: the service's pool is small, and the machine may be busy.
+    return [await readers[face]() for face in faces_read()]
