@@ -421,7 +421,7 @@ def expected(scenario: FailureScenario) -> Expected:
             terminal, error = "failed", exact(interrupted_error(scenario.signal))
             story.end("failed", None, by_ledger=False)
         else:
-            terminal, error = "cancelled", PRESENT
+            terminal, error = "cancelled", exact(interrupted_error(scenario.signal))
             story.end("cancelled", None, by_ledger=False)
     else:  # a batch ended with --no-finalize: the run stays in flight
         exits.append(exact(EXIT_REPORTED))
