@@ -12,7 +12,8 @@ The live tail never skips a line silently: a line that falls out of it before an
 opens a *hole*, and until an upload that takes the whole tail (the last of a batch: a terminal,
 interrupted or batch-ending one, `snapshot(whole_tail=True)`) the uploads carry no line past it.
 A gap in the ledger's log is then decided only at the end, where the result's ``logs`` (the terminal
-replay) fill what the tail lost, in order, once.
+replay) fill what the tail lost, in order, once. A hole is held for `HOLE_HOLD_MS` at most: a run
+that goes on longer shows its live log again, and the lines the tail lost are then a gap.
 
 Each node's *positions* say where on the log its transitions happened (the log count when it
 started, when its progress last changed, when it settled): the ledger puts its step events right
@@ -42,11 +43,15 @@ from reporter.progress import NodeProgress, merge_patch, merge_row_counts
 
 __all__ = [
     "DEFAULT_MAX_PENDING_ONE_SHOT",
+    "HOLE_HOLD_MS",
     "ProgressState",
     "Snapshot",
 ]
 
 DEFAULT_MAX_PENDING_ONE_SHOT = 10_000
+# How long the uploads hold back the lines past a hole in the tail, waiting for the batch's end
+# (whose replay can fill it), before they carry the live log again and leave the hole a gap.
+HOLE_HOLD_MS = 60_000
 
 
 @dataclass(slots=True, kw_only=True)
@@ -96,6 +101,7 @@ class ProgressState:
         # How far the uploads have carried the log, and where a hole opened (None: no hole).
         self.log_sent_through = initial_live_log_total_count
         self.log_hole_after: int | None = None
+        self.log_hole_opened_ms = 0
         self.positions: dict[str, dict[str, int]] = {}
 
     # -- writes (synchronous, from the event path) ------------------------------------------------
@@ -180,6 +186,7 @@ class ProgressState:
             position = self.log_total_count - len(logs) + 1
             if position > self.log_sent_through and self.log_hole_after is None:
                 self.log_hole_after = self.log_sent_through
+                self.log_hole_opened_ms = self.now_ms()
             self.log_bytes -= utf8_length(logs.popleft())
 
     def restore_logs(self, tail: list[str], total_count: int) -> None:
@@ -240,7 +247,8 @@ class ProgressState:
     def snapshot(self, *, whole_tail: bool = False) -> Snapshot:
         """Copy progress and logs, drain the one-shot events, and mark everything clean. Past a
         hole in the tail only an upload of the `whole_tail` carries lines (module docstring)."""
-        if self.log_hole_after is not None and not whole_tail:
+        held = self.log_hole_after is not None and self.now_ms() - self.log_hole_opened_ms < HOLE_HOLD_MS
+        if self.log_hole_after is not None and held and not whole_tail:
             logs, total = [], self.log_hole_after
         else:
             logs, total = list(self.logs), self.log_total_count

@@ -39,6 +39,7 @@ __all__ = [
 
 STATUS_STYLES = {
     "running": "cyan",
+    "interrupted": "magenta",
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",
@@ -338,6 +339,10 @@ def event_summary(event: Mapping[str, Any]) -> str:
         activity = event.get("activity_id") or observation.get("activityId") or "?"
         state = observation.get("state") or observation.get("status") or ""
         return f"{activity} {state}".strip()
+    if kind == "reporter.interrupted":
+        return str(event.get("reason") or f"the reporter was interrupted ({event.get('signal') or '?'})")
+    if kind == "reporter.resumed":
+        return f"a reporter resumed the run ({event.get('status') or 'running'})"
     rest = {k: v for k, v in event.items() if k not in ("seq", "type", "ts", "run_id")}
     picked = [f"{k}={rest[k]}" for k in _SUMMARY_KEYS if k in rest]
     return " ".join(picked) if picked else json.dumps(rest, sort_keys=True, default=str)[:200]

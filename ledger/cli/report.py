@@ -88,10 +88,13 @@ from reporter.transports.http import DEFAULT_RETRY_POLICY
 from reporter.transports.protocol import terminal_message
 
 __all__ = [
+    "EXIT_NEEDS_RESUME",
     "EXIT_NO_RESULT",
     "EXIT_OK",
+    "EXIT_REPORT_INTERRUPTED",
     "EXIT_STALE",
     "EXIT_TERMINAL",
+    "EXIT_TOKEN",
     "EXIT_UPLOAD_FAILED",
     "INTERRUPT_GRACE_S",
     "NO_RESULT_LINE",
@@ -280,6 +283,7 @@ async def report(
         interrupted = asyncio.get_running_loop().create_future()
     stopped = reporter.uploader.stopped_event
     signal_name: str | None = None
+    result: dict[str, Any] | None = None
     try:
         if resume:
             _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
@@ -428,7 +432,7 @@ async def _run_status(reporter: ProgressReporter) -> str | None:
     return status if isinstance(status, str) else None
 
 
-def resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
+def _resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
     """The command line that continues this reporter's attempt after an interruption."""
     words = ["ledger", "report", "--run-id", run_id, "--resume"]
     if contract is not None:
@@ -627,7 +631,7 @@ def report_command(
             finalize=not no_finalize,
             deadline_s=deadline_s,
             on_interrupt=on_interrupt,
-            resume_command=resume_command(run_id, contract, attempt, mode),
+            resume_command=_resume_command(run_id, contract, attempt, mode),
         )
     )
     if code != EXIT_OK:

@@ -103,7 +103,9 @@ async def _ui_bare() -> RedirectResponse:
 async def _runs_page(request: Request) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
-    options = "".join(render("option.html", value=status) for status in ("running", *TERMINAL_STATUSES))
+    options = "".join(
+        render("option.html", value=status) for status in ("running", "interrupted", *TERMINAL_STATUSES)
+    )
     body = render("runs.html", markup={"status_options": options})
     return page(body, title="Runs", script="runs.js", nav=nav("runs"))
 

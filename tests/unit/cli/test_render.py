@@ -231,6 +231,18 @@ def test_event_lines_summarise_each_type() -> None:
     assert render.event_summary(terminal) == "failed · 7 rows · boom"
     assert render.event_summary({"type": "log.gap", "missing": 1500}) == "1,500 log line(s) not kept"
     assert render.event_summary({"type": "status", "status": "running"}) == "running"
+    interrupted = {
+        "type": "reporter.interrupted",
+        "reason": "the reporter was interrupted (SIGTERM)",
+        "signal": "SIGTERM",
+    }
+    assert render.event_summary(interrupted) == "the reporter was interrupted (SIGTERM)"
+    assert render.event_summary({"type": "reporter.interrupted", "signal": "SIGINT"}) == (
+        "the reporter was interrupted (SIGINT)"
+    )
+    assert render.event_summary({"type": "reporter.resumed", "status": "completed"}) == (
+        "a reporter resumed the run (completed)"
+    )
     unknown = {"seq": 4, "type": "something.new", "ts": ts, "phase": "created"}
     assert render.event_summary(unknown) == '{"phase": "created"}'
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 
 from ledger.cli import report as report_cli
 from ledger.cli.app import cli
-from ledger.errors import LedgerError, RunTerminal, StaleAttempt
+from ledger.errors import LedgerError, RunTerminal, StaleAttempt, Unauthorized
 from reporter import HttpTransport, ProgressReporter, RetryPolicy, SimulatedRun
 from tests.unit.reporter.fakes import FakeClock, FakeTransport
 
@@ -189,3 +190,62 @@ async def test_batches_of_one_attempt_continue_after_what_the_ledger_holds() -> 
     # Positional logs: the second batch counts on from the first batch's lines.
     batch_lines = sum(1 for e in events[20:] if json.loads(e)["type"] == "log")
     assert later[-1]["live_log_total_count"] == last["live_log_total_count"] + batch_lines
+
+
+async def endless(first: list[str], then: Callable[[], object] = lambda: None) -> AsyncIterator[str]:
+    """A runner that writes `first`, then (`then()` once it is read) never writes nor ends."""
+    for item in first:
+        yield item
+    then()
+    await asyncio.Event().wait()
+
+
+async def test_a_signal_stops_the_reading_and_leaves_the_run_interrupted_with_one_line() -> None:
+    transport = FakeTransport()
+    warnings: list[str] = []
+    interrupted: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    line = json.dumps({"type": "log", "line": "working"})
+    code = await report_cli.report(
+        make(transport),
+        endless([line], then=lambda: interrupted.set_result("SIGTERM")),
+        warnings.append,
+        interrupted=interrupted,
+        resume_command="ledger report --run-id run-cli --resume",
+    )
+    assert code == report_cli.EXIT_REPORT_INTERRUPTED == 11
+    assert warnings == [
+        "interrupted (SIGTERM): run run-cli is left interrupted with what had arrived (1 log line); "
+        "continue it with: ledger report --run-id run-cli --resume"
+    ]
+    last = transport.payloads[-1]
+    assert last["status"] == "interrupted" and last["live_logs"] == ["working"]
+
+
+async def test_a_refused_token_stops_the_reading_at_the_first_refusal() -> None:
+    transport = FakeTransport()
+    transport.failures = [Unauthorized("unknown token", status=401)]
+    warnings: list[str] = []
+    line = json.dumps({"type": "log", "line": "working"})
+    code = await report_cli.report(make(transport), endless([line]), warnings.append)
+    assert code == report_cli.EXIT_TOKEN == 10
+    [said] = warnings
+    assert said.startswith("the ledger refused the API token (unknown token)") and "LEDGER_TOKEN" in said
+
+
+async def test_a_duplicate_on_an_interrupted_run_says_to_resume_it() -> None:
+    transport = FakeTransport()
+    transport.answers = [{"duplicate": True}]
+    transport.runs["run-cli"] = {"status": "interrupted"}
+    warnings: list[str] = []
+    line = json.dumps({"type": "log", "line": "working"})
+    code = await report_cli.report(
+        make(transport),
+        endless([line]),
+        warnings.append,
+        resume_command="ledger report --run-id run-cli --resume",
+    )
+    assert code == report_cli.EXIT_NEEDS_RESUME == 12
+    assert warnings == [
+        "run run-cli was interrupted and waits for a reporter that resumes it; "
+        "continue it with: ledger report --run-id run-cli --resume"
+    ]

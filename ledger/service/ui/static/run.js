@@ -210,6 +210,8 @@
 
   function summary(event) {
     if (event.type === "log") return typeof event.line === "string" ? event.line : "";
+    if (event.type === "reporter.interrupted") return event.reason || "the reporter was interrupted";
+    if (event.type === "reporter.resumed") return "a reporter resumed the run";
     const said = stepText(event);
     if (said !== null) return said;
     const rest = {};
@@ -255,7 +257,7 @@
     while (log.children.length > MAX_LINES) log.firstElementChild.remove();
     if (atBottom) log.scrollTop = log.scrollHeight;
     if (event.type === "step.completed" && event.outcome) outcomes.set(event.node_id, event.outcome);
-    if (event.type.startsWith("step.") || event.type === "terminal" || event.type === "status") {
+    if (event.type.startsWith("step.") || event.type.startsWith("reporter.") || event.type === "terminal" || event.type === "status") {
       // A step or the run changed: read the run now rather than at the next poll.
       window.clearTimeout(refreshSoon);
       refreshSoon = window.setTimeout(() => refresh().catch(() => {}), 150);
