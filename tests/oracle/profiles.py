@@ -36,7 +36,7 @@ BUDGETS = {
     "postgres_restart": (6, 150),
     # Each example runs `ledger report` and the CLI as processes: with the stories played by name
     # (`tests.oracle.failure_examples`), about two minutes of CI.
-    "failures": (6, 400),
+    "failures": (4, 400),
 }
 
 # pytest-timeout's per-test limit (pyproject: 120 s) would cut a soak run short, and a failing
