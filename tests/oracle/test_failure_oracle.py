@@ -4,16 +4,21 @@ Each example draws a `FailureScenario` (`tests.oracle.failure_strategies`): a co
 runner's lines, and how the story ends — a result line (a status the ledger takes or one it does
 not), the stream cut at any line, a signal (SIGINT or SIGTERM) to the real `ledger report`
 process at any line (left resumable, or ``--on-interrupt fail|cancel``), or a batch ended with
-``--no-finalize``; and then nothing, a ``--resume`` batch with the rest of the lines, the
-watchdog's pass, or a cancel (`PUT …/terminal`). Failed steps, optional fields left out and
-lines naming steps outside the contract come up among the lines.
+``--no-finalize``; and then nothing, a ``--resume`` batch with the rest of the lines, the rest
+reported again without ``--resume``, the watchdog (a short stall limit of its own: the view of
+stalled runs must list the run and the watchdog's pass fail it), or a cancel (`PUT …/terminal`,
+or `ledger cancel` once it exists). Failed steps, optional fields left out and lines naming steps
+outside the contract come up among the lines. `test_failure_story` plays the named stories of
+`tests.oracle.failure_examples` (each reproduction of a false story the faces once told) besides.
 
 The lines go through `ledger report` subprocesses into a real service (uvicorn in a thread) on a
 database of the oracle's own. Then the reference model (`tests.oracle.failure_model`, written from
 the documents) says what the final record is — the run's terminal status and error, each step's
 state, whether it has a reason and its counts, the step totals, the events' types in order — and
-every face (`tests.oracle.faces`: the run and its events over HTTP, `ledger run --json` and
-`ledger events --json`, the SQL views, the dashboard's data) must equal it, and each other.
+every face (`tests.oracle.faces`: the run, its events and its run-list row over HTTP, `ledger run
+--json`, `ledger events --json` and `ledger runs --json`, the SQL views and the event log, the
+dashboard's data) must equal it, and each other. `ledger report`'s exit codes are the documented
+ones, and an interrupted reporter's line names the command that continues the run.
 
 A failure is an exception named after what differs (the model or another face, and which part),
 so Hypothesis shrinks each kind on its own; its message names the face and shows both sides.
