@@ -94,6 +94,8 @@ STORIES: dict[str, FailureScenario] = {
         COMPLETED,
         then="resume",
     ),
+    # A cancel through the ledger while the reporter still reads, mid-map.
+    "cancel-while-reporting": FailureScenario(CONTRACT, STORY, "cancel-live", len(MID_MAP), COMPLETED),
     # Counts left out (map.suspended without failedRows, map.resumed without completedRows), then
     # a cancel while the map runs.
     "counts-left-out-then-cancel": FailureScenario(

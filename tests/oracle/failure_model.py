@@ -54,11 +54,11 @@ CANCEL_ERROR = "cancelled by the failure oracle"
 ACCEPTED_STATUSES = ("completed", "failed", "cancelled")
 BAD_STATUSES = ("succeeded", "COMPLETED", "done")
 
-Ending = Literal["result", "cut", "signal", "batch"]
+Ending = Literal["result", "cut", "signal", "batch", "cancel-live"]
 Then = Literal["nothing", "resume", "watchdog", "cancel", "again"]
 
 # `ledger report`'s exit codes (docs/errors.md, docs/worker.md).
-EXIT_REPORTED, EXIT_NOT_TAKEN, EXIT_INTERRUPTED, EXIT_NEEDS_RESUME = 0, 1, 11, 12
+EXIT_REPORTED, EXIT_NOT_TAKEN, EXIT_ENDED, EXIT_INTERRUPTED, EXIT_NEEDS_RESUME = 0, 1, 4, 11, 12
 
 
 def bad_status_error(status: str) -> str:
@@ -147,7 +147,7 @@ class FailureScenario:
     @property
     def first_batch(self) -> list[dict[str, Any]]:
         lines = list(self.lines[: self.stop])
-        if self.ending == "signal":
+        if self.ending in ("signal", "cancel-live"):
             lines.append(signal_marker())
         return lines
 
@@ -182,8 +182,9 @@ class FailureScenario:
 
 
 def signal_marker() -> dict[str, Any]:
-    """The log line the runner writes just before the signal: the harness waits for it to land."""
-    return {"type": "log", "line": RUNNER_PREFIX + "before the signal"}
+    """The log line the runner writes just before the signal (or the cancel while the reporter
+    still reads): the harness waits for it to land."""
+    return {"type": "log", "line": RUNNER_PREFIX + "before the interruption"}
 
 
 # -- the expected record -----------------------------------------------------------------------------
@@ -423,6 +424,11 @@ def expected(scenario: FailureScenario) -> Expected:
         else:
             terminal, error = "cancelled", exact(interrupted_error(scenario.signal))
             story.end("cancelled", None, by_ledger=False)
+    elif scenario.ending == "cancel-live":
+        # Cancelled while the reporter still reads: its next upload is refused, it stops (exit 4)
+        # and nothing after the cancel lands.
+        ledger_ends("cancel")
+        exits.append(exact(EXIT_ENDED))
     else:  # a batch ended with --no-finalize: the run stays in flight
         exits.append(exact(EXIT_REPORTED))
         status = exact("running")

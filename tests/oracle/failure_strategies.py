@@ -9,7 +9,8 @@ left out at random: a count a line does not carry leaves the stored one unchange
 
 How the story ends is drawn too (`tests.oracle.failure_model.FailureScenario`): the result line
 (each status the ledger takes, and some it does not), the stream cut at any line, a signal at any
-line (left resumable, or ``--on-interrupt fail|cancel``), a batch ended with ``--no-finalize``;
+line (left resumable, or ``--on-interrupt fail|cancel``), a cancel while the reporter still reads,
+a batch ended with ``--no-finalize``;
 then nothing, a ``--resume`` with the rest of the lines, the watchdog, a cancel, or (after a signal) the rest
 reported again without ``--resume``. Everything
 shrinks towards a short story with one ending.
@@ -154,7 +155,7 @@ def result_lines(draw: st.DrawFn) -> dict[str, Any] | None:
 def failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool = True) -> FailureScenario:
     contract = draw(contracts())
     lines = draw(runner_lines(contract))
-    ending = draw(st.sampled_from(("result", "cut", "batch", "signal", "signal")))
+    ending = draw(st.sampled_from(("result", "cut", "batch", "signal", "signal", "cancel-live")))
     if ending == "result":
         result = draw(result_lines().filter(lambda r: r is not None))
         return FailureScenario(contract, lines, "result", len(lines), result)
@@ -162,6 +163,8 @@ def failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool = True) -> FailureS
     stop = draw(st.integers(1 if ending == "batch" and lines else 0, len(lines)))
     if ending == "cut":
         return FailureScenario(contract, lines, "cut", stop)
+    if ending == "cancel-live":
+        return FailureScenario(contract, lines, "cancel-live", stop, draw(result_lines()))
     if ending == "batch" and stop == 0:
         lines = ({"type": "log", "line": RUNNER_PREFIX + "only"},)
         stop = 1

@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,8 @@ class Player:
         no_finalize: bool = False,
         signal_name: str | None = None,
         on_interrupt: str | None = None,
+        cancel_live: Callable[[], None] | None = None,
+        then_lines: str = "",
     ) -> None:
         args = [
             *ledger_command(),
@@ -216,7 +219,16 @@ class Player:
             )
             try:
                 assert process.stdin is not None
-                if signal_name is None:
+                if cancel_live is not None:
+                    # Cancelled once the lines before the marker have landed; the runner writes on.
+                    process.stdin.write(text)
+                    process.stdin.flush()
+                    self._wait_landed(run_id, signal_marker()["line"], process)
+                    cancel_live()
+                    with contextlib.suppress(BrokenPipeError):
+                        process.stdin.write(then_lines)
+                        process.stdin.close()
+                elif signal_name is None:
                     # A reporter refused at once (exit 12, 4, ...) may stop reading early.
                     with contextlib.suppress(BrokenPipeError):
                         process.stdin.write(text)
@@ -318,6 +330,18 @@ class Player:
             self.report(run_id, contract, first, scenario.result)
         elif scenario.ending == "cut":
             self.report(run_id, contract, first, None)
+        elif scenario.ending == "cancel-live":
+            rest = "".join(json.dumps(line) + "\n" for line in scenario.rest)
+            if scenario.result is not None:
+                rest += json.dumps(scenario.result) + "\n"
+            self.report(
+                run_id,
+                contract,
+                first,
+                None,
+                cancel_live=lambda: self.cancel(run_id, cancel_via),
+                then_lines=rest,
+            )
         elif scenario.ending == "signal":
             self.report(
                 run_id, contract, first, None, signal_name=scenario.signal, on_interrupt=scenario.on_interrupt
