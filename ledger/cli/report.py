@@ -415,11 +415,15 @@ async def _interrupted(
 
 
 def _token_refused(run_id: str, exc: Unauthorized) -> str:
+    """The one line for a refused token: what the ledger said, and which token would do (a 403's
+    answer names it already)."""
     said = " ".join(str(exc).split())
-    return (
-        f"the ledger refused the API token ({said}); ledger report needs a run token for run {run_id} "
-        f"or an admin token: set {CLIENT_TOKEN_VAR} to one. Nothing more was read"
-    )
+    if exc.status == 403:
+        advice = f"set {CLIENT_TOKEN_VAR} to such a token"
+    else:
+        needs = f"a run token for run {run_id} or an admin token"
+        advice = f"ledger report needs {needs}: set {CLIENT_TOKEN_VAR} to one"
+    return f"the ledger refused the API token ({said}); {advice}. Nothing more was read"
 
 
 async def _run_status(reporter: ProgressReporter) -> str | None:

@@ -294,8 +294,10 @@ def test_a_read_token_reporting_is_told_a_run_token_would_do(server: Server, tmp
         env=client_env(tmp_path, server.base_url, mint(server, scope="read")),
         input=REPORT_INPUT,
     )
-    assert result.returncode == EXIT_UPLOAD_FAILED
-    assert f"needs a run token for run {run_id!r} or an admin token" in result.stderr
+    # Said at the first refusal, as one line, with the exit code of a refused token.
+    assert result.returncode == EXIT_TOKEN
+    [line] = result.stderr.strip().splitlines()
+    assert f"needs a run token for run {run_id!r} or an admin token" in line
     assert "Traceback" not in result.stderr
 
 

@@ -590,9 +590,9 @@ def test_ledger_report_runs_on_a_run_token_minted_with_ledger_token_create(
     assert done.returncode == 0, done.stderr
     run = http.get(f"/v1/runs/{run_id}", headers=bearer(server.token)).json()
     assert run["terminal"]["status"] == "completed" and run["live_log_count"] == 1
-    # The same token cannot report another run: the final upload is refused.
+    # The same token cannot report another run: its first upload is refused, and it stops there.
     elsewhere = report(server, tmp_path, token, new_id("worker-b"))
-    assert elsewhere.returncode == 5, elsewhere.stderr
+    assert elsewhere.returncode == 10, elsewhere.stderr
     assert "run token" in elsewhere.stderr
 
 

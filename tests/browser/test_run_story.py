@@ -1,6 +1,7 @@
 """A run's page tells the whole story: every step of the contract from the start (pending ones
 grey, in pipeline order), step progress as words in the log, an ended run that never says it is
-reconnecting, and the demo's printed link leading to its run once signed in."""
+reconnecting, an interrupted run and its resume, and the demo's printed link leading to its run
+once signed in."""
 
 from __future__ import annotations
 
@@ -151,6 +152,23 @@ def test_an_ended_run_never_says_reconnecting(context: Any, api: httpx.Client) -
     assert states[-1] == "ended"
     assert not [state for state in states if "reconnecting" in state or "retrying" in state], states
     assert page.text_content("#live-state") == "run ended"
+
+
+def test_an_interrupted_run_says_so_and_its_resume_too(context: Any, api: httpx.Client) -> None:
+    run_id = new_id("ui-interrupted")
+    open_run(api, run_id)
+    why = {"reason": "the reporter was interrupted (SIGTERM)", "signal": "SIGTERM"}
+    upload(api, run_id, 1, {}, status="interrupted", interruption=why)
+    page = context.new_page()
+    sign_in(page)
+    page.goto(f"/ui/runs/{run_id}")
+    page.locator("#log .ev-reporter\\.interrupted").wait_for()
+    assert page.text_content("#run-status") == "interrupted"
+    assert page.locator("#log .ev .text").all_text_contents() == ["the reporter was interrupted (SIGTERM)"]
+    upload(api, run_id, 2, {})  # a reporter that resumes it
+    page.locator("#log .ev-reporter\\.resumed").wait_for()
+    page.wait_for_function("() => document.getElementById('run-status').textContent === 'running'")
+    assert page.locator("#log .ev .text").all_text_contents()[-1] == "a reporter resumed the run"
 
 
 PAGE_LINE = re.compile(r"^watch it in a browser: (http://127\.0\.0\.1:\d+)(/ui/runs/(demo-[0-9a-z-]+))\s*$")
