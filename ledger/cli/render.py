@@ -43,7 +43,6 @@ STATUS_STYLES = {
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",
-    "interrupted": "yellow",
     "skipped": "dim",
     "pending": "dim",
 }
