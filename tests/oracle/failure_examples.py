@@ -54,6 +54,9 @@ GHOST_PROGRESS = {
 }
 GHOST_CALL = {"type": "execution_event", "event": {"type": "tool.call.started", "toolId": "ghost.tool"}}
 STORY = MID_MAP + REST
+# A burst of log lines three times the live tail (1,000 lines).
+BURST = tuple(_log(n) for n in range(100, 3_100))
+BURST_AFTER = tuple(_log(n) for n in range(3_100, 3_200))
 
 STORIES: dict[str, FailureScenario] = {
     # The runner dies mid-map: no result line.
@@ -96,6 +99,15 @@ STORIES: dict[str, FailureScenario] = {
     ),
     # A cancel through the ledger while the reporter still reads, mid-map.
     "cancel-while-reporting": FailureScenario(CONTRACT, STORY, "cancel-live", len(MID_MAP), COMPLETED),
+    # More log lines than the live tail holds, written at once, with the same lines in the
+    # result's logs: every line lands once, in the runner's order among the step transitions.
+    "result-logs-fill-the-live-tail": FailureScenario(
+        CONTRACT,
+        (MID_MAP[1], *BURST, *REST[:2], *BURST_AFTER, REST[3]),
+        "result",
+        len(BURST) + len(BURST_AFTER) + 4,
+        {"type": "result", "status": "completed", "logs": [line["line"] for line in (*BURST, *BURST_AFTER)]},
+    ),
     # Counts left out (map.suspended without failedRows, map.resumed without completedRows), then
     # a cancel while the map runs.
     "counts-left-out-then-cancel": FailureScenario(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import signal
 import subprocess
@@ -361,6 +362,19 @@ class Player:
 # -- comparing --------------------------------------------------------------------------------------
 
 
+def _events_diff(want: list[Any], got: list[tuple[str, Any]], limit: int = 80) -> str:
+    """The modelled events, wanted and stored, as a unified diff (``-`` model, ``+`` face; a group
+    the documents leave unordered is shown sorted)."""
+    flat = [e for item in want for e in (sorted(item, key=repr) if isinstance(item, frozenset) else [item])]
+    lines = list(
+        difflib.unified_diff(
+            [repr(e) for e in flat], [repr(e) for e in got], "model", "face", lineterm="", n=2
+        )
+    )
+    more = f"\n… {len(lines) - limit} more diff lines" if len(lines) > limit else ""
+    return "\n" + "\n".join(lines[:limit]) + more
+
+
 def _show(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True, default=repr)
 
@@ -458,8 +472,7 @@ def model_problems(
     if consistency:
         problems["events"] = "; ".join(consistency)
     elif not events_match(want.events, story):
-        shown = [sorted(item) if isinstance(item, frozenset) else item for item in want.events]
-        problems["events"] = f"got\n{_show(story)}\nwant\n{_show(shown)}"
+        problems["events"] = _events_diff(want.events, story)
     return problems
 
 
