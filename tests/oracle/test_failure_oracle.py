@@ -561,7 +561,21 @@ def play_and_check(
 
 # Each story of `tests.oracle.failure_examples` once, by name (a story whose fix has not landed
 # can be marked on its own).
-STORY_PARAMS = [pytest.param(name, id=name) for name in STORIES]
+# Stories whose fix has not landed yet: strict, so the day it lands the mark must go.
+KNOWN_FAILURES: dict[str, str] = {
+    "result-logs-fill-the-live-tail": (
+        "step transitions of an upload whose log lines the result's logs fill are stored before "
+        "the first line instead of after the line they followed"
+    ),
+}
+STORY_PARAMS = [
+    pytest.param(
+        name,
+        id=name,
+        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name])] if name in KNOWN_FAILURES else [],
+    )
+    for name in STORIES
+]
 
 
 @pytest.mark.parametrize("story", STORY_PARAMS)
