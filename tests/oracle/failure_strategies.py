@@ -12,12 +12,14 @@ How the story ends is drawn too (`tests.oracle.failure_model.FailureScenario`): 
 line (left resumable, or ``--on-interrupt fail|cancel``), a cancel while the reporter still reads,
 a batch ended with ``--no-finalize``;
 then nothing, a ``--resume`` with the rest of the lines, the watchdog, a cancel, or (after a signal) the rest
-reported again without ``--resume``. Everything
-shrinks towards a short story with one ending.
+reported again without ``--resume``. A result
+may carry the runner's whole log (`logs`): what the live stream delivered is not added twice.
+Everything shrinks towards a short story with one ending.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hypothesis import strategies as st
@@ -153,6 +155,17 @@ def result_lines(draw: st.DrawFn) -> dict[str, Any] | None:
 
 @st.composite
 def failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool = True) -> FailureScenario:
+    scenario = draw(_failure_scenarios(on_interrupt=on_interrupt))
+    if isinstance(scenario.result, dict) and draw(st.integers(0, 2)) == 0:
+        # The runner's whole log in its result: lines the live stream delivered are not added twice.
+        whole = [*scenario.first_batch, *(scenario.rest if scenario.then == "resume" else ())]
+        logs = [line["line"] for line in whole if line["type"] == "log"]
+        scenario = dataclasses.replace(scenario, result={**scenario.result, "logs": logs})
+    return scenario
+
+
+@st.composite
+def _failure_scenarios(draw: st.DrawFn, *, on_interrupt: bool) -> FailureScenario:
     contract = draw(contracts())
     lines = draw(runner_lines(contract))
     ending = draw(st.sampled_from(("result", "cut", "batch", "signal", "signal", "cancel-live")))
