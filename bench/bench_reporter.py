@@ -8,7 +8,11 @@
    beside the median of `json.loads` of the same events timed interleaved with them;
 2. uploads made during 60 s of *simulated* time (a fake clock; 1,000 events/s) for runs of
    several sizes: the adaptive interval at work, including the trailing flush;
-3. peak memory growth (tracemalloc) while folding every event of a simulated 1M-row map.
+3. peak memory growth (tracemalloc) while folding every event of a simulated 1M-row map;
+4. milliseconds per `on_runner_event` for one 3 MB log line that repeats the map-start
+   diagnostic's head (``Starting map over 1 items ``: what made a backtracking search quadratic)
+   beside a plain line of the same size, timed interleaved: the hostile line must cost about
+   what the plain one does.
 """
 
 from __future__ import annotations
@@ -197,8 +201,33 @@ async def memory_for_map(rows: int) -> tuple[str, str]:
     )
 
 
+HOSTILE_UNIT = "Starting map over 1 items "
+
+
+async def hostile_line(size: int = 3_000_000, repeats: int = 5) -> tuple[float, float]:
+    """Median ms per `on_runner_event` of one `size`-character line repeating `HOSTILE_UNIT`, and
+    of a plain line of the same size, timed interleaved (repeats of each)."""
+    hostile = {"type": "log", "line": (HOSTILE_UNIT * (size // len(HOSTILE_UNIT) + 1))[:size]}
+    plain = {"type": "log", "line": ("plain text " * (size // 11 + 1))[:size]}
+    reporter = ProgressReporter("bench", NullTransport(), contract=CONTRACT)
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(repeats):
+        ours.append(_us_per_item(reporter.on_runner_event, [hostile]) / 1000)
+        theirs.append(_us_per_item(reporter.on_runner_event, [plain]) / 1000)
+    await reporter.aclose()
+    return statistics.median(ours), statistics.median(theirs)
+
+
 async def measure(events: int, repeats: int, rows: int) -> list[tuple[str, str]]:
     table: list[tuple[str, str]] = []
+    hostile, plain = await hostile_line()
+    table.append(
+        (
+            "on_runner_event: 3 MB line repeating the map-start head",
+            f"{hostile:.1f} ms (a plain 3 MB line: {plain:.1f} ms; median of 5)",
+        )
+    )
     table += await per_event_cost(events, repeats)
     for total in (5_000, 50_000, 500_000, 5_000_000):
         uploads = await uploads_per_minute(total)

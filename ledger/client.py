@@ -75,6 +75,7 @@ from tenacity import (
 
 from ledger import __version__
 from ledger.errors import (
+    ConfigError,
     Conflict,
     CursorExpired,
     InvalidInput,
@@ -121,13 +122,49 @@ _Params = Mapping[str, str | int | float]
 
 
 def service_url(environ: Mapping[str, str] | None = None) -> str:
-    """`LEDGER_URL` without its trailing slash, else the local default."""
+    """`LEDGER_URL` without its trailing slash, else the local default.
+
+    A value that cannot name the service is a configuration error (`ConfigError`), told at once:
+    retried as if the service were down, `127.0.0.1:8787` (no scheme) would spend the whole
+    deadline on a mistake, and `…/v1` would reach the service under paths it does not serve.
+    """
     env = os.environ if environ is None else environ
-    return (env.get(URL_VAR, "").strip() or DEFAULT_URL).rstrip("/")
+    raw = env.get(URL_VAR, "").strip()
+    if not raw:
+        return DEFAULT_URL
+    problem = _url_problem(raw)
+    if problem is not None:
+        raise ConfigError(
+            f"{URL_VAR}={raw!r} {problem}: give the service's scheme, host and port, e.g. {DEFAULT_URL}"
+        )
+    return raw.rstrip("/")
+
+
+def _url_problem(raw: str) -> str | None:
+    """Why `raw` cannot be the service's base URL, or None when it can."""
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, ValueError):
+        return "is not a URL"
+    if url.scheme not in ("http", "https"):
+        # `localhost:8787` parses as the scheme "localhost": the same mistake as no scheme.
+        return "does not start with http:// or https://"
+    if not url.host:
+        return "names no host"
+    if url.port is not None and not 0 < url.port < 65536:
+        return f"names the port {url.port}, which no service can listen on"
+    if url.path not in ("", "/"):
+        return f"has a path ({url.path}); the ledger's paths (/v1/…) are added to it"
+    if url.query or url.fragment:
+        return "has a query or fragment"
+    return None
 
 
 def segment(value: str) -> str:
-    """`value` escaped as one URL path segment (an id may hold `/`, `?` or `%`)."""
+    """`value` escaped as one URL path segment (an id may hold `/`, `?` or `%`). A segment that is
+    `.` or `..` is escaped too (`%2E`): a URL client removes it as it stands."""
+    if value in (".", ".."):
+        return "%2E" * len(value)
     return quote(value, safe="")
 
 
@@ -277,12 +314,19 @@ class _Operations:
         )
 
     @_operation
-    def runs_page(limit: int = 50, before: str | None = None) -> _Call[shapes.RunList]:
-        """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` for the
-        page after it (None once a page comes back short)."""
-        return _Call(
-            method="GET", path="/v1/runs", parse=_whole, params=_without_none(limit=limit, before=before)
-        )
+    def runs_page(
+        limit: int = 50,
+        before: str | None = None,
+        *,
+        status: str | None = None,
+        play: str | None = None,
+        since_ms: int | None = None,
+    ) -> _Call[shapes.RunList]:
+        """A page of the run list, `{runs, next_before}`: pass `next_before` as `before` (with the
+        same filters) for the page after it (None once a page comes back short). `status`, `play`
+        and `since_ms` (epoch ms) keep only the runs that match."""
+        params = _without_none(limit=limit, before=before, status=status, play=play, since=since_ms)
+        return _Call(method="GET", path="/v1/runs", parse=_whole, params=params)
 
     @_operation
     def get_run(run_id: str) -> _Call[shapes.Run]:
@@ -330,6 +374,15 @@ class _Operations:
             play_name=play_name,
         )
         return _write("PUT", _run_path(run_id, "/terminal"), body, _whole, idempotency_key, run_id)
+
+    @_operation
+    def cancel_run(
+        run_id: str, reason: str | None = None, *, idempotency_key: str | None = None
+    ) -> _Call[shapes.TerminalStateBody]:
+        """Cancel a live run with `reason` as its terminal error (an admin token or the run's own);
+        a run that already ended otherwise is `RunTerminal`, one already cancelled is returned."""
+        body = _without_none(reason=reason)
+        return _write("POST", _run_path(run_id, "/cancel"), body, _whole, idempotency_key, run_id)
 
     @_operation
     def get_terminal(run_id: str) -> _Call[shapes.TerminalStateBody | None]:

@@ -65,6 +65,7 @@ from psycopg.pq import ConnStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from ledger import tracing
 from ledger.config import Settings, load_settings
 from ledger.embedded import EmbeddedPostgres
 from ledger.errors import Conflict, DatabaseUnavailable, InvalidInput, SchemaMissing
@@ -78,6 +79,7 @@ __all__ = [
     "check_reachable",
     "driver_errors",
     "resolve_url",
+    "sever",
 ]
 
 Row = dict[str, Any]
@@ -132,7 +134,7 @@ def resolve_url(settings: Settings | None = None) -> tuple[str, EmbeddedPostgres
 _T = TypeVar("_T")
 
 
-def _sever(conn: psycopg.AsyncConnection[Any]) -> None:
+def sever(conn: psycopg.AsyncConnection[Any]) -> None:
     """Shut the connection's socket down under it: whatever waits on it fails at once."""
     with contextlib.suppress(OSError, psycopg.Error):
         sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
@@ -161,7 +163,7 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[_T], 
         timed_out = not done
     finally:
         if not task.done():
-            _sever(conn)
+            sever(conn)
             await asyncio.wait({task})
     if timed_out:
         raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")
@@ -189,7 +191,9 @@ def driver_errors() -> Iterator[None]:
     the driver's error as its `__cause__`.
 
     The library checks its input before it reaches Postgres, so the last two are backstops: they
-    are logged, with the SQLSTATE, as the input checks' misses."""
+    are logged, with the SQLSTATE, as the input checks' misses. One check violation is no fault of
+    the input: a row for which the event log has no partition at that instant is
+    `DatabaseUnavailable`."""
     try:
         yield
     except psycopg.OperationalError as exc:
@@ -197,6 +201,10 @@ def driver_errors() -> Iterator[None]:
     except psycopg.errors.UndefinedTable as exc:
         raise SchemaMissing() from exc
     except (psycopg.IntegrityError, psycopg.DataError) as exc:
+        if _no_partition(exc):
+            # The row is fine; the event log has no partition for it at this instant (a conversion
+            # or an upgrade in flight, a partition being detached): retry later, never 422.
+            raise DatabaseUnavailable(_first_line(exc)) from exc
         first_line = _first_line(exc)
         _log.warning("database rejected request input: %s", first_line, extra={"sqlstate": exc.sqlstate})
         if isinstance(exc, psycopg.IntegrityError) and not isinstance(
@@ -204,6 +212,12 @@ def driver_errors() -> Iterator[None]:
         ):
             raise Conflict(f"conflicts with stored data: {first_line}") from exc
         raise InvalidInput("invalid input", first_line) from exc
+
+
+def _no_partition(exc: psycopg.Error) -> bool:
+    """Postgres found no partition of a partitioned table for a row (a `CheckViolation`)."""
+    message = exc.diag.message_primary or ""
+    return isinstance(exc, psycopg.errors.CheckViolation) and message.startswith("no partition of relation")
 
 
 def check_reachable(url: str) -> None:
@@ -379,7 +393,10 @@ class Database:
 
     async def open(self) -> None:
         try:
-            await self.pool.open(wait=True, timeout=15)
+            # The pool's background tasks (connecting, growing, shrinking) start here and keep this
+            # context: the service's own upkeep, not traced unless asked.
+            with tracing.upkeep():
+                await self.pool.open(wait=True, timeout=15)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to Postgres: {exc}") from None
 

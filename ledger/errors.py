@@ -25,6 +25,7 @@ The tree::
      │         └── StreamGone        the stream was deleted (its forks still read it)
      └── LedgerUnavailable        not served: the service or its database cannot answer now
           └── DatabaseUnavailable Postgres cannot be reached
+               └── HeldBySession  a maintenance step gave up waiting for a session (named)
 
     ConfigError                   the environment is unusable (nothing was sent or stored)
      └── SchemaMissing            the database has no ledger schema (not migrated)
@@ -243,6 +244,12 @@ class DatabaseUnavailable(LedgerUnavailable):
     """Postgres could not be reached, or lost the statement; the message says what happened."""
 
 
+class HeldBySession(DatabaseUnavailable):
+    """A maintenance step (a partition's detach or drop, a conversion) gave up waiting for another
+    session, and was cancelled; the message names who held it (pid, application name, state).
+    Nothing is lost: the next attempt finishes it."""
+
+
 __all__ = [
     "BadStreamRequest",
     "ConfigError",
@@ -250,6 +257,7 @@ __all__ = [
     "CursorExpired",
     "DatabaseUnavailable",
     "DuplicateUpload",
+    "HeldBySession",
     "InstanceMapped",
     "InvalidInput",
     "LedgerError",

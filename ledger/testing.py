@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import signal
 import socket
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKEND_VAR",
     "DOCKER_IMAGE",
+    "FRESH_SERVER_VAR",
     "IMAGE_VAR",
     "OWN_POSTGRES_MARKER",
     "URL_VAR",
@@ -71,6 +73,7 @@ __all__ = [
     "delete_all_rows",
     "docker_server",
     "drop_database",
+    "drop_orphaned_databases",
     "embedded_server",
     "ensure_template",
     "free_port",
@@ -78,12 +81,16 @@ __all__ = [
     "postgres_container",
     "psycopg_url",
     "redact",
+    "reused_server_dir",
     "start_server",
     "stop_server",
     "with_database",
 ]
 
 URL_VAR = "LEDGER_TEST_DATABASE_URL"
+# Set to 1: the embedded backend makes a throwaway server per session instead of reusing the one
+# kept in the user's cache dir.
+FRESH_SERVER_VAR = "LEDGER_TEST_FRESH_SERVER"
 BACKEND_VAR = "LEDGER_TEST_BACKEND"
 IMAGE_VAR = "LEDGER_TEST_IMAGE"
 DOCKER_IMAGE = "postgres:16-alpine"
@@ -550,8 +557,50 @@ def pg_admin_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     base = tmp_path_factory.getbasetemp()
     # xdist workers share one embedded server: the wheel reuses a running one per data dir.
     shared = base.parent if _worker_id() != "master" else base
-    with backend.server(shared / "embedded-pg") as url:
+    data_dir = shared / "embedded-pg" if _fresh_server(os.environ) else reused_server_dir()
+    with backend.server(data_dir) as url:
+        drop_orphaned_databases(url)
         yield url
+
+
+def _fresh_server(env: Mapping[str, str]) -> bool:
+    return env.get(FRESH_SERVER_VAR, "").strip().lower() in ("1", "true", "yes")
+
+
+def reused_server_dir() -> Path:
+    """Where the embedded server the sessions share lives: the user's cache dir, per Postgres
+    version of the wheel. Its template database survives the session, so a later one starts the
+    server (a second) instead of making and migrating a cluster (most of a small project's run)."""
+    import platformdirs
+
+    from ledger.embedded import postgres_version
+
+    return Path(platformdirs.user_cache_dir("run-ledger")) / f"test-postgres-{postgres_version()}"
+
+
+# A worker database is `ledger_test_<worker>_<pid>`: its session's process.
+_WORKER_DATABASE = re.compile(r"ledger_test_[A-Za-z0-9]+_([0-9]+)")
+
+
+def drop_orphaned_databases(admin_url: str) -> None:
+    """Drop the worker databases of sessions that ended without dropping them (killed), so a
+    server kept across sessions does not fill up with them."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        listed = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'ledger_test_%'")
+        for (name,) in listed.fetchall():
+            found = _WORKER_DATABASE.fullmatch(name)
+            if found is not None and not _process_alive(int(found.group(1))):
+                drop_database(conn, name)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 @pytest.fixture(scope="session")

@@ -182,7 +182,7 @@ def check_request(
     if max_attempt is None:
         raise validate.InvalidInput("max_attempt", "a run token needs the highest attempt it may use")
     run = validate.run_id("run_id", run_id)
-    attempt = validate.required_integer("max_attempt", max_attempt, minimum=0, maximum=validate.INT32_MAX)
+    attempt = validate.required_integer("max_attempt", max_attempt, maximum=validate.INT32_MAX)
     return kind, run, attempt, ttl
 
 
@@ -243,16 +243,13 @@ def verify(keyring: Keyring, token: str, *, now_s: float) -> Grant:
     return grant
 
 
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _claims(payload: bytes) -> dict[str, object]:
     """The payload's claims: a flat JSON object of scalars in strict UTF-8, else `TokenError`.
     The payload is bounded (`MAX_PAYLOAD_CHARS`), so a deeply nested one costs a bounded parse
     that ends in `RecursionError`."""
     try:
-        claims = json.loads(payload.decode("utf-8"), parse_constant=_refuse_constant)
+        # NaN and Infinity parse to floats, which the scalar check below refuses as any float.
+        claims = json.loads(payload.decode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise TokenError("malformed token") from None
     if not isinstance(claims, dict) or not all(
@@ -277,7 +274,7 @@ def _grant(claims: dict[str, object], kid: str) -> Grant:
         return Grant(scope=kind, run_id=run, max_attempt=attempt, expires_at_s=exp, kid=kid)
     if run is not None or attempt is not None:
         raise TokenError("malformed token")
-    return Grant(scope=kind, run_id=None, max_attempt=None, expires_at_s=exp, kid=kid)
+    return Grant(scope=kind, expires_at_s=exp, kid=kid)
 
 
 def _is_run_id(value: object) -> bool:

@@ -13,6 +13,10 @@ uploads and `ledger.client` send `traceparent`), the ASGI app (the service conti
 psycopg (each statement a child of the request that ran it). The spans our code adds are what those
 instrumentations cannot know: the run, the attempt and upload, what was appended, the write gate's
 wait, the claim's pool, each long-poll or SSE wait.
+
+The service's own upkeep (the watchdog's and retention's ticks, the listener's probes, the
+connection pool's background work) is not traced unless `LEDGER_TRACE_UPKEEP=1`: an idle service
+would otherwise export a root span a second. Health probes and `/metrics` never are.
 """
 
 from __future__ import annotations
@@ -28,21 +32,27 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
 __all__ = [
+    "UPKEEP_VAR",
     "Attribute",
     "active",
     "annotate",
+    "dropped_spans",
     "instrument_app",
     "joined_from_environment",
     "requested",
     "setup",
     "span",
+    "upkeep",
 ]
+
+UPKEEP_VAR = "LEDGER_TRACE_UPKEEP"
 
 Attribute = str | bool | int | float
 
 _OFF: AbstractContextManager[None] = nullcontext()
 # The SDK side once `setup` switched tracing on; None means every call here is a no-op.
 _sdk: ModuleType | None = None
+_trace_upkeep = False
 
 
 def requested(environ: Mapping[str, str] = os.environ) -> bool:
@@ -63,7 +73,7 @@ def setup(service_name: str, *, exporter: Any = None) -> bool:
     """Switch tracing on for this process if the environment asks for it (or `exporter`, an SDK
     `SpanExporter`, is given: tests); True when it is on. Without the `otel` extra, one line on
     stderr says so and tracing stays off. Idempotent: the first call's provider stays."""
-    global _sdk
+    global _sdk, _trace_upkeep
     if _sdk is not None:
         return True
     if exporter is None and not requested():
@@ -78,6 +88,7 @@ def setup(service_name: str, *, exporter: Any = None) -> bool:
         )
         return False
     _tracing_sdk.configure(service_name, exporter)
+    _trace_upkeep = os.environ.get(UPKEEP_VAR, "").strip().lower() in ("1", "true", "yes", "on")
     _sdk = _tracing_sdk
     return True
 
@@ -98,6 +109,20 @@ def span(name: str, **attributes: Attribute | None) -> AbstractContextManager[An
         return _OFF
     opened: AbstractContextManager[Any] = _sdk.span(name, attributes)
     return opened
+
+
+def dropped_spans() -> float:
+    """Spans dropped because the export queue was full (0 while tracing is off)."""
+    return float(_sdk.dropped_spans()) if _sdk is not None else 0.0
+
+
+def upkeep() -> AbstractContextManager[None]:
+    """Within it, nothing is traced unless `LEDGER_TRACE_UPKEEP` asks: for the service's own
+    periodic work. A task started inside keeps it (it copies the context it was created in)."""
+    if _sdk is None or _trace_upkeep:
+        return _OFF
+    untraced: AbstractContextManager[None] = _sdk.untraced()
+    return untraced
 
 
 def annotate(**attributes: Attribute | None) -> None:

@@ -158,6 +158,21 @@ def run_id(field: str, value: object) -> str:
     return checked
 
 
+# Path segments a URL client removes (RFC 3986 dot segments): a run so named could not be addressed.
+DOT_SEGMENTS: Final = (".", "..")
+
+
+def new_run_id(field: str, value: object) -> str:
+    """The id of a run being created: a `run_id`, and not ``.`` or ``..``, which every HTTP client
+    removes from a URL path (``/v1/runs/..`` is ``/v1/``): a run so named could be created but
+    never read, reported to or ended through the API. A run already stored under one stays
+    readable (`run_id` takes it)."""
+    checked = run_id(field, value)
+    if checked in DOT_SEGMENTS:
+        raise InvalidInput(field, "must not be '.' or '..' (a URL path cannot address it)")
+    return checked
+
+
 def cursor(field: str, value: object) -> int | None:
     """A read cursor: a sequence number (ASCII digits), `-1` (from the oldest retained event) or
     `now` (None: only what comes next). `int()`'s leniency (`1_0`, `+1`, non-ASCII digits, spaces)
@@ -384,6 +399,14 @@ def log_line_list(field: str, value: object) -> list[str]:
     return [truncate_line(line) for line in free_text_list(field, value)]
 
 
+def bounded_text(field: str, value: object, *, optional: bool = False) -> str | None:
+    """Free text the ledger stores as one piece of a run's story (a log line, an error, a step's
+    message), the same on every route: repaired (`free_text`), then cut to `MAX_LOG_LINE_BYTES`
+    with the marker (`truncate_line`). Never refused for its content or its length."""
+    checked = free_text(field, value, optional=optional)
+    return None if checked is None else truncate_line(checked)
+
+
 NODE_COUNT_FIELDS: Final = (
     "completed",
     "failed",
@@ -424,7 +447,7 @@ def node_field(field: str, key: str, value: object) -> Any:
     if key in NODE_TIME_FIELDS:
         return required_integer(field, value, maximum=MAX_EPOCH_MS, integral_float=True)
     if key == "message":
-        return free_text(field, value)
+        return bounded_text(field, value)
     if key == "artifact_table_namespace":
         return required_text(field, value)
     if key == "node_io":
@@ -506,6 +529,7 @@ def _holds_nul(value: object) -> bool:
 
 __all__ = [
     "DEFAULT_UPLOAD_BOUNDS",
+    "DOT_SEGMENTS",
     "INT32_MAX",
     "INT64_MAX",
     "LIVE_LOG_TAIL_BYTES",
@@ -530,6 +554,7 @@ __all__ = [
     "LedgerError",
     "UploadBounds",
     "activity_observation",
+    "bounded_text",
     "cursor",
     "dataset_lifecycle_event",
     "encode_body",
@@ -546,6 +571,7 @@ __all__ = [
     "json_value",
     "log_line",
     "log_line_list",
+    "new_run_id",
     "node_field",
     "node_id",
     "number",

@@ -13,7 +13,9 @@ together carry everything the one upload did, losing no line:
 * then the terminal log replay's lines, each body's ``total_count`` placing its slice (those at
   positions before the live tail's first go before the tail: they fill what it lost);
 * the status (and its ``error`` or ``interruption``) only in the last body (the others are
-  ``running``), so the run ends once all of it has landed. The first body carries ``dropped_one_shot_events``.
+  ``running``), so the run ends once all of it has landed. The first body carries
+  ``dropped_one_shot_events`` and the contract's ``pipeline_steps`` (the ledger keeps them for the
+  bodies after it).
 
 ``upload_seq`` is measured as the widest number it can be; the caller numbers the bodies.
 """
@@ -160,6 +162,7 @@ def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[
         out["terminal_log_replay"] = {**replay, "lines": part.replay, "total_count": part.replay_end}
     if not first:
         out.pop("dropped_one_shot_events", None)
+        out.pop("pipeline_steps", None)
     if not last:
         out.pop("error", None)
         out.pop("interruption", None)

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 from ledger import validate
 from reporter import reconcile, wire
-from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
+from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition, transition_patch
 from reporter.lines import junk_reason
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
@@ -108,17 +108,10 @@ class EventFolder:
 
     def _on_transition(self, event: StepTransition) -> None:
         self.state.mark_transition(event.node_id, "started" if event.transition == "started" else "settled")
-        if event.transition == "started":
-            self.state.set_node_progress(event.node_id, {"started_at": event.at})
-        elif event.transition == "completed":
-            self.state.set_node_progress(event.node_id, {"completed_at": event.at})
-        else:
-            # The ledger reads a step's failure from its node I/O error (or a failed final upload);
-            # a step that failed mid-run would otherwise be recorded as completed.
-            current = self.state.nodes.get(event.node_id)
-            node_io = dict(current.node_io) if current is not None and current.node_io else {}
-            node_io["error"] = node_io.get("error") or event.reason or "step failed"
-            self.state.set_node_progress(event.node_id, {"completed_at": event.at, "node_io": node_io})
+        # The step's time, its state and (failed, cancelled) its reason, sent to the ledger as such.
+        self.state.set_node_progress(
+            event.node_id, transition_patch(event, self.state.nodes.get(event.node_id))
+        )
         self.schedule(False)
 
     # -- the end of a run (not the hot path) -----------------------------------------------------
@@ -160,14 +153,12 @@ class EventFolder:
             self.lifecycle.on_map_completed(node_id)
 
     def finish(self, result_status: str) -> None:
-        """The terminal step transitions: every step still open completes with a completed run and
-        fails with any other end ("run failed", "run cancelled"), its counts settled (none active
-        or waiting); settled and never-started steps stay as they are."""
+        """The terminal step transitions: every step still open completes with a completed run, is
+        cancelled with a cancelled one ("run cancelled") and fails with any other end ("run
+        failed"), its counts settled (none active or waiting); settled and never-started steps stay
+        as they are (the ledger skips the latter)."""
         still_open = [node_id for node_id, state in self.step_states().items() if state is StepState.STARTED]
-        if result_status == "completed":
-            self.lifecycle.mark_all_terminal()
-        else:
-            self.lifecycle.mark_started_failed(f"run {result_status}")
+        self.lifecycle.settle_open(result_status)
         for node_id in still_open:
             # A step the run's end settles is settled in its counts too: nothing active or
             # waiting any more, its rows as last reported (reconciliation may still correct them).
@@ -344,7 +335,7 @@ class EventFolder:
         if isinstance(tool_id, str) and tool_id:
             # Any settlement but a failure ("succeeded", "completed") completes the step.
             if event.get("outcome") == "failed":
-                self.lifecycle.on_tool_failed(tool_id)
+                self.lifecycle.on_tool_failed(tool_id, event.get("error"))
                 self.schedule(True)
             else:
                 self.lifecycle.on_tool_completed(tool_id)

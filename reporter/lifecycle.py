@@ -14,15 +14,20 @@ Rules:
 * A map completion/failure settles its step (starting it first if its start was missed).
 * ``tool.call.started`` starts the first not-yet-settled tool step with that ``toolId``; its
   settlement completes or fails it.
-* At the end, a failed run fails every step still open and a completed run completes them; steps
-  that settled stay as they settled, and steps that never started (untaken branches) stay
-  unexecuted.
-* A step's state is its node progress (`_step_state`), so a reporter that continues an attempt
-  (resume) decides from what the ledger holds, exactly as the first reporter did.
+* At the end (`settle_open`), a failed run fails every step still open, a cancelled one cancels
+  them and a completed run completes them; steps that settled stay as they settled, and steps that
+  never started (untaken branches) stay unexecuted here (the ledger skips them as the run ends).
+* A step's state is its node progress (`_step_state`: the `state` it carries, else its times), so
+  a reporter that continues an attempt (resume) decides from what the ledger holds, exactly as the
+  first reporter did.
 
-A failure carries a reason (``map failed``, ``tool <id> failed``, ``run failed``); the reporter
-puts it in the node's ``node_io.error``, which is how the ledger tells a failed step from a
-completed one. Events naming a node or tool the pipeline does not know are ignored here.
+Every transition says the step's state explicitly (``running``, ``completed``, ``failed``,
+``cancelled``: `transition_patch`), so the ledger stores it as it is rather than deriving it. A
+failure carries a reason (``map failed``, ``tool <id> failed``, with the runner's error when it
+gives one: ``tool <id> failed: <error>``; ``run failed`` for a step the run's failure ends), kept on
+the step as its ``reason`` and, for ledgers that read failures from the node's I/O, in
+``node_io.error``. Steps that never started are left to the ledger, which settles them ``skipped``
+when the run ends. Events naming a node or tool the pipeline does not know are ignored here.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from reporter.pipeline import PipelineNode
 from reporter.progress import NodeProgress
@@ -39,6 +44,7 @@ __all__ = [
     "StepLifecycleTracker",
     "StepState",
     "StepTransition",
+    "transition_patch",
 ]
 
 
@@ -47,23 +53,59 @@ class StepState(StrEnum):
     STARTED = "started"
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
 
 
-_TERMINAL = (StepState.COMPLETED, StepState.FAILED)
+_TERMINAL = (StepState.COMPLETED, StepState.FAILED, StepState.CANCELLED, StepState.SKIPPED)
+# The ledger's step states (`ledger.validate.STEP_STATES`) as the tracker's.
+_FROM_LEDGER = {
+    "pending": StepState.UNEXECUTED,
+    "running": StepState.STARTED,
+    "completed": StepState.COMPLETED,
+    "failed": StepState.FAILED,
+    "cancelled": StepState.CANCELLED,
+    "skipped": StepState.SKIPPED,
+}
+
+_Transition = Literal["started", "completed", "failed", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTransition:
     node_id: str
-    transition: Literal["started", "completed", "failed"]
+    transition: _Transition
     at: int
-    reason: str | None = None  # why a step failed, for the node's error
+    reason: str | None = None  # why a step failed or was cancelled
+
+
+def transition_patch(event: StepTransition, current: NodeProgress | None) -> dict[str, Any]:
+    """The node progress patch that records `event` on the step (`current`): its time, its state
+    and, for a failure or a cancel, its reason (a failure's also in ``node_io.error``, which older
+    ledgers read a failure from)."""
+    if event.transition == "started":
+        return {"started_at": event.at, "state": "running"}
+    patch: dict[str, Any] = {"completed_at": event.at, "state": event.transition}
+    if event.transition == "completed":
+        return patch
+    reason = event.reason or f"step {event.transition}"
+    patch["reason"] = reason
+    if event.transition == "failed":
+        node_io = dict(current.node_io) if current is not None and current.node_io else {}
+        node_io["error"] = node_io.get("error") or reason
+        patch["node_io"] = node_io
+    return patch
 
 
 def _step_state(node: NodeProgress | None) -> StepState:
-    """A step's state as its node progress shows it: started once it has ``started_at``, settled
-    once it has ``completed_at`` (failed when its I/O carries an error)."""
-    if node is None or (node.started_at is None and node.completed_at is None):
+    """A step's state as its node progress shows it: the state it carries (the ledger's, when a
+    reporter continues an attempt), else started once it has ``started_at``, settled once it has
+    ``completed_at`` (failed when its I/O carries an error)."""
+    if node is None:
+        return StepState.UNEXECUTED
+    if node.state is not None and node.state in _FROM_LEDGER:
+        return _FROM_LEDGER[node.state]
+    if node.started_at is None and node.completed_at is None:
         return StepState.UNEXECUTED
     if node.completed_at is None:
         return StepState.STARTED
@@ -108,7 +150,9 @@ class StepLifecycleTracker:
         if self.state(node_id) is StepState.UNEXECUTED:
             self._emit(StepTransition(node_id=node_id, transition="started", at=self._now_ms()))
 
-    def _settle(self, node_id: str, state: Literal["completed", "failed"], reason: str | None = None) -> None:
+    def _settle(
+        self, node_id: str, state: Literal["completed", "failed", "cancelled"], reason: str | None = None
+    ) -> None:
         current = self.state(node_id)
         if current is None or current in _TERMINAL:
             return
@@ -119,7 +163,7 @@ class StepLifecycleTracker:
                 node_id=node_id,
                 transition=state,
                 at=self._now_ms(),
-                reason=reason if state == "failed" else None,
+                reason=reason if state != "completed" else None,
             )
         )
 
@@ -140,8 +184,8 @@ class StepLifecycleTracker:
     def on_map_completed(self, node_id: str) -> None:
         self._settle(node_id, "completed")
 
-    def on_map_failed(self, node_id: str) -> None:
-        self._settle(node_id, "failed", "map failed")
+    def on_map_failed(self, node_id: str, error: str | None = None) -> None:
+        self._settle(node_id, "failed", _reason("map failed", error))
 
     def _tool_node(self, tool_id: str, *, open_only: bool) -> str | None:
         for node in self._nodes:
@@ -162,17 +206,41 @@ class StepLifecycleTracker:
         if node_id is not None:
             self._settle(node_id, "completed")
 
-    def on_tool_failed(self, tool_id: str) -> None:
+    def on_tool_failed(self, tool_id: str, error: str | None = None) -> None:
         node_id = self._tool_node(tool_id, open_only=True) or self._tool_node(tool_id, open_only=False)
         if node_id is not None:
-            self._settle(node_id, "failed", f"tool {tool_id} failed")
+            self._settle(node_id, "failed", _reason(f"tool {tool_id} failed", error))
 
     def mark_started_failed(self, reason: str = "run failed") -> None:
         for node_id, state in self.states().items():
             if state is StepState.STARTED:
                 self._settle(node_id, "failed", reason)
 
+    def mark_started_cancelled(self, reason: str = "run cancelled") -> None:
+        for node_id, state in self.states().items():
+            if state is StepState.STARTED:
+                self._settle(node_id, "cancelled", reason)
+
     def mark_all_terminal(self) -> None:
         for node_id, state in self.states().items():
             if state is StepState.STARTED:
                 self._settle(node_id, "completed")
+
+    def settle_open(self, run_status: str, error: str | None = None) -> None:
+        """The run's end settles the steps still running by its outcome: completed with a
+        completed run, cancelled with a cancelled one (``run cancelled``), failed with any other
+        end (``run <status>``, with the run's error when known). Steps that never started stay
+        pending here: the ledger settles them ``skipped``."""
+        if run_status == "completed":
+            self.mark_all_terminal()
+        elif run_status == "cancelled":
+            self.mark_started_cancelled(_reason("run cancelled", error))
+        else:
+            self.mark_started_failed(_reason(f"run {run_status}", error))
+
+
+def _reason(what: str, error: object) -> str:
+    """`what`, with the runner's error after it when it gave one (as text)."""
+    if isinstance(error, str) and error.strip():
+        return f"{what}: {error.strip()}"
+    return what

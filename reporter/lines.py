@@ -5,6 +5,11 @@ path more than the fold itself, so `junk_reason` checks the same rules by hand, 
 the two against each other (a line the schema accepts is never junk here, one it refuses always
 is). A junk line is skipped whole: nothing in it steers progress.
 
+A line is decoded by `decode_line`, which answers a reason instead of raising for anything a JSON
+decoder refuses, however it refuses it: a line nested deeper than `MAX_LINE_DEPTH` is junk (it
+could carry no value the ledger stores, and a decoder or any later walk of it would need a stack as
+deep), and so is one the decoder cannot parse.
+
 What the checks leave to later stages: a stored value's depth and size (the sanitizer drops the
 value and counts it, the line still counts), names the pipeline does not know (the line has no
 effect), and lone surrogates in text (repaired or dropped where they are stored).
@@ -12,18 +17,42 @@ effect), and lone surrogates in text (repaired or dropped where they are stored)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
-from ledger.validate import INT64_MAX, is_number
+from ledger.validate import INT64_MAX, MAX_JSON_DEPTH, is_number, json_depth
 from reporter.pipeline import storable
 from reporter.wire import as_count, as_epoch_ms, as_int
 
 __all__ = [
     "EXECUTION_EVENT_CHECKS",
     "LINE_CHECKS",
+    "MAX_LINE_DEPTH",
+    "decode_line",
     "junk_reason",
 ]
+
+# How deep a runner line may nest: twice what a request to the ledger may (a line wraps its values
+# in a few levels, and a value deeper than the ledger stores is dropped, not the line), far below
+# what would exhaust a stack.
+MAX_LINE_DEPTH: Final = 2 * MAX_JSON_DEPTH
+
+
+def decode_line(text: str) -> tuple[object, str | None]:
+    """One line of the runner's stream decoded: ``(value, None)``, or ``(None, reason)`` when it
+    is not JSON or nests deeper than `MAX_LINE_DEPTH`. Never raises."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return None, f"nests deeper than {MAX_LINE_DEPTH} levels"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    # Nesting needs an opening bracket a level: a line with few of them is answered by counting.
+    if text.count("[") + text.count("{") > MAX_LINE_DEPTH and json_depth(value) > MAX_LINE_DEPTH:
+        return None, f"nests deeper than {MAX_LINE_DEPTH} levels"
+    return value, None
+
 
 _Check = Callable[[Mapping[str, Any]], str | None]
 

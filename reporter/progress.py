@@ -5,6 +5,11 @@ left off the wire. A *patch* is a mapping of snake_case field names to values; i
 fields it names, and a value of ``None`` counts as "not named" (so callers can write
 ``total=t if t > 0 else None``). Every merge refreshes ``updated_at``.
 
+A patch without a ``state`` that ends an open step (names ``completed_at``), or starts a pending one
+(names ``started_at``), drops the open state the node had: its times say what it is now (a node
+restored from the ledger as ``pending`` that the data plane shows settled reads as one never
+restored would). A settled state stays until a patch names another.
+
 The stale-completion rule: after the merge a node whose ``completed`` is below a positive ``total``
 loses its ``completed_at`` unless the patch itself sets one (a step that regressed, or that a later
 page reopened, is not finished any more), and a settled ``state`` with it (it is ``running``
@@ -40,6 +45,7 @@ __all__ = [
 PROGRESS_FIELDS: tuple[str, ...] = tuple(name for name in NODE_FIELDS if name != "updated_at")
 _PATCHABLE = frozenset(PROGRESS_FIELDS)
 _SETTLED = frozenset(("completed", "failed", "cancelled", "skipped"))
+_OPEN = frozenset(("pending", "running"))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -100,7 +106,17 @@ def merge_patch(node: NodeProgress, patch: Mapping[str, Any], now_ms: int) -> No
     for key, value in patch.items():
         if value is not None:
             setattr(node, key, value)
+    if node.state in _OPEN and patch.get("state") is None and _moves_on(node.state, patch):
+        # A start or an end without a state: the times say what the step is now.
+        node.state = node.reason = None
     _end_merge(node, patch.get("completed_at") is not None, now_ms)
+
+
+def _moves_on(state: str | None, patch: Mapping[str, Any]) -> bool:
+    """Whether `patch` ends a step in the open `state`, or starts a pending one."""
+    return patch.get("completed_at") is not None or (
+        state == "pending" and patch.get("started_at") is not None
+    )
 
 
 def merge_row_counts(

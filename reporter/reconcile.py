@@ -75,6 +75,8 @@ def checkpoint_patches(
         patch["artifact_table_namespace"] = (
             namespace if isinstance(namespace, str) and namespace else existing.artifact_table_namespace
         )
+        # Settled, so started: at the latest when it settled (as a sheet outcome has it).
+        patch["started_at"] = existing.started_at if existing.started_at is not None else now_ms
         patch["completed_at"] = existing.completed_at if existing.completed_at is not None else now_ms
         patches.append((node_id, patch))
     return patches
@@ -104,7 +106,7 @@ def sheet_outcome_patches(
         total = _count(outcome.get("total")) or 0
         if total <= 0:
             total = completed + failed
-        if total <= 0 and completed <= 0 and failed <= 0:
+        if total <= 0:  # nothing counted: completed + failed is 0 as well
             continue
         existing = nodes.get(ref.node_id) or NodeProgress()
         patch = settled_map_patch(completed, failed, total)
@@ -138,7 +140,8 @@ def observation_patches(
         raw_node = _field(record, "node_id", "nodeId")
         attempt = as_int(record.get("attempt"))
         status = record.get("status")
-        if not isinstance(raw_node, str) or not raw_node.strip() or attempt is None:
+        # Attempts count from 0: a negative one is junk, like a missing one.
+        if not isinstance(raw_node, str) or not raw_node.strip() or attempt is None or attempt < 0:
             continue
         if status not in ("started", "completed", "failed"):
             continue

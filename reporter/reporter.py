@@ -265,9 +265,10 @@ class ProgressReporter:
         """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""
         self.folder.reconcile(result, self._sheet_outcomes)
 
-    async def flush(self, *, force: bool = False, required: bool = False) -> None:
-        """A running-status upload now (forced) or when the interval allows (best effort)."""
-        await self.uploader.flush(force=force, required=required)
+    async def flush(self, *, force: bool = False, required: bool = False, whole_tail: bool = False) -> None:
+        """A running-status upload now (forced) or when the interval allows (best effort);
+        `whole_tail` makes it carry the live tail past a hole in it, as a batch's last does."""
+        await self.uploader.flush(force=force, required=required, whole_tail=whole_tail)
 
     async def end_batch(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
         """End this reporter's batch without finalizing the run: one forced running upload that
@@ -390,6 +391,7 @@ class ProgressReporter:
                 deadline_s,
             )
 
-    async def aclose(self) -> None:
-        """Stop the trailing timer and wait for the upload in flight."""
-        await self.uploader.aclose()
+    async def aclose(self, *, timeout_s: float | None = None) -> None:
+        """Stop the trailing timer and wait for the upload in flight (at most `timeout_s`, then it
+        is cancelled)."""
+        await self.uploader.aclose(timeout_s=timeout_s)

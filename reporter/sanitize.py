@@ -10,6 +10,9 @@ ledger parses it with (`ledger.validate`, dependency-free):
   surrogates become U+FFFD, as the ledger itself would store them; and an over-long one is
   truncated to the line bound (`ledger.validate.truncate_line`: its beginning and end kept, a
   marker saying how many bytes were cut between them);
+* the contract's step list (``pipeline_steps``) keeps, in order, the steps whose ids fit a value's
+  bound (`ledger.validate.UploadBounds.value_bytes`) together: a contract whose step ids alone
+  would fill the body can never make an upload too big; the steps left out are counted;
 * a structured value the ledger would refuse, or one bigger than an upload may carry (the
   `ledger.validate.UploadBounds` of the service's body limit), is dropped at the smallest unit
   that holds it (one node field, one key of a node's I/O, one node, one lifecycle event, one
@@ -105,6 +108,9 @@ def sanitize_upload(payload: dict[str, Any], sanitizer: Sanitizer) -> dict[str, 
     )
     if payload.get("error") is not None:
         clean["error"] = validate.log_line(payload["error"], bounds.log_line_bytes)
+    steps = payload.get("pipeline_steps")
+    if steps:
+        clean["pipeline_steps"] = _steps_within(steps, bounds.value_bytes, sanitizer)
     positions = payload.get("step_positions")
     if positions is not None:
         # Only for the nodes the upload carries: a node dropped here has no step events to place.
@@ -139,6 +145,24 @@ def _kept_all(
 ) -> list[Any]:
     kept = (sanitizer.kept(kind, check, item) for item in items)
     return [item for item in kept if item is not None]
+
+
+def _steps_within(steps: list[str], max_bytes: int, sanitizer: Sanitizer) -> list[str]:
+    """The steps, in order, whose ids take at most `max_bytes` encoded together (the list's
+    brackets and commas included); each one left out is counted."""
+    kept: list[str] = []
+    size = 2
+    for step in steps:
+        cost = len(validate.encode_body(step)) + 1
+        if size + cost > max_bytes:
+            sanitizer.note(
+                "pipeline step",
+                validate.InvalidInput("pipeline_steps", f"the steps' ids take more than {max_bytes} bytes"),
+            )
+            continue
+        kept.append(step)
+        size += cost
+    return kept
 
 
 def _nodes(nodes: dict[str, dict[str, Any]], sanitizer: Sanitizer) -> dict[str, dict[str, Any]]:

@@ -35,6 +35,14 @@ the upload into successive ones (`reporter.bounded.split_upload`), each with its
 fault in the middle loses none of them. A 413 (`PayloadTooLarge`) teaches a smaller limit: the one it
 names, else half of the body it refused; the uploads not yet applied are split again under it.
 
+Every loop here ends. No body larger than the limit in force is ever sent: an upload that cannot be
+split to fit it (its fixed part alone is too big) stops the uploader with `UploadCannotFit`, naming
+why, before a request is made. So each 413 at least halves the limit (or adopts a smaller one the
+service names), and after `MAX_REFUSED_AS_TOO_LARGE` of them for one upload, or a limit below
+`_MIN_BODY_BYTES`, the uploader stops the same way: an upload costs a bounded number of requests.
+The contract's step list (``pipeline_steps``, bounded in bytes by `reporter.sanitize`) travels only
+until an upload carrying it has landed: the ledger keeps it from then on.
+
 An upload the ledger refused (a `LedgerError`: nothing was written) gives its one-shot events back
 to the state. Failures reject only the required callers. `StaleAttempt` (another attempt owns
 the run), `RunTerminal` (someone else ended the run) and `DuplicateUpload` stop the
@@ -46,6 +54,7 @@ sleep are injectable so tests never wait for real.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -70,9 +79,12 @@ from reporter.state import ProgressState, Snapshot
 from reporter.transports.protocol import Transport, terminal_message
 
 __all__ = [
+    "IN_FLIGHT_WAIT_S",
+    "MAX_REFUSED_AS_TOO_LARGE",
     "CoalescingUploader",
     "FlushRequest",
     "Status",
+    "UploadCannotFit",
     "epoch_ms_now",
     "interval_for_total_rows",
     "pipeline_step_list",
@@ -83,9 +95,20 @@ Status = Literal["running", "interrupted", "completed", "failed", "cancelled"]
 _STATUS_RANK: Final[dict[str, int]] = {"running": 0, "interrupted": 1}
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 _MIN_BODY_BYTES = 4_096
+# The 413s one upload may draw before the uploader stops: each at least halves the limit, and from
+# the default limit to `_MIN_BODY_BYTES` takes 8 halvings.
+MAX_REFUSED_AS_TOO_LARGE: Final = 12
+# Once `aclose`'s time is up, how long the request in flight still has before it is cancelled.
+IN_FLIGHT_WAIT_S: Final = 10.0
+
+
+class UploadCannotFit(PayloadTooLarge):
+    """An upload that fits the service's body limit in no split: the uploader stops."""
+
+
 # The refusals that stop the uploader for good; any other refusal costs only the upload it refused.
 # A refused token is one: every later upload would be refused the same way.
-_STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload, Unauthorized)
+_STOPPING: Final = (StaleAttempt, RunTerminal, DuplicateUpload, Unauthorized, UploadCannotFit)
 
 _log = logging.getLogger("reporter.uploader")
 
@@ -174,8 +197,10 @@ class CoalescingUploader:
         pipeline_steps: Sequence[str] = (),
     ) -> None:
         self.run_id = run_id
-        # The contract's steps, in every upload: the ledger shows them all from the first one on.
+        # The contract's steps, in every upload until one carrying them has landed: the ledger shows
+        # them all from then on.
         self.pipeline_steps = pipeline_step_list(pipeline_steps)
+        self.pipeline_steps_landed = False
         self.state = state
         self.transport = transport
         self.producer_attempt = producer_attempt
@@ -202,6 +227,9 @@ class CoalescingUploader:
         self._pump_task: asyncio.Task[None] | None = None
         self._trailing_task: asyncio.Task[None] | None = None
         self._idle_waiters: list[asyncio.Future[None]] = []
+        # Set by `aclose` once its time is up: no request starts from then on.
+        self.halted = False
+        self.cancelled_in_flight = False
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -334,7 +362,7 @@ class CoalescingUploader:
 
     async def _pump(self) -> None:
         try:
-            while self._pending is not None:
+            while self._pending is not None and not self.halted:
                 request, self._pending = self._pending, None
                 await self._upload(request)
         finally:
@@ -343,7 +371,7 @@ class CoalescingUploader:
             for future in idle:
                 if not future.done():
                     future.set_result(None)
-            if self._pending is not None and not self.stopped:
+            if self._pending is not None and not self.stopped and not self.halted:
                 self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
     async def _current_attempt(self) -> bool:
@@ -430,9 +458,20 @@ class CoalescingUploader:
         """`body` split to fit the body limit, each part numbered with the next ``upload_seq`` and
         kept with the `replay` its request carried."""
         parts: list[_Unacked] = []
-        for part in split_upload(body, self.bounds.max_body_bytes, shrunk=self._shrunk):
+        limit = self.bounds.max_body_bytes
+        for part in split_upload(body, limit, shrunk=self._shrunk):
             self.upload_seq += 1
-            parts.append(_Unacked({**part, "upload_seq": self.upload_seq}, replay))
+            numbered = {**part, "upload_seq": self.upload_seq}
+            size = len(encode_body(numbered))
+            if size > limit:
+                # What is left is the part no split can shrink (ids, the step list, the error).
+                self.upload_seq -= len(parts) + 1
+                raise UploadCannotFit(
+                    f"an upload of run {self.run_id} cannot fit the service's body limit of {limit} "
+                    f"bytes in any split (its smallest part takes {size} bytes)",
+                    limit,
+                )
+            parts.append(_Unacked(numbered, replay))
         return parts
 
     def _shrunk(self, kind: str) -> None:
@@ -441,22 +480,30 @@ class CoalescingUploader:
     async def _send_unacked(self) -> None:
         """Send the unacknowledged uploads in order; a 413 naming a smaller limit splits those not
         yet applied again under it (nothing of a 413 was applied) and goes on."""
-        while self._unacked:
+        refused = 0
+        while self._unacked and not self.halted:
             first = self._unacked[0]
             redelivery, first.sent = first.sent, True
             try:
                 await self._deliver(first.body, redelivery=redelivery)
             except PayloadTooLarge as exc:
+                refused += 1
                 limit = exc.max_body_bytes
                 if limit is None or limit >= self.bounds.max_body_bytes:
                     # A 413 naming no smaller limit (a proxy's, say): half of what it refused.
                     limit = len(encode_body(first.body)) // 2
-                if limit < _MIN_BODY_BYTES:
-                    raise
+                if limit < _MIN_BODY_BYTES or refused > MAX_REFUSED_AS_TOO_LARGE:
+                    raise UploadCannotFit(
+                        f"the service refused {refused} upload(s) of run {self.run_id} as too large, the "
+                        f"last of {len(encode_body(first.body))} bytes ({exc}); no split fits",
+                        exc.max_body_bytes,
+                    ) from exc
                 self._split_again(limit)
                 continue
             self._unacked.pop(0)
             self.uploads_made += 1
+            if "pipeline_steps" in first.body:
+                self.pipeline_steps_landed = True
 
     def _split_again(self, max_body_bytes: int) -> None:
         _log.warning("run %s: the ledger takes bodies of at most %d bytes", self.run_id, max_body_bytes)
@@ -539,7 +586,7 @@ class CoalescingUploader:
         }
         if snapshot.dropped_one_shot_events:
             body["dropped_one_shot_events"] = snapshot.dropped_one_shot_events
-        if self.pipeline_steps:
+        if self.pipeline_steps and not self.pipeline_steps_landed:
             body["pipeline_steps"] = self.pipeline_steps
         if snapshot.step_positions:
             body["step_positions"] = snapshot.step_positions
@@ -549,24 +596,47 @@ class CoalescingUploader:
             body["interruption"] = request.interruption
         return sanitize_upload(body, self.sanitizer)
 
-    async def aclose(self) -> None:
-        """Stop the trailing timer and wait for the uploads in flight (they are not cancelled)."""
+    async def aclose(self, *, timeout_s: float | None = None) -> None:
+        """Stop the trailing timer and wait for the uploads in flight: for as long as they take, or
+        (`timeout_s`) that long; then no further request starts, the one in flight has
+        `IN_FLIGHT_WAIT_S` more to end, and is cancelled after that (`cancelled_in_flight`: its
+        outcome is unknown, the ledger may still apply it)."""
         if self._trailing_task is not None:
             self._trailing_task.cancel()
             self._trailing_task = None
-        while self._pump_task is not None:
-            await asyncio.shield(self._pump_task)
+        if await self._pumped_within(timeout_s):
+            return
+        self.halted = True
+        if await self._pumped_within(IN_FLIGHT_WAIT_S):
+            return
+        pump = self._pump_task
+        if pump is not None:
+            self.cancelled_in_flight = True
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+
+    async def _pumped_within(self, timeout_s: float | None) -> bool:
+        """Whether the pump has nothing left to do within `timeout_s` (None: however long)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._pump_task is not None:
+                    await asyncio.shield(self._pump_task)
+        except TimeoutError:
+            return False
+        return True
 
 
 def pipeline_step_list(node_ids: Sequence[str]) -> list[str]:
-    """The step ids the ledger takes as `pipeline_steps`: valid, each once, at most its limit."""
-    steps: list[str] = []
+    """The step ids the ledger takes as `pipeline_steps`: valid, each once, at most its limit (in
+    count; `reporter.sanitize` bounds them in bytes for each upload)."""
+    steps: dict[str, None] = {}
     for node_id in node_ids:
         if len(steps) == validate.MAX_PIPELINE_STEPS:
             break
         if node_id not in steps and _valid_node_id(node_id):
-            steps.append(node_id)
-    return steps
+            steps[node_id] = None
+    return list(steps)
 
 
 def _valid_node_id(node_id: object) -> bool:

@@ -16,16 +16,19 @@ Three diagnostics of the play runner are parsed (the same stream a person reads)
 * tool batch: ``Executing tool batch enrich:1: 25 calls``, at the start of the line or after a
   ``]`` (a bracketed prefix).
 
-All patterns are case-insensitive and ASCII-digit only.
+All patterns are case-insensitive and ASCII-digit only. Each is looked for in the line as the ledger
+stores it (`bounded_line`) and in time linear in its length, whatever the line holds: a runner's
+line must never cost the reporter more than reading it.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from ledger.validate import INT64_MAX, MAX_EPOCH_MS, invocation_seq, is_int
+from ledger.validate import INT64_MAX, MAX_EPOCH_MS, MAX_LOG_LINE_BYTES, invocation_seq, is_int, log_line
 
 __all__ = [
     "MAP_START_MARKER",
@@ -41,6 +44,7 @@ __all__ = [
     "as_count",
     "as_epoch_ms",
     "as_int",
+    "bounded_line",
     "has_timestamp_prefix",
     "invocation_sequence",
     "is_durable_log",
@@ -59,6 +63,13 @@ MAP_START_PATTERN = re.compile(
     r"Starting map over (\d+) items .* \((?:table namespace|key): ([^;)]+)"
     r"(?:; (\d+) (?:already satisfied|duplicate keys skipped); (\d+) pending)?\)",
     _FLAGS,
+)
+# The pattern above in parts, for `parse_map_start` (which finds what it finds in linear time).
+_MAP_START_HEAD = re.compile(r"Starting map over (\d+) items ", _FLAGS)
+_MAP_START_OPEN = re.compile(r" \((?:table namespace|key): ", _FLAGS)
+_MAP_START_STOP = re.compile(r"[;)]")
+_MAP_START_COUNTS = re.compile(
+    r"; (\d+) (?:already satisfied|duplicate keys skipped); (\d+) pending\)", _FLAGS
 )
 PERF_MAP_SETUP_PATTERN = re.compile(r"^\[perf\] runtime map setup table=(\S+) rows=(\d+)\b", _FLAGS)
 TOOL_BATCH_PATTERN = re.compile(
@@ -93,19 +104,70 @@ class ToolBatch(NamedTuple):
 
 
 def parse_map_start(line: str) -> MapStart | None:
-    """The map-start diagnostic anywhere in `line`, or None."""
-    match = MAP_START_PATTERN.search(line)
-    if match is None:
+    """The map-start diagnostic anywhere in `line` (its bounded form, `bounded_line`), or None."""
+    found = _map_start_groups(bounded_line(line))
+    if found is None:
         return None
-    total, satisfied, pending = _digits(match.group(1)), _digits(match.group(3)), _digits(match.group(4))
-    if total is None or (match.group(3) is not None and satisfied is None):
+    total, satisfied, pending = _digits(found[0]), _digits(found[2]), _digits(found[3])
+    if total is None or (found[2] is not None and satisfied is None):
         return None
     return MapStart(
         total=total,
-        table_namespace=match.group(2).strip(),
+        table_namespace=found[1].strip(),
         already_satisfied=satisfied or 0,
         pending=pending,
     )
+
+
+def _map_start_groups(line: str) -> tuple[str, str, str | None, str | None] | None:
+    """The groups `MAP_START_PATTERN.search(line)` would find, in time linear in `line`.
+
+    The pattern's ``.*`` makes a backtracking search quadratic (a line repeating its head tries
+    every head against every later position). The same answer, found directly: the first head
+    whose newline-free stretch holds a tail that matches, and of its tails the last one (``.*`` is
+    greedy). A later head of the same stretch sees only a subset of those tails, so after the
+    first head of a stretch fails, the search goes on at the next stretch.
+    """
+    pos = 0
+    while (head := _MAP_START_HEAD.search(line, pos)) is not None:
+        stretch_end = line.find("\n", head.end())
+        if stretch_end < 0:
+            stretch_end = len(line)
+        tail = _last_map_start_tail(line, head.end(), stretch_end)
+        if tail is not None:
+            return (head.group(1), *tail)
+        pos = stretch_end + 1
+    return None
+
+
+_Tail = tuple[str, str | None, str | None]
+
+
+def _last_map_start_tail(line: str, start: int, stretch_end: int) -> _Tail | None:
+    # `[^;)]+` stops only at the next `;` or `)` (giving characters back never helps: the next
+    # thing must be one of those), so a tail is decided by where that stop is, found by bisection.
+    opens = [m.end() for m in _MAP_START_OPEN.finditer(line, start, stretch_end)]
+    if not opens:
+        return None
+    stops = [m.start() for m in _MAP_START_STOP.finditer(line, opens[0])]
+    for name_start in reversed(opens):
+        index = bisect.bisect_left(stops, name_start)
+        if index == len(stops) or stops[index] == name_start:
+            continue
+        stop = stops[index]
+        if line[stop] == ")":
+            return line[name_start:stop], None, None
+        counts = _MAP_START_COUNTS.match(line, stop)
+        if counts is not None:
+            return line[name_start:stop], counts.group(1), counts.group(2)
+    return None
+
+
+def bounded_line(line: str) -> str:
+    """`line` as the ledger would store it (`ledger.validate.log_line`: repaired, and cut to the
+    line bound keeping both ends): the text every diagnostic is looked for in, so a line of any
+    length costs no more than one at the bound."""
+    return log_line(line, MAX_LOG_LINE_BYTES)
 
 
 def strip_timestamp_prefix(line: str) -> str:
@@ -121,7 +183,7 @@ def has_timestamp_prefix(line: str) -> bool:
 
 def parse_map_setup(line: str) -> MapSetup | None:
     """The perf map-setup marker at the start of `line` (after an optional timestamp), or None."""
-    match = PERF_MAP_SETUP_PATTERN.match(strip_timestamp_prefix(line))
+    match = PERF_MAP_SETUP_PATTERN.match(strip_timestamp_prefix(bounded_line(line)))
     rows = _digits(match.group(2)) if match is not None else None
     if match is None or rows is None:
         return None
@@ -130,7 +192,7 @@ def parse_map_setup(line: str) -> MapSetup | None:
 
 def parse_tool_batch(line: str) -> ToolBatch | None:
     """The tool-batch diagnostic, or None."""
-    match = TOOL_BATCH_PATTERN.search(line)
+    match = TOOL_BATCH_PATTERN.search(bounded_line(line))
     if match is None:
         return None
     batch_id, digits = match.groups()

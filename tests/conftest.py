@@ -3,16 +3,18 @@ from the `ledger.testing` plugin, which its `ledger` entry point loads."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
 
 import ledger.testing
 from ledger.db import Database
-from ledger.testing import delete_all_rows
+from ledger.testing import BACKEND_VAR, delete_all_rows
 
 # tests/unit/test_testing_backend.py runs pytest sessions of its own to see the plugin at work.
-pytest_plugins = ["pytester"]
+# tests.ci_skips: under CI, a skip that names no missing program fails.
+pytest_plugins = ["pytester", "tests.ci_skips"]
 
 # Tests import it from here.
 __all__ = ["delete_all_rows"]
@@ -24,6 +26,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # is never registered twice (pluggy refuses one module under two names).
     if not config.pluginmanager.is_registered(ledger.testing):
         config.pluginmanager.register(ledger.testing, "ledger")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A test of the docker backend itself is deselected on any other: it does not apply there (a
+    # skip would fail under CI); CI runs it with the docker backend (.ci/docker-tests).
+    if os.environ.get(BACKEND_VAR, "").strip().lower() == "docker":
+        return
+    deselected = [item for item in items if item.get_closest_marker("docker_backend")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("docker_backend")]
 
 
 @pytest.fixture

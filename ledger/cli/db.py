@@ -13,9 +13,10 @@ import click
 
 from ledger import migrate
 from ledger.cli.database import database as _database
+from ledger.cli.exits import EXIT_BLOCKED, CliError
 from ledger.clock import DatabaseClock
 from ledger.db import Database
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, HeldBySession
 from ledger.runlog import conversion, partitions
 
 __all__ = [
@@ -87,6 +88,8 @@ def _convert(batch: int) -> None:
             return
         try:
             progress = conversion.convert(url, batch=batch, report=report)
+        except HeldBySession as exc:
+            raise CliError(str(exc), EXIT_BLOCKED) from None
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(

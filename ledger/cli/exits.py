@@ -10,8 +10,11 @@ from typing import Final
 
 import click
 
+from ledger.cli.shown import shown
+
 __all__ = [
     "EXIT_ADDRESS",
+    "EXIT_BLOCKED",
     "EXIT_CONFIG",
     "EXIT_DATABASE",
     "EXIT_FAILED",
@@ -20,15 +23,17 @@ __all__ = [
     "EXIT_NEEDS_RESUME",
     "EXIT_REPORT_INTERRUPTED",
     "EXIT_TOKEN",
+    "EXIT_USAGE",
     "CliError",
     "first_line",
+    "usage_line",
 ]
 
 _EXIT_OK: Final = 0
 # The ledger refused the request (an unknown run, a bad value) or the operation failed (no schema).
 EXIT_FAILED: Final = 1
-# Click's own: a bad option or argument.
-_EXIT_USAGE: Final = 2
+# Click's own: a bad option or argument (and a file given in one that cannot be read).
+EXIT_USAGE: Final = 2
 # An environment variable is unusable (a malformed LEDGER_DATABASE_URL), or no API token is found.
 EXIT_CONFIG: Final = 6
 # `ledger serve` cannot listen on its address (in use, or not this machine's).
@@ -43,6 +48,9 @@ EXIT_TOKEN: Final = 10
 EXIT_REPORT_INTERRUPTED: Final = 11
 # `ledger report` found its run interrupted, waiting for a reporter that resumes it (`--resume`).
 EXIT_NEEDS_RESUME: Final = 12
+# A maintenance step gave up waiting for another session (an open reader held a partition's
+# detach, a conversion holds the event log): the line names it; nothing is lost, run it again.
+EXIT_BLOCKED: Final = 13
 # The shell's convention for a command ended by Ctrl-C (`ledger report`: by a second signal).
 EXIT_INTERRUPTED: Final = 130
 
@@ -51,7 +59,8 @@ class CliError(click.ClickException):
     """One line on stderr and `exit_code`."""
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
-        super().__init__(" ".join(message.split()))
+        # The message may quote the ledger's data or a runner's text: printed as `shown` says.
+        super().__init__(" ".join(shown(message, markup=False).split()))
         # click declares it a class variable; each error here has its own.
         self.exit_code = exit_code  # type: ignore[misc]
 
@@ -60,3 +69,8 @@ def first_line(exc: BaseException) -> str:
     """The first line of the error's text (libpq's answers add a hint on a second line)."""
     text = str(exc).strip()
     return (text.splitlines() or [type(exc).__name__])[0].strip()
+
+
+def usage_line(message: str) -> str:
+    """A usage mistake's message on one line (click's may span several)."""
+    return " ".join(message.split())

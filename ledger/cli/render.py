@@ -2,6 +2,11 @@
 
 Nothing here does I/O, so the unit tests can feed it JSON and check the rows, bars and lines a
 person would see. Times on the wire are epoch milliseconds; `now_ms` is passed in, never read here.
+
+What a runner wrote (a step's name, a log line, an error) or the ledger holds reaches a person's
+terminal only through `ledger.cli.shown.shown`, applied here where each value becomes a cell or a
+line: a step named ``[/bold]n`` is shown as written, never read as a tag, and an escape sequence
+in a log line never reaches the terminal. The data itself stays exact.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from ledger.cli.shown import shown
 from ledger.runlog.steps import derived_state
 
 __all__ = [
@@ -30,6 +36,7 @@ __all__ = [
     "run_detail",
     "run_row",
     "runs_table",
+    "shown",
     "step_bar",
     "step_counts",
     "steps",
@@ -39,7 +46,6 @@ __all__ = [
 
 STATUS_STYLES = {
     "running": "cyan",
-    "interrupted": "magenta",
     "completed": "green",
     "failed": "red",
     "cancelled": "yellow",
@@ -154,12 +160,13 @@ def runs_table(runs: Sequence[Mapping[str, Any]], now_ms: int) -> Table:
     rows = [run_row(run, now_ms) for run in runs]
     # A run id is what a person copies into `ledger run`, and a status is one word: never cut
     # either; the other columns wrap instead.
+    plain = [tuple(shown(cell, markup=False) for cell in cells) for cells in rows]
     for index in (0, 1):
         table.columns[index].no_wrap = True
-        table.columns[index].min_width = max((len(cells[index]) for cells in rows), default=3)
-    for cells in rows:
+        table.columns[index].min_width = max((len(cells[index]) for cells in plain), default=3)
+    for cells in plain:
         style = STATUS_STYLES.get(cells[1], "")
-        table.add_row(cells[0], Text(cells[1], style=style), *cells[2:])
+        table.add_row(Text(cells[0]), Text(cells[1], style=style), *(Text(cell) for cell in cells[2:]))
     return table
 
 
@@ -265,24 +272,24 @@ def run_detail(run: Mapping[str, Any], now_ms: int) -> RenderableType:
     header = Table.grid(padding=(0, 2))
     header.add_column(style="bold")
     header.add_column()
-    header.add_row("run", str(run.get("run_id", "?")))
-    header.add_row("play", str(run.get("play_name") or "-"))
+    header.add_row("run", shown(run.get("run_id", "?")))
+    header.add_row("play", shown(run.get("play_name") or "-"))
     state = _run_state(run)
-    header.add_row("status", Text(state, style=STATUS_STYLES.get(state, "")))
+    header.add_row("status", Text(shown(state, markup=False), style=STATUS_STYLES.get(state, "")))
     created, updated = _int(run.get("created_at")), _int(run.get("updated_at"))
     header.add_row("age", duration(None if created is None else now_ms - created))
     header.add_row(
         "last event",
         f"#{_count(run.get('last_seq'))}, {duration(None if updated is None else now_ms - updated)} ago",
     )
-    header.add_row("terminal", terminal_line(run))
+    header.add_row("terminal", shown(terminal_line(run)))
 
     columns = ("step", "progress", "rows", "state", "reason / message")
     table = Table(*columns, title="steps", title_justify="left")
     for step in steps(run.get("live_node_progress")):
         note = " · ".join(text for text in (step.reason, step.message) if text)
-        state_cell = Text(step.state, style=STATUS_STYLES.get(step.state, ""))
-        table.add_row(step.node_id, step_bar(step), step_counts(step), state_cell, note)
+        state_cell = Text(shown(step.state, markup=False), style=STATUS_STYLES.get(step.state, ""))
+        table.add_row(shown(step.node_id), step_bar(step), shown(step_counts(step)), state_cell, shown(note))
     return Group(header, table)
 
 
@@ -361,16 +368,19 @@ def pool_view(
 ) -> RenderableType:
     """`ledger pool`: the counts line and a table of the version's entries, newest ready first."""
     head = Text(
-        f"pool {pool}, version {version}: {_count(counts.get('available'))} available, "
-        f"{_count(counts.get('warming'))} warming"
+        shown(
+            f"pool {pool}, version {version}: {_count(counts.get('available'))} available, "
+            f"{_count(counts.get('warming'))} warming",
+            markup=False,
+        )
     )
     table = Table("id", "state", "ready for", "age", "expires in")
     ordered = sorted(entries, key=lambda e: (-(_int(e.get("ready_at")) or 0), str(e.get("id"))))
     for entry in ordered:
         ready, created, expires = (_int(entry.get(k)) for k in ("ready_at", "created_at", "expires_at"))
         table.add_row(
-            str(entry.get("id", "?")),
-            str(entry.get("state", "?")),
+            shown(entry.get("id", "?")),
+            shown(entry.get("state", "?")),
             "-" if ready is None else duration(now_ms - ready),
             "-" if created is None else duration(now_ms - created),
             "-" if expires is None else duration(expires - now_ms),

@@ -33,6 +33,12 @@ the runner may still be writing.
 
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
+
+The exit code is what the ledger holds: when the final upload's outcome is unknown at the deadline
+(no answer yet), no further request starts, the one in flight is waited for (at most
+`reporter.uploader.IN_FLIGHT_WAIT_S`, then cancelled) and the ledger is asked how the run stands
+(for at most `TRUTH_WAIT_S`, asking again while a cancelled request may still land): a run that
+ended as reported exits as reported.
 """
 
 from __future__ import annotations
@@ -40,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import shlex
@@ -62,11 +67,14 @@ from ledger.cli.exits import (
     EXIT_NEEDS_RESUME,
     EXIT_REPORT_INTERRUPTED,
     EXIT_TOKEN,
+    EXIT_USAGE,
     CliError,
 )
+from ledger.cli.shown import shown
 from ledger.client import URL_VAR, service_url
 from ledger.errors import (
     DuplicateUpload,
+    LedgerError,
     LedgerFailure,
     LedgerUnavailable,
     RunTerminal,
@@ -74,6 +82,7 @@ from ledger.errors import (
     Unauthorized,
 )
 from reporter import HttpTransport, ProgressReporter
+from reporter.lines import decode_line
 from reporter.pipeline import contract_problem
 from reporter.reporter import (
     DEFAULT_FINALIZE_DEADLINE_S,
@@ -98,6 +107,7 @@ __all__ = [
     "EXIT_UPLOAD_FAILED",
     "INTERRUPT_GRACE_S",
     "NO_RESULT_LINE",
+    "TRUTH_WAIT_S",
     "report",
     "report_command",
 ]
@@ -109,6 +119,10 @@ _EXIT_USAGE = 2
 EXIT_STALE = 3
 EXIT_TERMINAL = 4
 EXIT_UPLOAD_FAILED = 5
+# After the deadline, how long the ledger is asked how the run stands when an upload's outcome is
+# unknown, and how often while a cancelled request may still land.
+TRUTH_WAIT_S = 5.0
+_TRUTH_POLL_S = 0.5
 # How long an interrupted reporter has to land what it holds before it exits anyway.
 INTERRUPT_GRACE_S = 5.0
 # Between two yields of the input loop to the uploads (lines arriving faster than they are read
@@ -229,10 +243,9 @@ async def _feed(
         text = raw.strip()
         if not text:
             continue
-        try:
-            event = json.loads(text)
-        except ValueError as exc:
-            warn(f"line {number}: not JSON ({exc}); skipped")
+        event, problem = decode_line(text)
+        if problem is not None:
+            warn(f"line {number}: {problem}; skipped")
             continue
         if not isinstance(event, dict):
             warn(f"line {number}: not a JSON object; skipped")
@@ -284,6 +297,9 @@ async def report(
     stopped = reporter.uploader.stopped_event
     signal_name: str | None = None
     result: dict[str, Any] | None = None
+    # What the end of the input decided, and an upload failure whose outcome is still to be asked.
+    decided = _Ending()
+    failure: BaseException | None = None
     try:
         if resume:
             _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
@@ -297,7 +313,9 @@ async def report(
             raise reporter.uploader.stop_reason
         if signal_name is not None:
             return await _interrupted(reporter, signal_name, on_interrupt, warn, resume_command, grace_s)
-        ending = asyncio.ensure_future(_end(reporter, result, warn, finalize=finalize, deadline_s=deadline_s))
+        ending = asyncio.ensure_future(
+            _end(reporter, result, warn, decided, finalize=finalize, deadline_s=deadline_s)
+        )
         either: set[asyncio.Future[Any]] = {ending, interrupted}
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         if not ending.done():
@@ -331,53 +349,110 @@ async def report(
         warn(str(exc))
         return EXIT_UPLOAD_FAILED
     except (LedgerFailure, TimeoutError) as exc:
-        warn(f"the final upload for run {reporter.run_id} failed: {exc or 'deadline passed'}")
-        return EXIT_UPLOAD_FAILED
+        failure = exc
     finally:
         if signal_name is None:
-            await reporter.aclose()
+            # The uploads in flight land or fail first, within the deadline (module docstring).
+            await reporter.aclose(timeout_s=decided.left())
         else:
             # An upload stuck retrying must not keep an interrupted reporter past its grace.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(reporter.aclose(), grace_s)
+    # Only a failed upload gets here (every other way out returned): its outcome may be unknown.
+    assert failure is not None
+    if not await _ended_as_reported(reporter, decided.reported, failure):
+        warn(f"the final upload for run {reporter.run_id} failed: {_reason(failure, deadline_s)}")
+        return EXIT_UPLOAD_FAILED
+    return _verdict(reporter, decided, warn)
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Ending:
+    """What the end of the input decided: the deadline for everything after it, the status
+    reported and why it is not the runner's own (no result line, a status the ledger refuses)."""
+
+    ends: float | None = None
+    reported: str | None = None
+    missing: bool = False
+    problem: str | None = None
+
+    def left(self) -> float | None:
+        return None if self.ends is None else max(0.0, self.ends - time.monotonic())
 
 
 async def _end(
     reporter: ProgressReporter,
     result: dict[str, Any] | None,
     warn: Callable[[str], None],
+    decided: _Ending,
     *,
     finalize: bool,
     deadline_s: float,
 ) -> int:
     """The end of the input: end the batch, or reconcile and finalize the run; the exit code."""
-    ends = time.monotonic() + deadline_s
+    decided.ends = time.monotonic() + deadline_s
 
     def left() -> float:
-        return max(0.0, ends - time.monotonic())
+        return max(0.0, (decided.left() or 0.0))
 
     if not finalize or (result is not None and result.get("status") in IN_FLIGHT_RESULT_STATUSES):
         await reporter.end_batch(deadline_s=left())
         return EXIT_OK
-    missing = result is None
-    problem = None
+    decided.missing = result is None
     if result is None:
         reporter.on_runner_event({"type": "log", "line": NO_RESULT_LINE, "source": "reporter"})
         result = {"type": "result", "status": "failed"}
     else:
-        problem = result_status_problem(result)
-        if problem is not None:
+        decided.problem = result_status_problem(result)
+        if decided.problem is not None:
             result = {**result, "status": "failed"}
+    decided.reported = str(result["status"])
     await reporter.load_terminal_truth(deadline_s=left())
-    await reporter.finalize(result, error=NO_RESULT_ERROR if missing else problem, deadline_s=left())
-    if missing:
+    error = NO_RESULT_ERROR if decided.missing else decided.problem
+    await reporter.finalize(result, error=error, deadline_s=left())
+    return _verdict(reporter, decided, warn)
+
+
+def _verdict(reporter: ProgressReporter, decided: _Ending, warn: Callable[[str], None]) -> int:
+    """The exit code of a run the ledger holds ended as reported, and its line when not completed
+    as the runner said."""
+    if decided.missing:
         warn(f"no result line: run {reporter.run_id} was reported failed")
         return EXIT_NO_RESULT
-    if problem is not None:
+    if decided.problem is not None:
         takes = ", ".join(RESULT_STATUSES)
-        warn(f"{problem} (it takes {takes}): run {reporter.run_id} was reported failed")
+        warn(f"{decided.problem} (it takes {takes}): run {reporter.run_id} was reported failed")
         return _EXIT_BAD_RESULT
     return EXIT_OK
+
+
+def _reason(failure: BaseException, deadline_s: float) -> str:
+    """Why an upload failed, never empty (a deadline's `TimeoutError` says nothing itself)."""
+    said = " ".join(str(failure).split())
+    if isinstance(failure, TimeoutError):
+        return f"{said or 'no answer'}: the deadline ({deadline_s:g} s, --deadline) passed first"
+    return said or type(failure).__name__
+
+
+async def _ended_as_reported(
+    reporter: ProgressReporter, reported: str | None, failure: BaseException
+) -> bool:
+    """Whether the ledger holds the run ended with the `reported` status after all: asked only when
+    the final upload's outcome is unknown (a refusal changed nothing), for at most `TRUTH_WAIT_S`."""
+    if reported is None or reported in IN_FLIGHT_RESULT_STATUSES or isinstance(failure, LedgerError):
+        return False
+    # A request cancelled in flight may still be applied by the service: ask until it shows.
+    again = reporter.uploader.cancelled_in_flight
+    try:
+        async with asyncio.timeout(TRUTH_WAIT_S):
+            while True:
+                run = await reporter.transport.run_state(reporter.run_id)
+                terminal = run.get("terminal") if run is not None else None
+                if isinstance(terminal, dict) or not again:
+                    return isinstance(terminal, dict) and terminal.get("status") == reported
+                await asyncio.sleep(_TRUTH_POLL_S)
+    except (LedgerFailure, TimeoutError):
+        return False
 
 
 async def _interrupted(
@@ -479,12 +554,15 @@ def _load_contract(path: Path | None) -> object:
     if path is None:
         return None
     try:
-        contract = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read the contract {path}: {exc}", param_hint="--contract") from None
+        contract, problem = decode_line(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+        contract, problem = None, str(exc)
+    if problem is not None:
+        # One line, as for any mistake in what a person passed (Click's usage code).
+        raise CliError(f"--contract: cannot read the contract {path}: {problem}", EXIT_USAGE)
     problem = contract_problem(contract)
     if problem is not None:
-        raise CliError(f"--contract {path}: the contract {problem}", exit_code=_EXIT_USAGE)
+        raise CliError(f"--contract {path}: the contract {problem}", EXIT_USAGE)
     return contract
 
 
@@ -621,7 +699,7 @@ def report_command(
         raise click.BadParameter("must not be empty", param_hint="--run-id")
 
     def warn(message: str) -> None:
-        click.echo(f"ledger report: {message}", err=True)
+        click.echo(shown(f"ledger report: {message}", markup=False), err=True)
 
     code = asyncio.run(
         _main(

@@ -8,6 +8,7 @@ each has its own pool, listener and watchdog, as N replicas would.
 from __future__ import annotations
 
 import os
+import socket
 from typing import TYPE_CHECKING
 
 import click
@@ -43,10 +44,7 @@ _WORKER_APP = "ledger.cli.serve:_worker_app"
 )
 def serve(host: str, port: int, workers: int) -> None:
     """Serve the ledger over HTTP/JSON (schema at /openapi.json); on the embedded Postgres by default."""
-    # The web stack is imported here, not at module level, so other `ledger` commands start fast.
-    from ledger.service.app import create_app
-    from ledger.service.logs import configure_json_logging
-    from ledger.service.server import bind_socket, build_server, run_until_stopped, serve_workers
+    from ledger.service.address import bind_problem, bind_socket
     from ledger.service.settings import load_service_settings
 
     settings = load_settings()
@@ -56,10 +54,13 @@ def serve(host: str, port: int, workers: int) -> None:
         sock = bind_socket(service_settings.host, service_settings.port)
     except OSError as exc:
         raise CliError(
-            f"cannot listen on {service_settings.host}:{service_settings.port}: "
-            f"{exc.strerror or exc} (another `ledger serve`? choose another with --port)",
-            EXIT_ADDRESS,
+            bind_problem(exc, service_settings.host, service_settings.port), EXIT_ADDRESS
         ) from None
+    # The web stack is imported after the bind: it takes seconds, and other commands start fast.
+    from ledger.service.app import create_app
+    from ledger.service.logs import configure_json_logging
+    from ledger.service.server import build_server, run_until_stopped, serve_workers
+
     try:
         with database(settings) as url:
             tokens = auth.configured_tokens()
@@ -92,12 +93,27 @@ def serve(host: str, port: int, workers: int) -> None:
                 # What each worker process reads back in `_worker_app`.
                 os.environ[DATABASE_URL_VAR] = url
                 os.environ[auth.API_TOKENS_VAR] = ",".join(tokens)
+                _say_where(sock, signed_in_by_file=not auth.configured_tokens())
                 serve_workers(_WORKER_APP, service_settings, workers, sock=sock)
                 return
             app = create_app(service_settings, url, tokens, keys.keyring, listen_url=settings.listen_url)
+            _say_where(sock, signed_in_by_file=not auth.configured_tokens())
             run_until_stopped(build_server(app, service_settings), sockets=[sock])
     finally:
         sock.close()
+
+
+def _say_where(sock: socket.socket, *, signed_in_by_file: bool) -> None:
+    """Where the service listens, its dashboard, and how to sign in: the three things a person
+    starting it needs next (on stderr, beside the logs)."""
+    host, port = sock.getsockname()[:2]
+    # A wildcard address is not one a browser can open: this machine's loopback is.
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    base = f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+    click.echo(f"Run Ledger listens on {base}", err=True)
+    click.echo(f"dashboard: {base}/ui/", err=True)
+    source = "`ledger token show` prints it" if signed_in_by_file else f"the first of {auth.API_TOKENS_VAR}"
+    click.echo(f"sign in there with the admin token: {source}", err=True)
 
 
 def _worker_app() -> FastAPI:

@@ -11,11 +11,14 @@ import json
 
 import click
 
-from ledger import tokens
+from ledger import auth, tokens
 from ledger.cli.client import _client, deadline_option
+from ledger.config import load_settings
+from ledger.errors import ConfigError
 from ledger.validate import INT32_MAX
 
 __all__ = [
+    "admin_token",
     "token",
 ]
 
@@ -57,3 +60,25 @@ def _create(
     with _client(deadline_s, needs="an admin token") as client:
         minted = client.mint_token(scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl)
     click.echo(json.dumps(minted) if as_json else minted["token"])
+
+
+def admin_token() -> str:
+    """The admin token the service of this data dir accepts: the first of `LEDGER_API_TOKENS`, else
+    the token `ledger serve` stored in the data dir (`ConfigError` when there is neither)."""
+    configured = auth.configured_tokens()
+    if configured:
+        return configured[0]
+    path = auth.token_file(load_settings().data_dir)
+    stored = auth.read_token_file(path)
+    if stored is None:
+        raise ConfigError(
+            f"no admin token yet: `ledger serve` stores one in {path} on its first start "
+            f"(or set {auth.API_TOKENS_VAR})"
+        )
+    return stored
+
+
+@token.command("show")
+def _show() -> None:
+    """Print the admin token of this data dir (what the dashboard's sign-in asks for)."""
+    click.echo(admin_token())

@@ -15,6 +15,7 @@ import os
 import click
 
 from ledger.cli.database import database
+from ledger.cli.shown import shown
 from ledger.db import Database
 from ledger.errors import SchemaMissing
 from ledger.runlog import retention
@@ -44,7 +45,7 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
                 raise click.ClickException(str(exc)) from None
             await dog.make_partitions()
             if failed:
-                click.echo(f"failed {len(failed)} stalled run(s): {', '.join(failed)}")
+                click.echo(shown(f"failed {len(failed)} stalled run(s): {', '.join(failed)}", markup=False))
             elif once:
                 click.echo("no stalled runs")
             if once:
@@ -55,6 +56,9 @@ async def _watch(url: str, *, once: bool, stall_after_s: float, interval_s: floa
                     f"{swept.runs} finished run(s) past retention "
                     f"({swept.partitions} event log partition(s) dropped whole)"
                 )
+                if dog.retention_blocked is not None:
+                    # Not a failure of this pass: the next one finishes it.
+                    click.echo(f"left for the next pass: {dog.retention_blocked}", err=True)
                 return
             await asyncio.sleep(interval_s)
 

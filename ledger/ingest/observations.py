@@ -98,8 +98,8 @@ def parse_observation(field: str, raw: object) -> dict[str, Any]:
         "status": status,
         "inputs": validate.json_value(f"{field}.inputs", raw.get("inputs")),
         "outputs": validate.json_value(f"{field}.outputs", raw.get("outputs")),
-        # Free text: repaired (U+FFFD for NUL and lone surrogates), never refused.
-        "error": validate.free_text(f"{field}.error", raw.get("error"), optional=True),
+        # Free text: repaired (U+FFFD for NUL and lone surrogates) and bounded, never refused.
+        "error": validate.bounded_text(f"{field}.error", raw.get("error"), optional=True),
         "started_at": validate.epoch_ms(f"{field}.started_at", raw.get("started_at"), optional=True),
         "settled_at": validate.epoch_ms(f"{field}.settled_at", raw.get("settled_at"), optional=True),
     }

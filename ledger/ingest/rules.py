@@ -347,8 +347,7 @@ def with_pipeline(
 
 def _error(value: object) -> str | None:
     # Free text, like a log line: repaired and bounded, never refused.
-    error = validate.free_text("error", value, optional=True)
-    return None if error is None else validate.truncate_line(error)
+    return validate.bounded_text("error", value, optional=True)
 
 
 @dataclass(frozen=True)
@@ -653,7 +652,6 @@ def plan_upload(
         state.live_node_progress, upload.live_node_progress, upload.status, upload.error
     )
     snapshot = with_pipeline(snapshot, upload.pipeline_steps, state.live_node_progress)
-    # A terminal upload settles the steps it leaves open, after the runner's own transitions.
     settle_events, snapshot = settle_upload(state.live_node_progress, snapshot, upload)
     changed.extend(e["node_id"] for e in settle_events if e["node_id"] not in changed)
     before, after = interruption_events(state.status, upload)
@@ -665,12 +663,13 @@ def plan_upload(
             log_events,
             place_steps(step_events, upload.step_positions, upload.live_log_total_count),
         ),
-        *settle_events,
     ]
     events.extend({"type": "dataset.lifecycle", "event": dict(e)} for e in upload.dataset_lifecycle_events)
     activity_events, marks = newer_activities(state.activity_watermarks, upload.activity_observations)
     events.extend(activity_events)
     events.extend(after)
+    # The steps the run's end settles come last, right before its terminal event.
+    events.extend(settle_events)
 
     new_state = IngestState(
         producer_attempt=attempt,

@@ -45,10 +45,11 @@ from typing import Any
 from ledger import shapes, validate
 from ledger.clock import Clock, DatabaseClock, to_ms
 from ledger.db import Conn, Database, Row
-from ledger.errors import InstanceMapped
+from ledger.errors import InstanceMapped, RunTerminal
 from ledger.pool import rules
 from ledger.pool.cadence import GcCadence
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
+from ledger.runlog.store import terminal_from_row
 
 __all__ = ["LOCK", "SELECT_PLACED", "GcCadence", "PoolSettings", "WarmPool", "sweep_expired_mappings"]
 
@@ -82,11 +83,27 @@ SELECT available, warming FROM ledger.pool_counts(
 """
 
 # The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
-# reading the time costs no round trip of its own.
+# reading the time costs no round trip of its own. A run that has ended takes nothing: its row is
+# read first, locked as an end locks it (an end in progress is waited for, then seen), and the claim
+# function runs only when the run is unknown or live (the subquery's `OFFSET 0` keeps it a subplan
+# of its own, whose condition on the outer row is checked once, before the function is called).
+# The answer holds the run's terminal columns when it had ended, and no claim.
 _CLAIM = """
-SELECT claimed, available, warming FROM ledger.pool_claim_v2(
-    %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(collect)s::boolean, %(now)s::timestamptz,
-    %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint)
+WITH run AS (
+    SELECT terminal_status, terminal_result, terminal_error, terminal_total_rows,
+           terminal_duration_ms, terminal_play_name, completed_at
+    FROM ledger.runs WHERE run_id = %(run_id)s FOR SHARE
+)
+SELECT run.*, c.claimed, c.available, c.warming
+FROM (SELECT 1) AS one
+LEFT JOIN run ON true
+LEFT JOIN LATERAL (
+    SELECT claimed, available, warming FROM ledger.pool_claim_v2(
+        %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(collect)s::boolean, %(now)s::timestamptz,
+        %(min_age_ms)s::bigint, %(ready_max_age_ms)s::bigint, %(mapping_ttl_ms)s::bigint)
+    WHERE run.terminal_status IS NULL
+    OFFSET 0
+) AS c ON true
 """
 
 _SELECT_VERSION_ENTRIES = f"""
@@ -280,7 +297,8 @@ class WarmPool:
         self, pool: str, version: str, run_id: str, min_ready_age_ms: float | None = None
     ) -> shapes.ClaimResult:
         """Take the newest available entry for `run_id` (idempotent per run); `{id, available, warming}`
-        with the counts as they are after the claim."""
+        with the counts as they are after the claim. A run that has ended is `RunTerminal`, and
+        takes nothing."""
         pool, version = rules.check_pool(pool), rules.check_version(version)
         run_id = validate.run_id("run_id", run_id)
         min_age = rules.min_ready_age(min_ready_age_ms, self.settings)
@@ -299,6 +317,13 @@ class WarmPool:
             now = None if isinstance(self.clock, DatabaseClock) else await self.clock.now(conn)
             row = await (await conn.execute(_CLAIM, {**params, "now": now})).fetchone()
         assert row is not None
+        terminal = terminal_from_row(row)
+        if terminal is not None:
+            raise RunTerminal(
+                f"run {run_id!r} already ended {terminal['status']}: a claim for it takes no instance",
+                run_id,
+                dict(terminal),
+            )
         return {"id": row["claimed"], "available": row["available"], "warming": row["warming"]}
 
     async def count(

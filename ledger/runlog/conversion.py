@@ -5,12 +5,22 @@ Migration 0013 moves a filled `ledger.run_events` aside (a rename, instant) as
 go there at once. `convert` then copies the old rows over in key order, one short transaction per
 batch (`ON CONFLICT DO NOTHING`, so a batch that is repeated after a crash changes nothing),
 locking the batch's runs `FOR KEY SHARE` so a run deleted meanwhile (retention) cannot leave
-copied events behind. Each batch holds row locks only: appends to the runs it copies wait for
-its commit, nothing else waits. Last, the old table's foreign key is dropped (that takes `ACCESS
-EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed, under a short
-`lock_timeout`, retried), then the table, which no one else uses any more.
+copied events behind. An append meanwhile trims its run past the event cap in the new table and
+moves the run's trim watermark (`events_trimmed_through`); the old rows at or below it are not
+copied (the terminal event excepted, which is never trimmed), so the watermark carries the
+trims of both logs and a page's `first_seq` is the first event it holds. The append waits for
+the batch that copies its run (its `FOR UPDATE` against the batch's `FOR KEY SHARE`), so a batch
+and an append never disagree about the watermark. Each batch holds row locks only: appends to
+the runs it copies wait for its commit, nothing else waits. Last, the old table's foreign key is
+dropped (that takes `ACCESS EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed,
+under a short `lock_timeout`, retried), then the table, which no one else uses any more.
 
 `ledger serve` refuses to start while the old table exists (`pending`).
+
+Conversion and retention's partition drops exclude each other: retention drops no partition
+while the old table exists (the copy needs every partition it made), and `convert` refuses to
+start while a partition is being dropped (its session, named `run-ledger detach ...`, is in
+`pg_stat_activity`), naming it.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from ledger.db import driver_errors
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, HeldBySession
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -43,6 +53,13 @@ _DROP_ATTEMPTS: Final = 50
 
 _PENDING_SQL: Final = f"SELECT to_regclass('{OLD_TABLE}') IS NOT NULL AS pending"
 
+# Retention dropping a partition (`ledger.runlog.partitions` names its sessions so).
+_DROPPING_SQL: Final = """
+SELECT pid, application_name, state FROM pg_stat_activity
+WHERE application_name LIKE 'run-ledger detach %%' AND pid <> pg_backend_pid()
+ORDER BY pid
+"""
+
 # Every period the runs were created in gets its partition before any row is copied.
 _PERIODS_SQL: Final = """
 SELECT DISTINCT date_trunc(
@@ -58,13 +75,14 @@ WITH batch AS (
     ORDER BY o.run_id, o.seq
     LIMIT %(limit)s
 ), runs AS (
-    SELECT r.run_id, r.created_at FROM ledger.runs r
+    SELECT r.run_id, r.created_at, r.events_trimmed_through FROM ledger.runs r
     WHERE r.run_id IN (SELECT DISTINCT run_id FROM batch)
     FOR KEY SHARE
 ), copied AS (
     INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
     SELECT b.run_id, b.seq, r.created_at, b.type, b.ts, b.payload
     FROM batch b JOIN runs r ON r.run_id = b.run_id
+    WHERE b.seq > r.events_trimmed_through OR b.type = 'terminal'
     ON CONFLICT DO NOTHING
     RETURNING 1
 )
@@ -100,6 +118,16 @@ def convert(
     with driver_errors(), psycopg.connect(url, row_factory=dict_row, autocommit=True) as conn:
         if not conn.execute(_PENDING_SQL).fetchone()["pending"]:  # type: ignore[index]
             return progress
+        dropping = conn.execute(_DROPPING_SQL).fetchall()
+        if dropping:
+            sessions = ", ".join(
+                f"pid {row['pid']} (application_name {row['application_name']!r}, state {row['state']!r})"
+                for row in dropping
+            )
+            raise HeldBySession(
+                f"retention is dropping an event log partition ({sessions}); run the conversion again"
+                " once it is done (`ledger gc` and the watchdog drop none while a conversion is pending)"
+            )
         for row in conn.execute(_PERIODS_SQL).fetchall():
             conn.execute("SELECT ledger.ensure_run_events_partition(%(at)s)", {"at": row["at"]})
         after_run, after_seq = "", 0

@@ -7,11 +7,11 @@ that would collide with them when flattened).
 
 The four coordinator types (`status`, `log`, `progress`, `terminal`) have fixed fields and reject
 unknown ones. The ingestion types (`step.*`, `dataset.lifecycle`, `activity.observed`, `log.gap`,
-`reporter.interrupted` / `reporter.resumed`) carry free-form JSON produced by the status ingestion
-(and by a run's end, which settles its open steps: `step.completed|failed|cancelled|skipped`, see
-`ledger.runlog.steps`); only their shape as a JSON object is checked (and `log.gap` must say how
-many lines are `missing`). Counts and times may come as integral floats (3.0, as JavaScript sends
-them): JSON does not tell them apart.
+`reporter.*`) carry free-form JSON produced by the status ingestion (and by a run's end, which
+settles its open steps: `step.completed|failed|cancelled|skipped`, see `ledger.runlog.steps`); only
+their shape as a JSON object is checked (and `log.gap` must say how many lines are `missing`).
+Counts and times may come as integral floats (3.0, as JavaScript sends them): JSON does not tell
+them apart.
 
 Free text (a `log` line, the `logs` of `status`/`progress`, a terminal `error`) is repaired: a NUL
 or a lone surrogate becomes U+FFFD, so one bad byte a tool printed never costs the run its log.
@@ -141,8 +141,8 @@ class TerminalState:
         """
         if stored["status"] != self.status:
             return False
-        for key, value in self.payload().items():
-            if key != "status" and value is not None and stored.get(key) != value:
+        for key, value in self.payload().items():  # the status among them, equal by now
+            if value is not None and stored.get(key) != value:
                 return False
         return True
 
@@ -171,13 +171,14 @@ def _coordinator_payload(kind: str, event: Mapping[str, Any], field: str) -> dic
     if kind == "log":
         if "line" not in event:
             raise InvalidInput(f"{field}.line", "is required")
-        # Free text: a NUL or a lone surrogate in a log line is repaired (U+FFFD), never refused.
-        return {"line": validate.free_text(f"{field}.line", event["line"])}
+        # Free text: a NUL or a lone surrogate in a log line is repaired (U+FFFD), an over-long one
+        # cut as a status upload's lines are (`validate.bounded_text`), never refused.
+        return {"line": validate.bounded_text(f"{field}.line", event["line"])}
     if kind == "terminal":
         return parse_terminal_state(event, field).payload()
     payload: dict[str, Any] = {"status": _run_status(event.get("status"), f"{field}.status")}
     if "logs" in event:
-        payload["logs"] = validate.free_text_list(f"{field}.logs", event["logs"])
+        payload["logs"] = validate.log_line_list(f"{field}.logs", event["logs"])
     if kind == "progress":
         for key in ("active_node_id", "active_artifact_table_namespace"):
             if key in event:
@@ -246,7 +247,7 @@ def parse_terminal_state(body: Mapping[str, Any], field: str = "terminal") -> Te
     return TerminalState(
         status=str(status),
         result=validate.json_value(f"{prefix}result", body.get("result")),
-        error=validate.free_text(f"{prefix}error", body.get("error"), optional=True),
+        error=validate.bounded_text(f"{prefix}error", body.get("error"), optional=True),
         # Both are bigint columns of ledger.runs.
         total_rows=validate.integer(
             f"{prefix}total_rows", body.get("total_rows"), optional=True, integral_float=True

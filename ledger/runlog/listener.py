@@ -38,6 +38,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from ledger import tracing
 from ledger.db import bounded
 from ledger.runlog.events import parse_notify_payload
 
@@ -267,7 +268,9 @@ class Listener:
         if self._task is not None:
             return
         self._first_attempt = asyncio.Event()
-        self._task = asyncio.create_task(self._run(), name="ledger-listener")
+        # Its probes (a `SELECT 1` a second) are upkeep: not traced unless asked.
+        with tracing.upkeep():
+            self._task = asyncio.create_task(self._run(), name="ledger-listener")
         await self._first_attempt.wait()
 
     async def stop(self) -> None:

@@ -12,6 +12,7 @@ the ledger holds a thousand runs or millions, and however deep the page is.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
 
@@ -22,6 +23,7 @@ from ledger.errors import InvalidInput
 __all__ = [
     "MAX_RUNS_LIMIT",
     "RUN_LIST_CURSOR_PATTERN",
+    "RunFilter",
     "cursor_of",
     "list_runs",
     "list_stalled_runs",
@@ -55,15 +57,19 @@ ORDER BY o.created_at DESC, o.run_id
 LIMIT %(limit)s
 """
 
-_LIST_RUNS = _LIST_RUNS_TEMPLATE.format(where="")
 _ROW_SUMS: Final = ("rows_completed", "rows_failed", "rows_total")
 
 # After the cursor's run in the list's order. The `<=` bound is what the index scan starts from;
 # the rest drops the cursor's run and the runs created at the same instant that precede it.
-_LIST_RUNS_BEFORE = _LIST_RUNS_TEMPLATE.format(
-    where="""WHERE o.created_at <= %(before_at)s
+_AFTER_CURSOR = """o.created_at <= %(before_at)s
   AND (o.created_at < %(before_at)s OR o.run_id > %(before_run)s)"""
-)
+
+# The list's filters, each an exact match on a column of the view (or a lower bound on its time).
+_FILTERS: Final = {
+    "status": "o.status = %(status)s",
+    "play": "o.play_name = %(play)s",
+    "since": "o.created_at >= %(since)s",
+}
 
 _LIST_STALLED = f"""
 SELECT run_id, status, play_name,
@@ -92,6 +98,7 @@ def _check_limit(limit: int) -> int:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_MILLISECOND = timedelta(milliseconds=1)
 
 # A cursor is `<created_at in epoch microseconds>:<run_id>` of the run the next page follows. The
 # microseconds stay within what a datetime holds (about years 1653 to 5138); a NUL is never in a run
@@ -112,19 +119,50 @@ def _parse_cursor(value: object) -> tuple[datetime, str]:
     return _EPOCH + int(micros) * _MICROSECOND, run_id
 
 
-def listing_statement(limit: int, before: str | None) -> tuple[str, dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class RunFilter:
+    """Which runs a listing holds: those with this `status` (the run's, e.g. `running`, `failed`),
+    this `play` (its play name), created at or after `since_ms` (epoch ms); None: any."""
+
+    status: str | None = None
+    play: str | None = None
+    since_ms: int | None = None
+
+
+def _filter_params(runs: RunFilter) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if runs.status is not None:
+        params["status"] = validate.free_text("status", runs.status)
+    if runs.play is not None:
+        params["play"] = validate.free_text("play", runs.play)
+    if runs.since_ms is not None:
+        if not validate.is_int(runs.since_ms) or not 0 <= runs.since_ms <= validate.MAX_EPOCH_MS:
+            raise InvalidInput("since", f"must be epoch milliseconds between 0 and {validate.MAX_EPOCH_MS}")
+        params["since"] = _EPOCH + runs.since_ms * _MILLISECOND
+    return params
+
+
+def listing_statement(
+    limit: int, before: str | None, runs: RunFilter | None = None
+) -> tuple[str, dict[str, Any]]:
     """The statement and parameters of one page of the run list (checked: bad input raises)."""
     _check_limit(limit)
-    if before is None:
-        return _LIST_RUNS, {"limit": limit}
-    before_at, before_run = _parse_cursor(before)
-    return _LIST_RUNS_BEFORE, {"limit": limit, "before_at": before_at, "before_run": before_run}
+    params: dict[str, Any] = {"limit": limit, **_filter_params(runs or RunFilter())}
+    conditions = [_FILTERS[name] for name in _FILTERS if name in params]
+    if before is not None:
+        params["before_at"], params["before_run"] = _parse_cursor(before)
+        conditions.append(_AFTER_CURSOR)
+    where = "WHERE " + "\n  AND ".join(conditions) if conditions else ""
+    return _LIST_RUNS_TEMPLATE.format(where=where), params
 
 
-async def runs_page(db: Database, limit: int = 50, before: str | None = None) -> shapes.RunList:
-    """Up to `limit` runs from `ledger.run_overview`, newest first, after the cursor `before`;
-    `next_before` names the page after this one (None once a page comes back short)."""
-    statement, params = listing_statement(limit, before)
+async def runs_page(
+    db: Database, limit: int = 50, before: str | None = None, runs: RunFilter | None = None
+) -> shapes.RunList:
+    """Up to `limit` runs from `ledger.run_overview` that `runs` admits, newest first, after the
+    cursor `before`; `next_before` names the page after this one (None once a page comes back
+    short), to be read with the same filter."""
+    statement, params = listing_statement(limit, before, runs)
     async with db.connection() as conn:
         cur = await conn.execute(statement, params)
         rows = await cur.fetchall()

@@ -22,22 +22,32 @@ writes WAL, leaves a dead tuple for vacuum and bloats the indexes).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
-from ledger.db import Conn, Database, driver_errors
-from ledger.errors import ConfigError
+from ledger.db import Conn, Database, driver_errors, sever
+from ledger.errors import ConfigError, HeldBySession, LedgerFailure
+from ledger.runlog.conversion import OLD_TABLE
 
 __all__ = [
     "DEFAULT_AHEAD",
+    "DEFAULT_DETACH_WAIT_S",
     "PERIODS",
     "PERIOD_VAR",
     "Partition",
     "apply_period_setting",
+    "blocking_sessions",
+    "conversion_pending",
+    "detached_leftovers",
+    "drop_detached",
     "drop_partition",
     "due_partitions",
     "ensure_ahead",
@@ -55,10 +65,49 @@ PERIODS: Final = ("day", "month")
 # Partitions made ahead of the current one: a day boundary (or a month's) never has the first
 # run of the new period create its partition while appends wait behind it.
 DEFAULT_AHEAD: Final = 2
-# A detach waits for the transactions that use the event log to end; one left open (a psql
-# session idle in a transaction) must not hold the watchdog's loop. Interrupted, the detach stays
-# pending and the next pass finishes it (`FINALIZE`).
-_DETACH_TIMEOUT_MS: Final = 60_000
+# A detach waits for every transaction that has the event log open to end; one left open (a psql
+# session idle in a transaction, a `pg_dump`) must not hold retention for longer than this. Past
+# it the statement is cancelled from the client side (a server-side `statement_timeout` would be
+# a session setting, which a transaction-mode pooler hands on to other clients); an interrupted
+# detach stays pending and the next attempt finishes it (`FINALIZE`).
+DEFAULT_DETACH_WAIT_S: Final = 10.0
+# After the cancel request, how long the statement may take to end before the connection is cut.
+_CANCEL_GRACE_S: Final = 2.0
+# Finishing a pending detach and dropping a table take `ACCESS EXCLUSIVE` on the partition: while
+# that waits in the lock queue behind a reader, every statement that touches the partition (a
+# cached generic plan over the whole event log locks all of them) queues behind it. So each try
+# waits this long at most (`lock_timeout`, local to its transaction), and tries are spaced.
+_LOCK_TRY_MS: Final = 100
+# How long making a partition ahead may wait for the parent's lock (see `ensure_ahead`).
+_ATTACH_LOCK_TIMEOUT_MS: Final = 1000
+_LOCK_RETRY_S: Final = 0.25
+# The detach's session is named after its partition, so the sessions it waits for can be found
+# from another connection even through a pooler (which hides the server's pid).
+_APPLICATION_PREFIX: Final = "run-ledger detach "
+
+# Who the detach (or drop) of a partition waits for: the sessions blocking the backend that runs
+# it, and those holding a lock on the partition itself, oldest transaction first.
+_BLOCKERS_SQL: Final = """
+SELECT b.pid, b.application_name, b.state, b.xact_start
+FROM pg_stat_activity b
+WHERE b.pid <> pg_backend_pid() AND b.application_name IS DISTINCT FROM %(application_name)s AND (
+    b.pid IN (
+        SELECT unnest(pg_blocking_pids(w.pid)) FROM pg_stat_activity w
+        WHERE w.application_name = %(application_name)s
+    )
+    OR b.pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted AND l.relation = to_regclass(%(table)s))
+)
+ORDER BY b.xact_start NULLS LAST, b.pid
+"""
+
+# Tables a detach left behind without their drop (the drop was cancelled): detached partitions
+# are no partition any more, so only their name says what they were.
+_DETACHED_SQL: Final = r"""
+SELECT c.relname AS name FROM pg_class c
+WHERE c.relnamespace = 'ledger_partitions'::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+  AND c.relname ~ '^run_events_\d{8}_\d{8}$'
+ORDER BY c.relname
+"""
 
 _LIST_SQL: Final = """
 SELECT name, from_at, to_at, detach_pending FROM ledger.run_event_partitions ORDER BY from_at
@@ -174,6 +223,9 @@ async def ensure_ahead(db: Database, now: datetime, *, ahead: int = DEFAULT_AHEA
     at = now
     for _ in range(ahead + 1):
         async with db.transaction() as conn:
+            # Attaching waits for a detach in its wait for readers (both take SHARE UPDATE
+            # EXCLUSIVE on the parent): the watchdog's loop gives up quickly and tries next pass.
+            await conn.execute("SELECT set_config('lock_timeout', %s, true)", (str(_ATTACH_LOCK_TIMEOUT_MS),))
             names.append(await ensure_partition(conn, at))
             cur = await conn.execute(
                 "SELECT to_at FROM ledger.run_event_partitions WHERE name = %(name)s", {"name": names[-1]}
@@ -218,23 +270,176 @@ async def per_run_boundary(conn: Conn, cutoff: datetime) -> datetime:
     return boundary
 
 
-async def drop_partition(db: Database, partition: Partition) -> None:
+async def conversion_pending(conn: Conn) -> bool:
+    """Whether a filled event log is still being converted (`ledger.runlog.conversion`): its copy
+    needs every partition it made, so none is dropped until it is done."""
+    cur = await conn.execute("SELECT to_regclass(%(old)s) IS NOT NULL AS pending", {"old": OLD_TABLE})
+    row = await cur.fetchone()
+    return bool(row and row["pending"])
+
+
+async def detached_leftovers(conn: Conn) -> list[str]:
+    """Tables of the event log detached whole whose drop did not happen (it was cancelled)."""
+    cur = await conn.execute(_DETACHED_SQL)
+    return [str(row["name"]) for row in await cur.fetchall()]
+
+
+async def drop_partition(
+    db: Database, partition: Partition, *, wait_s: float = DEFAULT_DETACH_WAIT_S
+) -> None:
     """Detach the partition concurrently (or finish an interrupted detach) and drop it.
 
     `DETACH ... CONCURRENTLY` runs outside any transaction and holds only `SHARE UPDATE
-    EXCLUSIVE` on the parent, so appends and reads go on; the detached table is then nobody's and
-    its drop waits on no one. A partition the database will not drop now (the connection lost,
-    the statement timed out, another detach under way) raises `DatabaseUnavailable`; one already
-    gone, `SchemaMissing`.
+    EXCLUSIVE` on the parent, so appends and reads go on; its second phase waits for every
+    transaction that has the event log open to end. Each statement gets `wait_s`, enforced from
+    here: past it, the sessions it waits for are looked up, the statement is cancelled, and
+    `HeldBySession` names them; the detach is left pending (or the detached table undropped:
+    `detached_leftovers`) for the next attempt, which finishes it. Nothing is set on the session,
+    so nothing outlives it on a pooler's server connection. Another fault (the connection lost,
+    another detach under way) raises `DatabaseUnavailable`; a partition already gone,
+    `SchemaMissing`.
     """
-    table = sql.Identifier("ledger_partitions", partition.name)
-    mode = sql.SQL("FINALIZE" if partition.detach_pending else "CONCURRENTLY")
+    mode = "FINALIZE" if partition.detach_pending else "CONCURRENTLY"
+    await _detach_and_drop(db, partition.name, mode, wait_s=wait_s)
+
+
+async def drop_detached(db: Database, name: str, *, wait_s: float = DEFAULT_DETACH_WAIT_S) -> None:
+    """Drop a table of the event log that was detached whole but whose drop was cancelled
+    (`detached_leftovers`), bounded as `drop_partition` is."""
+    await _detach_and_drop(db, name, None, wait_s=wait_s)
+
+
+async def _detach_and_drop(db: Database, name: str, mode: str | None, *, wait_s: float) -> None:
+    table = sql.Identifier("ledger_partitions", name)
+    application_name = _APPLICATION_PREFIX + name
+    bound = functools.partial(_bounded_lock, db, wait_s=wait_s, application_name=application_name, name=name)
     # A connection of its own in autocommit: the pool's may be in a transaction (a transaction
     # pooler's), where a concurrent detach is refused.
     with driver_errors():
-        async with await psycopg.AsyncConnection.connect(db.url, autocommit=True) as conn:
-            await conn.execute(f"SET statement_timeout = {_DETACH_TIMEOUT_MS}")
-            await conn.execute(
-                sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} {}").format(table, mode)
+        async with await psycopg.AsyncConnection.connect(
+            db.url, autocommit=True, application_name=application_name, connect_timeout=2
+        ) as conn:
+            if mode == "CONCURRENTLY":
+                await _within(
+                    db,
+                    conn,
+                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} CONCURRENTLY").format(table),
+                    wait_s=wait_s,
+                    application_name=application_name,
+                    name=name,
+                    what=f"detaching event log partition {name}",
+                )
+            elif mode == "FINALIZE":
+                await bound(
+                    conn,
+                    sql.SQL("ALTER TABLE ledger.run_events DETACH PARTITION {} FINALIZE").format(table),
+                    what=f"finishing the detach of event log partition {name}",
+                )
+            await bound(
+                conn,
+                sql.SQL("DROP TABLE {}").format(table),
+                what=f"dropping the detached event log partition {name}",
             )
-            await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+
+
+async def _bounded_lock(
+    db: Database,
+    conn: psycopg.AsyncConnection[Any],
+    statement: sql.Composed,
+    *,
+    wait_s: float,
+    application_name: str,
+    name: str,
+    what: str,
+) -> None:
+    """Run `statement` (which takes `ACCESS EXCLUSIVE` on the partition) in short tries, each in a
+    transaction of its own under a `lock_timeout` local to it, until `wait_s` has passed: then
+    `HeldBySession`, naming the sessions that hold the partition."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('lock_timeout', %s, true)", (str(_LOCK_TRY_MS),))
+                await conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() >= deadline:
+                break
+        await asyncio.sleep(_LOCK_RETRY_S)
+    holders = await _holders(db, application_name, name)
+    raise HeldBySession(f"{what} waited {wait_s:g} s for {holders}; the next attempt finishes it")
+
+
+async def _holders(db: Database, application_name: str, name: str) -> str:
+    try:
+        return await blocking_sessions(db, application_name, name)
+    except LedgerFailure as exc:
+        return f"sessions that could not be named ({exc})"
+
+
+async def _within(
+    db: Database,
+    conn: psycopg.AsyncConnection[Any],
+    statement: sql.Composed,
+    *,
+    wait_s: float,
+    application_name: str,
+    name: str,
+    what: str,
+) -> None:
+    """Run `statement` on `conn` (whose session is `application_name`), cancelling it when it has
+    not ended within `wait_s`: then `HeldBySession`, naming the sessions it waited for."""
+    task = asyncio.ensure_future(conn.execute(statement))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+    except BaseException:
+        # Stopped from outside: psycopg cancels the statement on the server as the task ends.
+        task.cancel()
+        await asyncio.wait({task})
+        raise
+    if done:
+        await task
+        return
+    holders = await _holders(db, application_name, name)
+    # The cancel request reaches the right server session through a pooler too; a server that
+    # never answers it gets its connection cut.
+    with contextlib.suppress(psycopg.Error):
+        await conn.cancel_safe(timeout=_CANCEL_GRACE_S)
+    done, _ = await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+    if not done:
+        sever(conn)
+        await asyncio.wait({task})
+    with contextlib.suppress(psycopg.Error):
+        task.result()
+    raise HeldBySession(
+        f"{what} waited {wait_s:g} s for {holders}, and was cancelled; the next attempt finishes it"
+    )
+
+
+async def blocking_sessions(db: Database, application_name: str, name: str) -> str:
+    """The sessions the ledger session named `application_name` waits for, or that hold partition
+    `name`, as one phrase: pid, application name, state and how long its transaction has been
+    open."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            _BLOCKERS_SQL,
+            {
+                "application_name": application_name,
+                "table": 'ledger_partitions."' + name.replace('"', '""') + '"',
+            },
+        )
+        rows = await cur.fetchall()
+        now_cur = await conn.execute("SELECT now() AS now")
+        now_row = await now_cur.fetchone()
+    if not rows:
+        return "a session that ended meanwhile"
+    now = now_row["now"] if now_row else None
+    described = []
+    for row in rows:
+        opened = ""
+        if row["xact_start"] is not None and now is not None:
+            opened = f", transaction open {(now - row['xact_start']).total_seconds():.0f} s"
+        described.append(
+            f"pid {row['pid']} (application_name {row['application_name']!r}, state {row['state']!r}{opened})"
+        )
+    return ("session " if len(described) == 1 else "sessions ") + ", ".join(described)

@@ -12,10 +12,15 @@ transaction even when the ingestion calls `append_in_transaction` several times 
 it threads through remembers that it was sent.
 
 The `*_in_transaction` functions are the building blocks other operations (status ingestion, the
-watchdog) call inside their own transaction after `lock_run`; they and `RunLog.append` /
-`RunLog.set_terminal` (which need no `lock_run`: one call, one transaction, one round trip) all
-call the same function. Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
-always agree.
+watchdog) call inside their own transaction after `lock_run`; they and `RunLog.append` (which
+needs no `lock_run`: one call, one transaction, one round trip) all call the same function.
+
+Ending a run settles its open steps (`ledger.runlog.steps`) in the same transaction, whichever way
+it ends: `set_terminal_in_transaction` reads the locked row's step snapshot, stores it settled and
+appends the settlement events before the `terminal` event. So `RunLog.set_terminal`, and an
+`append` whose batch ends in `terminal`, lock the run first (a few round trips: a run ends once).
+
+Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page always agree.
 """
 
 from __future__ import annotations
@@ -211,7 +216,7 @@ async def open_run_in_transaction(
 ) -> None:
     """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
     params = {
-        "run_id": validate_run_id(run_id),
+        "run_id": validate.new_run_id("run_id", run_id),
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
@@ -609,7 +614,8 @@ class RunLog:
         duration_ms: int | None = None,
         play_name: str | None = None,
     ) -> shapes.TerminalStateBody:
-        """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`)."""
+        """Set the terminal state (first wins; the same again is a no-op; a different one `Conflict`),
+        settling the run's open steps in the same transaction."""
         terminal = parse_terminal_state(
             {
                 "status": status,

@@ -16,6 +16,13 @@ lifetime, and finished runs older than the run retention (`ledger.runlog.retenti
 deleted in batches, one transaction each, skipping rows another transaction holds; runs in
 smaller batches and at most `retention_pass_cap` a pass, after the event log partitions whose
 runs have all expired were dropped whole (`ledger.runlog.partitions`).
+
+Retention runs in a loop of its own (`start()` starts both): dropping a partition waits for every
+transaction that has the event log open, and a reader someone left open (a BI query, a `pg_dump`,
+a psql session idle in a transaction) must never delay failing a stalled run or making the
+partitions ahead. Each detach and drop is given `detach_wait_s`, enforced from the client side
+(`partitions.drop_partition`); one that cannot finish is cancelled, its holder named in the log,
+and finished on a later pass.
 """
 
 from __future__ import annotations
@@ -23,16 +30,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from ledger import idempotency
+from ledger import idempotency, tracing
 from ledger.clock import Clock, DatabaseClock
 from ledger.db import Conn, Database
-from ledger.errors import ConfigError, LedgerFailure
+from ledger.errors import ConfigError, HeldBySession, LedgerFailure, SchemaMissing
 from ledger.pool.store import sweep_expired_mappings
 from ledger.runlog import partitions
 from ledger.runlog import retention as run_retention
@@ -109,6 +117,7 @@ class Watchdog:
         retention: timedelta | None = run_retention.DEFAULT_RETENTION,
         retention_batch_size: int = run_retention.DEFAULT_RETENTION_BATCH_SIZE,
         retention_pass_cap: int | None = run_retention.DEFAULT_RETENTION_PASS_CAP,
+        detach_wait_s: float = partitions.DEFAULT_DETACH_WAIT_S,
         sleep: _Sleep = asyncio.sleep,
     ) -> None:
         self.db = db
@@ -122,13 +131,16 @@ class Watchdog:
         self.retention = retention
         self.retention_batch_size = retention_batch_size
         self.retention_pass_cap = retention_pass_cap
+        self.detach_wait_s = detach_wait_s
         self._sleep = sleep
         self.key_lifetime = idempotency.KEY_LIFETIME
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.passes = 0
         self.failed_total = 0
         self.swept_total = Swept()
         self.partitions_dropped = 0
+        # Why the last `drop_partitions` left a partition for later (a session held it), or None.
+        self.retention_blocked: HeldBySession | None = None
         self._limit_recorded = False
 
     async def record_stall_limit(self) -> None:
@@ -167,7 +179,13 @@ class Watchdog:
     async def sweep(self) -> Swept:
         """Delete expired run mappings, expired Idempotency-Key answers and expired runs, in
         batches."""
+        expired = await self.sweep_expired()
         dropped_before = self.partitions_dropped
+        runs = await self.sweep_runs()
+        return dataclasses.replace(expired, runs=runs, partitions=self.partitions_dropped - dropped_before)
+
+    async def sweep_expired(self) -> Swept:
+        """Delete expired run mappings and expired Idempotency-Key answers, in batches."""
         swept = Swept(
             mappings=await self._sweep_batches(
                 lambda conn, now, limit: sweep_expired_mappings(conn, now, limit=limit)
@@ -177,25 +195,23 @@ class Watchdog:
                     conn, now, lifetime=self.key_lifetime, limit=limit
                 )
             ),
-            runs=await self.sweep_runs(),
         )
-        swept = dataclasses.replace(swept, partitions=self.partitions_dropped - dropped_before)
+        self._count(swept)
+        if swept.mappings or swept.idempotency_keys:
+            _log.info(
+                "watchdog swept %d expired run mapping(s) and %d expired idempotency key(s)",
+                swept.mappings,
+                swept.idempotency_keys,
+            )
+        return swept
+
+    def _count(self, swept: Swept) -> None:
         self.swept_total = Swept(
             mappings=self.swept_total.mappings + swept.mappings,
             idempotency_keys=self.swept_total.idempotency_keys + swept.idempotency_keys,
             runs=self.swept_total.runs + swept.runs,
             partitions=self.swept_total.partitions + swept.partitions,
         )
-        if swept.mappings or swept.idempotency_keys or swept.runs:
-            _log.info(
-                "watchdog swept %d expired run mapping(s), %d expired idempotency key(s)"
-                " and %d finished run(s) past retention (%d event log partition(s) dropped whole)",
-                swept.mappings,
-                swept.idempotency_keys,
-                swept.runs,
-                swept.partitions,
-            )
-        return swept
 
     async def sweep_runs(self) -> int:
         """Delete finished runs older than the retention (with all they own); how many. None
@@ -208,12 +224,21 @@ class Watchdog:
         retention = self.retention
         if retention is None:
             return 0
-        await self.drop_partitions()
-        return await self._sweep_batches(
+        dropped = await self.drop_partitions()
+        runs = await self._sweep_batches(
             lambda conn, now, limit: self._delete_expired(conn, now, retention, limit),
             batch_size=self.retention_batch_size,
             cap=self.retention_pass_cap,
         )
+        self._count(Swept(runs=runs, partitions=len(dropped)))
+        if runs:
+            _log.info(
+                "watchdog deleted %d finished run(s) past retention"
+                " (%d event log partition(s) dropped whole)",
+                runs,
+                len(dropped),
+            )
+        return runs
 
     async def _delete_expired(self, conn: Conn, now: datetime, retention: timedelta, limit: int) -> int:
         cutoff = run_retention.cutoff(now, retention)
@@ -221,25 +246,59 @@ class Watchdog:
         return await run_retention.delete_expired_runs(conn, cutoff, boundary, limit=limit)
 
     async def drop_partitions(self) -> list[partitions.Partition]:
-        """Drop every event log partition whose runs have all ended before the retention cutoff;
-        the ones dropped."""
+        """Drop every event log partition whose runs have all ended before the retention cutoff
+        (and any a cancelled drop left detached); the ones dropped.
+
+        A session that keeps a detach or drop waiting past `detach_wait_s` stops this pass's
+        drops (the next would wait for it too): `retention_blocked` names it until a later pass
+        gets through."""
+        self.retention_blocked = None
         if self.retention is None:
             return []
         async with self.db.connection() as conn:
+            if await partitions.conversion_pending(conn):
+                self.retention_blocked = HeldBySession(
+                    "the event log is being converted (`ledger db convert`): no partition is dropped"
+                    " until it is done"
+                )
+                return []
             now = await self.clock.now(conn)
             due = await partitions.due_partitions(conn, run_retention.cutoff(now, self.retention))
-        dropped = []
-        for partition in (d.partition for d in due if not d.held):
+            leftovers = await partitions.detached_leftovers(conn)
+        steps: list[tuple[str, Callable[[], Awaitable[partitions.Partition | None]]]] = [
+            (name, functools.partial(self._drop_detached, name)) for name in leftovers
+        ]
+        steps += [
+            (d.partition.name, functools.partial(self._drop_counted, d.partition)) for d in due if not d.held
+        ]
+        dropped: list[partitions.Partition] = []
+        for name, step in steps:
             try:
-                await partitions.drop_partition(self.db, partition)
+                result = await step()
+            except HeldBySession as exc:
+                self.retention_blocked = exc
+                _log.warning("watchdog left event log partition %s for a later pass: %s", name, exc)
+                break
+            except SchemaMissing:
+                # Another replica's retention dropped it first.
+                continue
             except (LedgerFailure, ConfigError) as exc:
                 # Its runs then wait for the next pass; the per-run delete goes on meanwhile.
-                _log.warning("watchdog could not drop event log partition %s: %s", partition.name, exc)
+                _log.warning("watchdog could not drop event log partition %s: %s", name, exc)
                 continue
-            dropped.append(partition)
-            self.partitions_dropped += 1
-            _log.info("watchdog dropped event log partition %s whole", partition.name)
+            if result is not None:
+                dropped.append(result)
         return dropped
+
+    async def _drop_detached(self, name: str) -> None:
+        await partitions.drop_detached(self.db, name, wait_s=self.detach_wait_s)
+        _log.info("watchdog dropped the detached event log partition %s", name)
+
+    async def _drop_counted(self, partition: partitions.Partition) -> partitions.Partition:
+        await partitions.drop_partition(self.db, partition, wait_s=self.detach_wait_s)
+        self.partitions_dropped += 1
+        _log.info("watchdog dropped event log partition %s whole", partition.name)
+        return partition
 
     async def plan_retention(self) -> _RetentionPlan:
         """What `sweep_runs` would delete now (uncapped), deleting nothing."""
@@ -282,8 +341,9 @@ class Watchdog:
                 return total
 
     async def run_forever(self) -> None:
-        """Run a pass, a sweep and make the event log partitions ahead every `interval_s`; a failing
-        one is logged and retried next interval."""
+        """Run a pass, make the event log partitions ahead and sweep expired mappings and keys
+        every `interval_s`; a failing one is logged and retried next interval. Retention is
+        `retain_forever`'s, apart from this loop."""
         while True:
             if not self._limit_recorded:
                 try:
@@ -299,19 +359,36 @@ class Watchdog:
             except Exception:
                 _log.exception("watchdog could not make the event log partitions ahead")
             try:
-                await self.sweep()
+                await self.sweep_expired()
             except Exception:
                 _log.exception("watchdog sweep failed")
             await self._sleep(self.interval_s)
 
+    async def retain_forever(self) -> None:
+        """Delete finished runs past retention every `interval_s` (`sweep_runs`); a failing sweep is
+        logged and retried next interval."""
+        while True:
+            try:
+                await self.sweep_runs()
+            except Exception:
+                _log.exception("watchdog retention sweep failed")
+            await self._sleep(self.interval_s)
+
     def start(self) -> None:
-        """Run `run_forever` in the background (in the running event loop)."""
-        if self._task is None:
-            self._task = asyncio.create_task(self.run_forever(), name="ledger-watchdog")
+        """Run `run_forever` and, with a retention, `retain_forever` in the background (in the
+        running event loop)."""
+        if self._tasks:
+            return
+        # Ticks of the service's own: not traced unless asked (`ledger.tracing.upkeep`).
+        with tracing.upkeep():
+            self._tasks.append(asyncio.create_task(self.run_forever(), name="ledger-watchdog"))
+            if self.retention is not None:
+                self._tasks.append(asyncio.create_task(self.retain_forever(), name="ledger-retention"))
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

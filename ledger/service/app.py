@@ -120,6 +120,7 @@ def create_app(
                 waiters=lambda: listener.waiter_count,
                 watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
                 event_reads=lambda: runlog.reads,
+                trace_spans_dropped=tracing.dropped_spans if tracing.active() else None,
             )
             app.state.services = svc
             _log.info("service ready", extra={"pool_size": settings.db_pool_size})

@@ -32,6 +32,7 @@ class _LiveSources(Collector):
         self.listener_connected: _Reading | None = None
         self.watchdog_failures: _Reading | None = None
         self.event_reads: _Reading | None = None
+        self.trace_spans_dropped: _Reading | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.listener_reconnects is not None:
@@ -63,6 +64,12 @@ class _LiveSources(Collector):
                 "ledger_watchdog_failures",
                 "Stalled runs this process's watchdog failed.",
                 value=self.watchdog_failures(),
+            )
+        if self.trace_spans_dropped is not None:
+            yield CounterMetricFamily(
+                "ledger_trace_spans_dropped",
+                "Spans dropped because the export queue was full (the trace collector slow or gone).",
+                value=self.trace_spans_dropped(),
             )
 
 
@@ -126,12 +133,14 @@ class ServiceMetrics:
         waiters: _Reading | None = None,
         watchdog_failures: _Reading | None = None,
         event_reads: _Reading | None = None,
+        trace_spans_dropped: _Reading | None = None,
     ) -> None:
         self.live.listener_reconnects = listener_reconnects
         self.live.listener_connected = listener_connected
         self.live.waiters = waiters
         self.live.watchdog_failures = watchdog_failures
         self.live.event_reads = event_reads
+        self.live.trace_spans_dropped = trace_spans_dropped
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -39,6 +39,7 @@ __all__ = [
     "AddEntries",
     "AppendEvents",
     "BlockRun",
+    "CancelRun",
     "Claim",
     "IntegralInt",
     "MapRun",
@@ -372,6 +373,12 @@ class SetTerminal(_StrictBody):
     total_rows: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
     duration_ms: Annotated[IntegralInt | None, _documented(_BIGINT_BOUND)] = None
     play_name: _Text = None
+
+
+class CancelRun(_StrictBody):
+    reason: str | None = Field(
+        None, description="why the run is cancelled: its terminal error (absent: `cancelled by an operator`)"
+    )
 
 
 # -- ingestion ------------------------------------------------------------------------------------

@@ -71,8 +71,16 @@ async def _clear_entries(pool: Pool, svc: _Svc) -> shapes.Deleted:
 @router.post(
     "/claim",
     summary="Claim the newest available entry for a run (idempotent per run; never an instance that "
-    "serves another live run)",
-    responses=_WITH_BODY,
+    "serves another live run; 409 `terminal` for a run that has ended)",
+    responses=error_responses(
+        400,
+        409,
+        413,
+        notes={
+            409: "`code` `terminal`: the run has already ended (the answer holds its `terminal` state). "
+            "Nothing was taken from the pool."
+        },
+    ),
 )
 async def _claim(pool: Pool, body: Claim, svc: _Svc) -> shapes.ClaimResult:
     tracing.annotate(pool=pool, version=body.version, run_id=body.run_id)

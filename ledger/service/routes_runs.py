@@ -16,11 +16,21 @@ from ledger.runlog.events import MAX_LIST_LIMIT
 from ledger.runlog.overview import MAX_RUNS_LIMIT
 from ledger.service.errors import error_responses
 from ledger.service.json_answer import JsonAnswer
-from ledger.service.models import AppendEvents, BlockRun, MapRun, OpenRun, RunId, SetTerminal, Version
+from ledger.service.models import (
+    AppendEvents,
+    BlockRun,
+    CancelRun,
+    MapRun,
+    OpenRun,
+    RunId,
+    SetTerminal,
+    Version,
+)
 from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
 __all__ = [
+    "CANCELLED_BY_OPERATOR",
     "append_answer",
     "router",
 ]
@@ -42,7 +52,8 @@ async def _open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
 
 @router.get(
     "",
-    summary="The newest runs (the run_overview view), newest first, a page at a time; for `ledger runs`",
+    summary="The newest runs (the run_overview view), newest first, a page at a time, optionally only "
+    "those of a status, a play or since a time; for `ledger runs`",
 )
 async def _list_runs(
     svc: _Svc,
@@ -57,13 +68,26 @@ async def _list_runs(
             json_schema_extra={"pattern": overview.RUN_LIST_CURSOR_PATTERN},
         ),
     ] = None,
+    status: Annotated[
+        str | None, Query(description="only runs with this status (`running`, `failed`, …)")
+    ] = None,
+    play: Annotated[str | None, Query(description="only runs with this play name")] = None,
+    since: Annotated[
+        int | None,
+        Query(
+            description="only runs created at or after this time (epoch ms)",
+            json_schema_extra={"minimum": 0, "maximum": validate.MAX_EPOCH_MS},
+        ),
+    ] = None,
 ) -> shapes.RunList:
-    return await overview.runs_page(svc.db, limit, before)
+    runs = overview.RunFilter(status=status, play=play, since_ms=since)
+    return await overview.runs_page(svc.db, limit, before, runs)
 
 
 @router.get(
     "/{run_id}",
-    summary="The run: status, last seq, terminal state, live node progress, the attempt's resume position",
+    summary="The run: status, last seq, terminal state, live node progress (each step's state and reason),"
+    " the attempt's resume position",
     responses=error_responses(404),
 )
 async def _get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
@@ -88,7 +112,8 @@ async def _get_logs(
 
 @router.post(
     "/{run_id}/events",
-    summary="Append events in one transaction (409 `terminal` once the run has ended)",
+    summary="Append events in one transaction (409 `terminal` once the run has ended; a trailing `terminal`"
+    " event settles the run's open steps first)",
     responses=error_responses(400, 404, 409, 413),
     response_model=shapes.AppendedEvents,
 )
@@ -109,7 +134,8 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
 
 @router.put(
     "/{run_id}/terminal",
-    summary="Set the terminal state (first wins; the same again is a no-op; another is 409 `terminal`)",
+    summary="Set the terminal state, settling the run's open steps (first wins; the same again is a no-op;"
+    " another is 409 `terminal`)",
     responses=error_responses(400, 404, 409, 413),
 )
 async def _set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.TerminalStateBody:
@@ -122,6 +148,25 @@ async def _set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.T
         duration_ms=body.duration_ms,
         play_name=body.play_name,
     )
+
+
+# The terminal error of a run cancelled without a reason.
+CANCELLED_BY_OPERATOR = "cancelled by an operator"
+
+
+@router.post(
+    "/{run_id}/cancel",
+    summary="Cancel a live run: it ends `cancelled` with the reason as its error (409 `terminal` once it "
+    "has ended otherwise; cancelling a cancelled run again changes nothing)",
+    responses=error_responses(400, 404, 409, 413),
+)
+async def _cancel_run(run_id: RunId, body: CancelRun, svc: _Svc) -> shapes.TerminalStateBody:
+    # Unlike PUT terminal (the operator's), the run's own token may cancel it: a worker giving up
+    # on its run says so, with the reason a person reads on every face.
+    stored = await svc.runlog.get_terminal(run_id)
+    if stored is not None and stored["status"] == "cancelled":
+        return stored
+    return await svc.runlog.set_terminal(run_id, "cancelled", error=body.reason or CANCELLED_BY_OPERATOR)
 
 
 @router.get(

@@ -33,6 +33,7 @@ from ledger.streams import rules
 from ledger.streams.rules import NOW, START, bad_request, format_offset
 from ledger.streams.runs import RUNS_PREFIX, RunStreams
 from ledger.streams.store import AppendRequest, Chunk, CreateRequest, Stream, StreamStore
+from ledger.validate import DOT_SEGMENTS
 
 __all__ = [
     "PREFIX",
@@ -214,8 +215,14 @@ def _stream_name(request: Request, name: str) -> str:
 
 def _location(request: Request, name: str) -> str:
     """The stream's URL, percent-encoded: a header carries bytes of one byte per character, and a
-    name may hold any character (`?` and `#` included)."""
-    return f"{str(request.base_url).rstrip('/')}{PREFIX}{quote(name, safe='/')}"
+    name may hold any character (`?` and `#` included). A segment of the name that is ``.`` or
+    ``..`` is encoded too (``%2E``): a client removes such segments from a URL, and the URL would
+    name another stream."""
+    path = "/".join(
+        "%2E" * len(segment) if segment in DOT_SEGMENTS else quote(segment, safe="")
+        for segment in name.split("/")
+    )
+    return f"{str(request.base_url).rstrip('/')}{PREFIX}{path}"
 
 
 def _check_name(name: str) -> str:

@@ -88,6 +88,8 @@ ACCESS: Final[dict[tuple[str, str], Need]] = {
     # Ending a run is the reporter's final upload, fenced by attempt; setting it outright is not.
     ("PUT", "/v1/runs/{run_id}/terminal"): ADMIN_ONLY,
     ("GET", "/v1/runs/{run_id}/terminal"): READ_RUN,
+    # A cancel only ends a live run (its reason kept); the run's own worker may give up on it.
+    ("POST", "/v1/runs/{run_id}/cancel"): WRITE_RUN,
     ("PUT", "/v1/runs/{run_id}/mapping"): WRITE_RUN,
     ("POST", "/v1/runs/{run_id}/mapping/block"): WRITE_RUN,
     ("GET", "/v1/runs/{run_id}/mapping"): READ_RUN,

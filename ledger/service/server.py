@@ -28,7 +28,6 @@ from ledger.service.state import Services
 
 __all__ = [
     "LedgerServer",
-    "bind_socket",
     "build_server",
     "run_until_stopped",
     "serve_workers",
@@ -108,24 +107,6 @@ def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> L
         **{**_uvicorn_options(settings), **overrides},
     )
     return LedgerServer(apply_limits(config, _http_limits(settings)), app)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """The service's listening socket, bound (`OSError` when the address is in use or not ours).
-
-    Bound by the caller before the app starts, so a port in use fails before anything is served
-    or logged as ready (uvicorn would bind only after the app's startup, then exit).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family=family)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 def _worker(config: uvicorn.Config, sockets: list[socket.socket]) -> None:

@@ -72,7 +72,7 @@ def parse_offset(raw: str, name: str = "offset") -> int | _Start | _Now:
         return START
     if raw == NOW:
         return NOW
-    match = _OFFSET.match(raw)
+    match = _OFFSET.fullmatch(raw)  # not `match`: its `$` also matches before a trailing newline
     if match is None:
         raise bad_request(f"{name}: not an offset this server issued ({raw[:80]!r})")
     return int(match.group(2))

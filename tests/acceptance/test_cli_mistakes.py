@@ -7,6 +7,7 @@ tighter than the timeout the command itself is configured with.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ import pytest
 
 from ledger.cli.exits import EXIT_ADDRESS, EXIT_CONFIG, EXIT_DATABASE, EXIT_LEDGER, EXIT_TOKEN
 from ledger.cli.report import EXIT_UPLOAD_FAILED
+from ledger.service.address import bind_problem
 from tests.acceptance.conftest import ROOT, Server, free_port, new_id
 
 # What `ledger gc` used to sit out on a refused database: the connection pool's own wait for its
@@ -96,8 +98,44 @@ def test_serve_on_a_port_in_use_is_one_line_exit_7_and_never_ready(tmp_path: Pat
     assert result.returncode == EXIT_ADDRESS
     line = one_line(result)
     assert line.startswith("Error: cannot listen on 127.0.0.1:") and f":{port}:" in line
-    assert "--port" in line
+    assert "another process listens there" in line and "--port" in line
     assert "service ready" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "advice"),
+    [
+        pytest.param(errno.EADDRINUSE, "another process listens there", id="in-use"),
+        pytest.param(errno.EADDRNOTAVAIL, "192.0.2.1 is not an address of this machine", id="not-ours"),
+        pytest.param(errno.EACCES, "ports below 1024 need privileges", id="privileged"),
+    ],
+)
+def test_a_bind_failure_names_its_real_cause(code: int, advice: str) -> None:
+    # Built, not provoked: binding an address that is not this machine's needs none to exist.
+    line = bind_problem(OSError(code, os.strerror(code)), "192.0.2.1", 80)
+    assert line.startswith(f"cannot listen on 192.0.2.1:80: {os.strerror(code)} (")
+    assert advice in line
+    assert ("another `ledger serve`" in line) == (code == errno.EADDRINUSE)
+
+
+def test_serve_says_where_it_listens_and_how_to_sign_in(tmp_path: Path, server: Server) -> None:
+    said = server.log()
+    assert f"Run Ledger listens on {server.url}" in said
+    assert f"dashboard: {server.url}/ui/" in said
+    assert "sign in there with the admin token: the first of LEDGER_API_TOKENS" in said
+
+
+def test_token_show_prints_the_admin_token_of_the_data_dir(tmp_path: Path) -> None:
+    missing = run_ledger("token", "show", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert missing.returncode == EXIT_CONFIG
+    assert "no admin token yet" in one_line(missing) and str(tmp_path / "api-token") in missing.stderr
+    (tmp_path / "api-token").write_text("stored-token\n")
+    shown = run_ledger("token", "show", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert shown.returncode == 0 and shown.stdout == "stored-token\n"
+    configured = run_ledger(
+        "token", "show", env={"LEDGER_DATA_DIR": str(tmp_path), "LEDGER_API_TOKENS": " a , b"}
+    )
+    assert configured.stdout == "a\n"
 
 
 # -- an unreachable database -----------------------------------------------------------------------
@@ -169,6 +207,38 @@ CLIENT_COMMANDS = [
 
 def client_env(tmp_path: Path, url: str, token: str = "t") -> dict[str, str]:
     return {"LEDGER_URL": url, "LEDGER_TOKEN": token, "LEDGER_DATA_DIR": str(tmp_path)}
+
+
+MALFORMED_LEDGER_URLS = [
+    pytest.param("127.0.0.1:8787", "does not start with http:// or https://", id="no-scheme"),
+    pytest.param("localhost:8787", "does not start with http:// or https://", id="host-as-scheme"),
+    pytest.param("http://127.0.0.1:8787/v1", "has a path (/v1)", id="path"),
+    pytest.param("http://127.0.0.1:8787/?x=1", "has a query or fragment", id="query"),
+    pytest.param("http://:8787", "names no host", id="no-host"),
+]
+
+
+@pytest.mark.parametrize(("url", "problem"), MALFORMED_LEDGER_URLS)
+@pytest.mark.parametrize("args", [*CLIENT_COMMANDS, pytest.param(["report", "--run-id", "r"], id="report")])
+def test_a_malformed_ledger_url_is_a_configuration_error_said_at_once(
+    args: list[str], url: str, problem: str, tmp_path: Path
+) -> None:
+    # A deadline far past the subprocess's timeout: a command that retried the mistake as an
+    # outage would be killed by the timeout instead of answering.
+    result = run_ledger(*args, "--deadline", "600", env=client_env(tmp_path, url), input="", timeout=60)
+    assert result.returncode == EXIT_CONFIG
+    line = one_line(result)
+    assert line.startswith("Error: LEDGER_URL=")
+    assert problem in line
+    assert "e.g. http://127.0.0.1:8787" in line
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "http://127.0.0.1:1/", "https://ledger.example:443"])
+def test_a_well_formed_ledger_url_is_taken_without_its_trailing_slash(url: str) -> None:
+    from ledger.client import service_url
+
+    assert service_url({"LEDGER_URL": f"  {url}  "}) == url.rstrip("/")
+    assert service_url({}) == "http://127.0.0.1:8787"
 
 
 @pytest.mark.parametrize("args", CLIENT_COMMANDS)
@@ -323,3 +393,35 @@ def test_an_unknown_token_is_told_which_kind_the_command_needs(server: Server, t
     assert result.returncode == EXIT_TOKEN
     line = one_line(result)
     assert "this command needs a read token or an admin token" in line and "LEDGER_TOKEN" in line
+
+
+# -- typos -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(
+            ["rnus"], "No such command 'rnus'. Did you mean 'runs'? (`ledger --help` says more)", id="command"
+        ),
+        pytest.param(
+            ["events", "--folow", "r"],
+            "No such option '--folow'. Did you mean '--follow'? (`ledger events --help` says more)",
+            id="option",
+        ),
+        pytest.param(["run"], "Missing argument 'RUN_ID'. (`ledger run --help` says more)", id="missing"),
+    ],
+)
+def test_a_typo_is_one_line_with_the_suggestion_and_exit_2(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    result = run_ledger(*args, env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert one_line(result) == f"Error: {said}"
+    assert result.stdout == ""
+
+
+def test_a_group_named_alone_prints_its_help(tmp_path: Path) -> None:
+    result = run_ledger("token", env={"LEDGER_DATA_DIR": str(tmp_path)})
+    assert "Usage: ledger token" in result.stdout + result.stderr
+    assert "create" in result.stdout + result.stderr

@@ -28,8 +28,15 @@ from ledger.errors import (
 )
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
 from tests.acceptance.test_database_faults import OwnPostgres
+from tests.acceptance.test_events_api import metric_value, wait_for_waiters
 
 Api = Callable[..., Awaitable[Any]]
+
+
+async def waiters(server: Server) -> int:
+    """How many readers the service counts as waiting now."""
+    async with server.async_client() as probe:
+        return int(metric_value((await probe.get("/metrics")).text, "ledger_waiters"))
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -51,7 +58,7 @@ async def api(request: pytest.FixtureRequest, server: Server) -> AsyncIterator[A
         yield call_async
 
 
-async def test_runs_events_and_the_terminal_state(api: Api) -> None:
+async def test_runs_events_and_the_terminal_state(api: Api, server: Server) -> None:
     run_id = new_id("client/run")  # a slash: the path segment must be quoted... and refused
     with pytest.raises(InvalidInput) as refused:
         await api("open_run", run_id)
@@ -72,8 +79,12 @@ async def test_runs_events_and_the_terminal_state(api: Api) -> None:
     assert run_id not in [r["run_id"] for r in await api("list_runs", 1000, top["next_before"])]
 
     # A long-poll waits for what comes next.
+    # The append comes once the service counts the poll among its waiters: an answer before it
+    # could only come from a poll that never waited.
+    waiting = await waiters(server)
     poll = asyncio.ensure_future(api("list_events", run_id, after=5, timeout_ms=20_000))
-    await asyncio.sleep(0.2)
+    await wait_for_waiters(server, waiting + 1)
+    assert not poll.done()
     await api("append_events", run_id, [{"type": "log", "line": "late"}])
     assert [e["line"] for e in (await poll)["events"]] == ["late"]
 

@@ -19,12 +19,14 @@ import psycopg
 import pytest
 
 from ledger.schema import SCHEMA, metadata
+from ledger.validate import INT64_MAX, MAX_LOG_LINE_BYTES
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
 from tests.acceptance.rawhttp import send_raw
 from tests.faults.invariants import violations
 from tests.integration.bench_runs import database_of_its_own
 
 HUGE = 10**30
+LINE = MAX_LOG_LINE_BYTES
 # Bodies every JSON endpoint gets; each is sent raw so lone surrogates and bad JSON reach the server.
 JUNK_BODIES: list[bytes] = [
     b"",
@@ -96,6 +98,30 @@ JUNK_OBJECTS: list[dict[str, Any]] = [
     {"status": "running", "dataset_lifecycle_events": [5, "x", None]},
     {"status": "running", "live_logs": ["x"] * 1001},
     {"instance_id": "i", "version": "v", "started": "yes"},
+    # What a hostile runner's token may send: text at its bound and one either side on every
+    # route that stores it, ids no URL can address, counts at and past the bigint.
+    *(
+        {
+            "events": [
+                {"type": "log", "line": "l" * size},
+                {"type": "status", "status": "running", "logs": ["s" * size]},
+            ],
+            "status": "failed",
+            "error": "e" * size,
+            "live_logs": ["u" * size],
+            "live_node_progress": {"n": {"message": "m" * size}},
+            "observations": [{"node_id": "n", "attempt": 1, "status": "failed", "error": "o" * size}],
+        }
+        for size in (LINE - 1, LINE, LINE + 1, 200_000)
+    ),
+    {"run_id": "."},
+    {"run_id": ".."},
+    {"run_id": ".", "version": "v1"},
+    # One step at the bigint (several would overflow the run list's sums until they are numeric).
+    {"status": "running", "live_node_progress": {"m": {"completed": INT64_MAX, "total": INT64_MAX}}},
+    {"status": "running", "live_node_progress": {"m": {"completed": INT64_MAX + 1}}},
+    {"status": "running", "pipeline_steps": ["s" * 1_100] * 2},
+    {"status": "running", "pipeline_steps": [f"{i}" for i in range(1_001)]},
 ]
 JUNK_QUERIES: list[dict[str, str]] = [
     {},

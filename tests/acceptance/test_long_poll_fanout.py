@@ -44,6 +44,9 @@ async def wake_groups(
         if await waiting(server) >= before + per_group * len(groups):
             break
         await asyncio.sleep(0.05)
+    else:
+        # Without every poll waiting, a late one finds the event on its first read: no wake tested.
+        raise AssertionError("the long-polls never all waited")
     async with server.async_client() as writer:
         answer = await writer.post(f"/v1/runs/{run_id}/events", json={"events": wake})
         assert answer.status_code == 200, answer.text

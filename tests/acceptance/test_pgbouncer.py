@@ -21,13 +21,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 
+from ledger.clock import ManualClock
 from ledger.db import Database
+from ledger.runlog.store import RunLog
+from ledger.runlog.watchdog import Watchdog
 from ledger.testing import free_port
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
 from tests.own_postgres import OwnPostgres, own_postgres
@@ -257,3 +261,20 @@ async def test_concurrent_appends_and_a_woken_long_poll_through_pgbouncer(pooled
     assert sorted(str(e["line"]) for e in events) == sorted(
         f"w{n}-{k}" for n in range(WRITERS) for k in range(APPENDS_PER_WRITER)
     )
+
+
+async def test_dropping_a_partition_leaves_no_setting_on_the_shared_session(bouncer: Bouncer) -> None:
+    # Retention drops a due partition on a connection of its own; every client of `single` shares
+    # its one server session, so a session-level timeout set there would become everyone's.
+    clock = ManualClock(datetime(2096, 3, 4, 5, tzinfo=UTC))
+    async with pooled_database(bouncer, transaction_pooling=True) as db:
+        runlog = RunLog(db, clock=clock)
+        run_id = new_id("run")
+        await runlog.open_run(run_id)
+        await runlog.set_terminal(run_id, "completed")
+        clock.current += timedelta(days=40)
+        dog = Watchdog(db, clock=clock, retention=timedelta(days=30))
+        dropped = await dog.drop_partitions()
+        assert "run_events_20960304_20960305" in [p.name for p in dropped]
+    for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"):
+        assert shared_session_setting(bouncer, name) == "0", name

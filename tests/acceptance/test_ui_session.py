@@ -233,6 +233,24 @@ def test_an_unknown_run_page_is_404(browser_like: httpx.Client) -> None:
     assert "There is no run" in response.text
 
 
+@pytest.mark.parametrize("path", ["/ui/pools", "/ui/run/x", "/ui/runs", "/ui/a/b/c"])
+def test_a_mistyped_page_is_an_html_404_naming_the_pages(anonymous: httpx.Client, path: str) -> None:
+    response = anonymous.get(path)
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("text/html")
+    assert f"There is no page {path}." in response.text
+    for page in ("/ui/ (the runs)", "/ui/runs/&lt;run id&gt; (a run)", "/ui/pool (the warm pool)"):
+        assert page in response.text
+    assert response.headers["content-security-policy"]
+
+
+def test_an_unknown_dashboard_api_path_is_the_apis_json_404(anonymous: httpx.Client) -> None:
+    response = anonymous.get("/ui/api/nothing")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
+    assert "no such endpoint: GET /ui/api/nothing" in response.json()["error"]
+
+
 def test_static_files_are_served_and_nothing_else(anonymous: httpx.Client) -> None:
     script = anonymous.get("/ui/static/run.js")
     assert script.status_code == 200

@@ -133,6 +133,50 @@ def test_step_progress_reads_as_words_in_the_log(context: Any, api: httpx.Client
     assert not [text for text in texts if "{" in text]
 
 
+def test_a_failed_run_shows_each_step_s_state_and_reason_and_why_it_ended(
+    context: Any, api: httpx.Client
+) -> None:
+    """A runner that died mid-map: the map is failed (not done), the step after it skipped, each
+    with its reason, and the run says why it ended, on the run's page and in the list."""
+    run_id = new_id("ui-failed")
+    open_run(api, run_id)
+    t = now_ms()
+    error = "the runner's output ended without a result line"
+    pipeline = ["load", "enrich", "notify"]
+    upload(
+        api,
+        run_id,
+        1,
+        {
+            "load": {"started_at": t, "completed_at": t + 1},
+            "enrich": {"started_at": t + 2, "completed": 400, "failed": 2, "total": 1000},
+        },
+        pipeline_steps=pipeline,
+    )
+    body = {"status": "failed", "upload_seq": 2, "producer_attempt": 1, "error": error}
+    api.post(f"/v1/runs/{run_id}/status", json=body).raise_for_status()
+    page = context.new_page()
+    sign_in(page)
+    page.goto(f"/ui/runs/{run_id}")
+    page.locator("#log .ev-terminal").wait_for()
+    states = page.locator(".step").evaluate_all("els => els.map(e => e.dataset.state)")
+    assert states == ["completed", "failed", "skipped"]
+    enrich = page.locator('.step[data-node-id="enrich"]')
+    assert enrich.locator(".reason").text_content() == f"failed: run failed: {error}"
+    assert "the run ended before this step started" in (
+        page.locator('.step[data-node-id="notify"] .reason').text_content() or ""
+    )
+    assert error in (page.locator("#run-error").text_content() or "")
+    texts = page.locator("#log .ev .text").all_text_contents()
+    assert f"enrich failed: run failed: {error}" in texts
+    assert "notify skipped: the run ended before this step started" in texts
+    page.goto("/ui/")
+    row = page.locator(f'tr[data-run-id="{run_id}"]')
+    row.wait_for()
+    assert row.locator("td").nth(4).text_content() == "1 / 3 (1 failed, 1 skipped)"
+    assert row.locator("td.why").text_content() == error
+
+
 def test_an_ended_run_never_says_reconnecting(context: Any, api: httpx.Client) -> None:
     run_id = new_id("ui-ended")
     open_run(api, run_id)
@@ -164,11 +208,13 @@ def test_an_interrupted_run_says_so_and_its_resume_too(context: Any, api: httpx.
     page.goto(f"/ui/runs/{run_id}")
     page.locator("#log .ev-reporter\\.interrupted").wait_for()
     assert page.text_content("#run-status") == "interrupted"
-    assert page.locator("#log .ev .text").all_text_contents() == ["the reporter was interrupted (SIGTERM)"]
+    assert page.locator("#log .ev .text").all_text_contents() == [
+        "reporter interrupted (SIGTERM): the reporter was interrupted (SIGTERM)"
+    ]
     upload(api, run_id, 2, {})  # a reporter that resumes it
     page.locator("#log .ev-reporter\\.resumed").wait_for()
     page.wait_for_function("() => document.getElementById('run-status').textContent === 'running'")
-    assert page.locator("#log .ev .text").all_text_contents()[-1] == "a reporter resumed the run"
+    assert page.locator("#log .ev .text").all_text_contents()[-1] == "reporter resumed"
 
 
 PAGE_LINE = re.compile(r"^watch it in a browser: (http://127\.0\.0\.1:\d+)(/ui/runs/(demo-[0-9a-z-]+))\s*$")

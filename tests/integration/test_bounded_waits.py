@@ -1,13 +1,13 @@
 """Every wait on the database is bounded: a held row lock, a runaway statement, dead connections.
 
-Real Postgres and real locks held by another session; times are asserted only against the
-configured timeouts, with a wide margin.
+Real Postgres and real locks held by another session. No time is asserted: the error itself says
+which bound ended the wait (a lock timeout's `LockNotAvailable`, a statement timeout's cancel), and
+the holder holds for longer than any test runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -19,9 +19,6 @@ from ledger.runlog.store import RunLog
 
 LOCK_TIMEOUT_S = 0.3
 STATEMENT_TIMEOUT_S = 0.5
-# A wait that ends within this many configured timeouts was bounded by it (the holder would hold
-# for far longer).
-MARGIN = 10
 
 
 @pytest.fixture
@@ -45,10 +42,8 @@ async def test_an_append_to_a_run_whose_row_is_held_fails_after_the_lock_timeout
     await runlog.open_run("free")
     async with await psycopg.AsyncConnection.connect(clean_database_url) as holder:
         await holder.execute("SELECT 1 FROM ledger.runs WHERE run_id = 'held' FOR UPDATE")
-        started = time.monotonic()
         with pytest.raises(DatabaseUnavailable) as caught:
             await runlog.append("held", [{"type": "log", "line": "blocked"}])
-        assert time.monotonic() - started < LOCK_TIMEOUT_S * MARGIN
         # The store's boundary translated the driver's error into the outage it is: the service
         # answers it with 503, a fault of the moment, not of the request.
         assert isinstance(caught.value.__cause__, psycopg.errors.LockNotAvailable)
@@ -63,12 +58,12 @@ async def test_an_append_to_a_run_whose_row_is_held_fails_after_the_lock_timeout
 
 
 async def test_a_statement_running_past_the_statement_timeout_is_cancelled(bounded: Database) -> None:
-    started = time.monotonic()
     with pytest.raises(DatabaseUnavailable) as caught:
         async with bounded.connection() as conn:
             await conn.execute("SELECT pg_sleep(60)")
-    assert time.monotonic() - started < STATEMENT_TIMEOUT_S * MARGIN
+    # Cancelled by the statement timeout, not by anything else that cancels a statement.
     assert isinstance(caught.value.__cause__, psycopg.errors.QueryCanceled)
+    assert "statement timeout" in str(caught.value.__cause__)
     assert isinstance(caught.value, DB_FAULTS)
     async with bounded.connection() as conn:
         cur = await conn.execute("SHOW lock_timeout")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from ledger.testing import BACKEND_VAR
+from ledger.testing import drop_database, drop_orphaned_databases, reused_server_dir
 
 LOOPBACK = "127.0.0.1"
 
@@ -20,9 +24,8 @@ def test_the_server_stores_text_as_utf8(pg_admin_url: str) -> None:
         assert conn.execute("SELECT 'ü€'::text").fetchone() == ("ü€",)
 
 
+@pytest.mark.docker_backend
 def test_a_docker_server_is_reached_on_loopback_and_asks_for_a_password(pg_admin_url: str) -> None:
-    if os.environ.get(BACKEND_VAR, "").strip().lower() != "docker":
-        pytest.skip(f"only on {BACKEND_VAR}=docker")
     import docker
 
     url = urlsplit(pg_admin_url)
@@ -43,3 +46,41 @@ def test_a_docker_server_is_reached_on_loopback_and_asks_for_a_password(pg_admin
     without_password = urlunsplit(url._replace(netloc=f"{url.username}@{url.hostname}:{url.port}"))
     with pytest.raises(psycopg.OperationalError, match="password"):
         psycopg.connect(without_password, connect_timeout=10).close()
+
+
+def test_worker_databases_of_ended_sessions_are_dropped_and_live_ones_kept(pg_admin_url: str) -> None:
+    # A session killed before its teardown leaves its worker database on a server kept across
+    # sessions; the next session drops it, and never one whose process still runs.
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(ended.stdout)
+    names = {
+        "dead": f"ledger_test_gw7_{dead_pid}",
+        "live": f"ledger_test_gw7_{os.getpid()}",
+        "other": "ledger_test_not_a_worker_db",
+    }
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for name in names.values():
+            drop_database(conn, name)
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        drop_orphaned_databases(pg_admin_url)
+        with psycopg.connect(pg_admin_url) as conn:
+            present = {row[0] for row in conn.execute("SELECT datname FROM pg_database").fetchall()}
+        assert names["dead"] not in present
+        assert names["live"] in present and names["other"] in present
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            for name in names.values():
+                drop_database(conn, name)
+
+
+def test_the_reused_server_lives_in_the_cache_dir_per_postgres_version() -> None:
+    import platformdirs
+
+    from ledger.embedded import postgres_version
+
+    where = reused_server_dir()
+    assert where.parent == Path(platformdirs.user_cache_dir("run-ledger"))
+    assert where.name == f"test-postgres-{postgres_version()}"

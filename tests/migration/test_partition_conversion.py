@@ -4,17 +4,22 @@ and the downgrade brings every event back into one table."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from ledger import migrate
+from ledger.db import Database
+from ledger.errors import HeldBySession
 from ledger.runlog import conversion
+from ledger.runlog.watchdog import Watchdog
 from tests import postgres
 
 RUNS = 30
@@ -123,3 +128,74 @@ def test_a_conversion_left_half_done_downgrades_with_every_event(filled_url: str
         conn.execute(APPEND)
     migrate.downgrade(filled_url, "0008")
     assert count(filled_url, "SELECT count(*) FROM ledger.run_events") == RUNS * EVENTS_PER_RUN + 1
+
+
+CAP = EVENTS_PER_RUN
+APPEND_AT_CAP = (
+    'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
+    " NULL, %(cap)s, NULL, 'ledger_test', false)"
+)
+
+
+def event_log(url: str, table: str) -> dict[tuple[str, int], object]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(f"SELECT run_id, seq, type, payload FROM {table}").fetchall()
+    return {(run_id, seq): (kind, payload) for run_id, seq, kind, payload in rows}
+
+
+def test_appends_trimming_at_the_cap_during_the_conversion_leave_one_consistent_log(filled_url: str) -> None:
+    migrate.upgrade(filled_url)
+    before = event_log(filled_url, conversion.OLD_TABLE)
+    appends = 5
+
+    def append_before_r1_is_copied(progress: conversion.Progress) -> None:
+        # Batches go in (run_id, seq) order, 10 events each: r0 fills the first two, r1 comes next.
+        if progress.batches == 1:
+            with psycopg.connect(filled_url, autocommit=True) as conn:
+                for _ in range(appends):
+                    conn.execute(APPEND_AT_CAP, {"cap": CAP})
+
+    conversion.convert(filled_url, batch=10, report=append_before_r1_is_copied)
+    after = event_log(filled_url, "ledger.run_events")
+    # r1 holds its newest CAP events, gapless, and nothing below its trim watermark; the page's
+    # first event is the one its first_seq names.
+    kept = sorted(seq for run_id, seq in after if run_id == "r1")
+    assert kept == list(range(appends + 1, EVENTS_PER_RUN + appends + 1))
+    with psycopg.connect(filled_url) as conn:
+        row = conn.execute("SELECT events_trimmed_through FROM ledger.runs WHERE run_id = 'r1'").fetchone()
+    assert row == (appends,)
+    # Every other run's log is exactly what it was, and r1's old events above the watermark too.
+    expected = {key: value for key, value in before.items() if key[0] != "r1" or key[1] > appends}
+    assert {
+        key: value for key, value in after.items() if key[0] != "r1" or key[1] <= EVENTS_PER_RUN
+    } == expected
+
+
+def test_retention_drops_no_partition_while_a_conversion_is_pending(filled_url: str) -> None:
+    migrate.upgrade(filled_url)
+
+    async def drop() -> tuple[list[object], str]:
+        async with Database(filled_url) as db:
+            dog = Watchdog(db, retention=timedelta(days=1))
+            dropped = await dog.drop_partitions()
+            return list(dropped), str(dog.retention_blocked)
+
+    # Runs were made over 60 days: with a day's retention most partitions would be due.
+    dropped, why = asyncio.run(drop())
+    assert dropped == [] and "ledger db convert" in why
+    conversion.convert(filled_url)
+    # (The filled runs are still running: they hold their partitions.)
+    assert asyncio.run(drop()) == ([], "None")
+
+
+def test_conversion_refuses_to_start_while_retention_drops_a_partition(filled_url: str) -> None:
+    migrate.upgrade(filled_url)
+    with psycopg.connect(
+        filled_url, application_name="run-ledger detach run_events_20200101_20200102"
+    ) as busy:
+        with pytest.raises(HeldBySession) as refused:
+            conversion.convert(filled_url)
+        assert f"pid {busy.info.backend_pid}" in str(refused.value)
+    assert conversion.pending(filled_url)
+    conversion.convert(filled_url)
+    assert not conversion.pending(filled_url)

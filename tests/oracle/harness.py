@@ -44,7 +44,7 @@ from reporter.transports.http import HttpTransport
 from reporter.transports.protocol import Transport
 from tests.oracle.faults import DirectFaults, FaultPlan, HttpFaults
 from tests.oracle.services import OwnPostgres, ServiceThread
-from tests.oracle.strategies import Scenario, burst_lines
+from tests.oracle.strategies import BATCH_END, Scenario, burst_lines
 
 FINALIZE_DEADLINE_S = 20.0
 OUTAGE_S = 0.3
@@ -246,8 +246,8 @@ async def play(
                         reporter.on_runner_event({"type": "log", "line": line, "source": "runner"})
                 else:
 
-                    async def flush(reporter: ProgressReporter = reporter) -> None:
-                        await reporter.flush(force=True)
+                    async def flush(reporter: ProgressReporter = reporter, item: Any = item) -> None:
+                        await reporter.flush(force=True, whole_tail=item == BATCH_END)
 
                     await at_point(flush)
             if last:

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.prerequisites import under_ci
+
 SOAK = os.environ.get("HYPOTHESIS_PROFILE", "").strip() == "soak"
 
 _COMMON = {
@@ -55,9 +57,12 @@ background_random = pytest.mark.filterwarnings(
 # ORACLE_TALLY=FILE: every example is tallied in FILE (one JSON line: backend, runner lines,
 # failure class and message) and a failing one does not stop the run, so one soak run reports how
 # often each kind of failure comes up rather than the first one, shrunk.
-# Never under CI: there every failure must fail the build.
-CI = os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-TALLY = "" if CI else os.environ.get("ORACLE_TALLY", "").strip()
+# Under CI every failure must fail the build: nothing there may swallow or narrow the oracle.
+CI = under_ci()
+TALLY = os.environ.get("ORACLE_TALLY", "").strip()
+if TALLY and under_ci():
+    # Tallying lets every failure pass: CI's oracle must fail on the first one.
+    raise pytest.UsageError("ORACLE_TALLY swallows the oracle's failures: it cannot be set under CI")
 
 
 def tally(backend: str, scenario: Any, failure: BaseException | None) -> bool:

@@ -3,9 +3,10 @@
 The projection (read straight from the tables, one snapshot):
 
 * ``terminal`` — the terminal status (or None);
-* ``steps`` — per node id: whether a ``step.started`` was recorded, the outcome of its last
-  ``step.completed`` (None if none), whether the stored node has ``completed_at``, and its final
-  ``completed``/``failed``/``total`` (the reconciled map counts for map nodes);
+* ``steps`` — per node id: whether a ``step.started`` was recorded, the state of its last
+  settlement event (``step.completed|failed|cancelled|skipped``; None if none), whether the
+  stored node has ``completed_at``, and its final ``completed``/``failed``/``total`` (the
+  reconciled map counts for map nodes);
 * ``logs`` — the log lines in order, a ``log.gap`` counting as its ``missing`` lines (None each);
 * ``lifecycle`` — the dataset lifecycle events, in order;
 * ``activities`` — the newest recorded observation per activity id.
@@ -39,6 +40,9 @@ async def read_run(db: Database, run_id: str) -> tuple[dict[str, Any] | None, li
     return run, [dict(e) for e in events]
 
 
+SETTLEMENTS = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
+
+
 def project(run: dict[str, Any] | None, events: list[dict[str, Any]]) -> dict[str, Any]:
     if run is None:
         return {"terminal": "<no such run>", "steps": {}, "logs": [], "lifecycle": [], "activities": {}}
@@ -69,8 +73,9 @@ def project(run: dict[str, Any] | None, events: list[dict[str, Any]]) -> dict[st
             logs.extend([None] * int(payload["missing"]))
         elif kind == "step.started":
             step(payload["node_id"])["started"] = True
-        elif kind == "step.completed":
-            step(payload["node_id"])["outcome"] = payload.get("outcome")
+        elif kind in SETTLEMENTS:
+            # The state the step settled in (older logs: a `step.completed` with its outcome).
+            step(payload["node_id"])["outcome"] = payload.get("state") or payload.get("outcome")
         elif kind == "dataset.lifecycle":
             lifecycle.append(payload.get("event"))
         elif kind == "activity.observed":

@@ -13,7 +13,9 @@ Valid lines come from the runner protocol's schema (`tests.oracle.from_schema`):
 defines, bounds at their edges (counts and times at their limits, stored values nested at the depth
 bound and beyond the request's, log lines at the line bound and several MB long, values bigger than
 a request body), with the contract's names mixed in. Junk, mixed among them: lines with one rule of
-the schema broken, unknown kinds, non-objects, and NUL and lone surrogates in free text. Bursts of
+the schema broken, unknown kinds, non-objects, NUL and lone surrogates in free text, and what only
+a hostile runner writes (`tests.oracle.hostile`: diagnostics' heads repeated past the line bound,
+escape sequences and markup). Bursts of
 log lines may be long ones (a tail bigger than a request body), and the result carries every
 status the protocol defines and some it does not.
 """
@@ -28,12 +30,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ledger.validate import LIVE_LOG_TAIL_LIMIT
+from ledger.validate import LIVE_LOG_TAIL_LIMIT, MAX_LOG_LINE_BYTES
 from reporter.pipeline import StaticPipeline
-from tests.oracle import from_schema
+from tests.oracle import from_schema, hostile
 
 Item = tuple[Any, ...]  # ("event", obj) | ("flush",) | ("burst", n, tag, width)
 FLUSH: Item = ("flush",)
+# Where a batch of the faulty run ended: a flush that, as the batch's last upload does, takes the
+# whole live tail (the lines past a hole in it too).
+BATCH_END: Item = ("flush", "batch end")
 
 STEP_TEMPLATES: tuple[dict[str, Any], ...] = (
     {"type": "code", "id": "load", "field": "input"},
@@ -52,6 +57,7 @@ HTTP_DISRUPTIONS = ("service_restart", "service_outage")
 POSTGRES_DISRUPTIONS = ("pg_restart", "pg_outage")
 
 RUNNER_STAMP = "[2026-01-01T00:00:00.000Z] "
+LINE_BOUND = MAX_LOG_LINE_BYTES
 PLAIN_CHARS = tuple("abcdefxyz ABC0123456789:-_.,")
 JUNK_CHARS = ("\x00", "\ud800", "\udfff", "\ud83d", "\ufffd", "é", "\u2603", "\U0001f600", "\n", "\t", "\x1b")
 JUNK_NUMBERS: tuple[Any, ...] = (
@@ -173,8 +179,24 @@ def log_texts(v: Vocabulary) -> st.SearchStrategy[str]:
     )
     trace = st.builds(lambda t: "[perf-trace] " + t, text)
     blank = st.sampled_from(("", "   ", "\t"))
+    # What only a hostile runner writes (`tests.oracle.hostile`): a diagnostic's head repeated past
+    # the line bound (a backtracking search was quadratic on it), escape sequences and markup.
+    regex_hostile = st.builds(
+        lambda unit, size: (unit * (size // len(unit) + 1))[:size],
+        st.sampled_from(hostile.REGEX_HOSTILE_UNITS),
+        st.sampled_from((100, LINE_BOUND - 1, LINE_BOUND, LINE_BOUND + 1, 200_000)),
+    )
+    escapes = st.lists(st.sampled_from((*hostile.ESCAPES, "plain ")), min_size=1, max_size=6).map(_join)
     return weighted(
-        (6, plain), (3, map_start), (1, map_start_short), (2, perf), (2, batch), (1, trace), (1, blank)
+        (6, plain),
+        (3, map_start),
+        (1, map_start_short),
+        (2, perf),
+        (2, batch),
+        (1, trace),
+        (1, blank),
+        (1, regex_hostile),
+        (1, escapes),
     ).filter(bool)
 
 
@@ -413,7 +435,7 @@ class Scenario:
             return self.without_faults()
         stream = list(self.items)
         for cut in reversed(self.cuts):
-            stream.insert(cut, FLUSH)
+            stream.insert(cut, BATCH_END)
         return Scenario(self.contract, self.mode, tuple(stream), self.result, "single", (), self.sheet)
 
     def describe(self) -> str:

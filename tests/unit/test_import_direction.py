@@ -94,6 +94,7 @@ DRIVER_ERROR_MODULES = {
     "ledger/embedded.py": "starts and probes its own server",
     "ledger/migrate.py": "unwraps SQLAlchemy's wrapper for the translation",
     "ledger/runlog/conversion.py": "retries its own lock timeout while dropping the old table",
+    "ledger/runlog/partitions.py": "retries its own lock timeout and cancels its own detach past its wait",
     "ledger/testing.py": "administers test servers and databases, beneath any store",
 }
 DRIVER_ERROR_HOMES = ("psycopg.errors", "sqlalchemy.exc", "psycopg_pool")

@@ -59,6 +59,7 @@ CLIENT_EXPORTS = [
 TESTING_EXPORTS = [
     "BACKEND_VAR",
     "DOCKER_IMAGE",
+    "FRESH_SERVER_VAR",
     "IMAGE_VAR",
     "OWN_POSTGRES_MARKER",
     "URL_VAR",
@@ -74,6 +75,7 @@ TESTING_EXPORTS = [
     "delete_all_rows",
     "docker_server",
     "drop_database",
+    "drop_orphaned_databases",
     "embedded_server",
     "ensure_template",
     "free_port",
@@ -81,6 +83,7 @@ TESTING_EXPORTS = [
     "postgres_container",
     "psycopg_url",
     "redact",
+    "reused_server_dir",
     "start_server",
     "stop_server",
     "with_database",

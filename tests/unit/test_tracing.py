@@ -139,3 +139,49 @@ def test_a_tracer_provider_installed_by_someone_else_does_not_make_the_service_t
     answers, spans = done.stdout.splitlines()
     assert answers == "answers [200, 401, 404]"
     assert spans == "spans []"
+
+
+def test_a_collector_that_never_answers_costs_a_bounded_exit_and_dropped_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # In process, without switching this process's tracing on: the processor the service uses,
+    # in front of an exporter stuck as one posting to a collector that never reads.
+    import threading
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from ledger import _tracing_sdk
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    release = threading.Event()
+    exporting = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            exporting.set()
+            release.wait()
+            return SpanExportResult.SUCCESS
+
+    processor = _tracing_sdk._BoundedBatchSpanProcessor(Stuck())
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    try:
+        for _ in range(4):
+            with tracer.start_as_current_span("fills the queue"):
+                pass
+        assert exporting.wait(30), "the batch never reached the exporter"
+        for _ in range(50):
+            with tracer.start_as_current_span("finds it full, or not"):
+                pass
+        # The exporter holds one batch; the queue takes 4 more; the rest is dropped, counted.
+        assert processor.dropped == 50 - 4
+        stopping = threading.Thread(target=processor.shutdown)
+        stopping.start()
+        # The exit waits `_SHUTDOWN_S` for the stuck export, not the SDK's 30 s (wide margin).
+        stopping.join(_tracing_sdk._SHUTDOWN_S + 10)
+        assert not stopping.is_alive()
+    finally:
+        release.set()

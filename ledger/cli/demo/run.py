@@ -189,8 +189,11 @@ async def _run_demo(
         async with httpx.AsyncClient(base_url=service.base_url, headers=headers, timeout=30) as http:
             await open_run(http, run_id)
             _say(console, f"run {run_id}: {plan.rows:,} rows through the reporter's HTTP transport")
-            for line in _page_lines(service, run_id, keep_serving=keep_serving):
-                _say(console, line)
+            if keep_serving:
+                # Only while the page stays up after the run: a link printed into a log or a pipe
+                # would outlive the service it points at.
+                for line in _page_lines(service, run_id):
+                    _say(console, line)
             with screen or contextlib.nullcontext():
                 report = await _until_stopped(
                     _drive_and_watch(plan, service.base_url, service.token, run_id, on_event), service.stop
@@ -212,12 +215,11 @@ def _say(console: Console, line: str) -> None:
     console.print(line, markup=False, soft_wrap=True)
 
 
-def _page_lines(service: _DemoService, run_id: str, *, keep_serving: bool) -> list[str]:
+def _page_lines(service: _DemoService, run_id: str) -> list[str]:
     """Where to watch the run in a browser and how to sign in; the token is never part of a URL."""
-    until = "until Ctrl-C after the run" if keep_serving else "while the demo runs"
     return [
         f"watch it in a browser: {service.run_page(run_id)}",
-        f"  sign in with this demo's token (valid {until}): {service.token}",
+        f"  sign in with this demo's token (valid until Ctrl-C after the run): {service.token}",
     ]
 
 
@@ -256,36 +258,36 @@ async def _drive_and_watch(
 
 
 def _summary_lines(outcome: dict[str, Any], plan: DemoPlan) -> list[str]:
-    """The reconciliation story of the map step: live counters, checkpoint, sheet outcomes, ledger."""
+    """How the run ended and the map step's counts, as the ledger holds them, checked against every
+    other source of them: the live counters, the result's checkpoint and the sheet outcomes. Agreeing,
+    they make one line; a source that disagrees is named with what it said."""
     run, report = outcome["run"], outcome["report"]
     stored = (run.get("live_node_progress") or {}).get(plan.map_node_id()) or {}
-    expected = plan.expected()
-    rows: list[tuple[str, str]] = [
+    held = (stored.get("completed"), stored.get("failed"), stored.get("total"))
+    frames = ((report.result.get("checkpoint") or {}).get("mapFrames") or {}).get(plan.map_node_id()) or {}
+    sources: list[tuple[str, tuple[object, object, object]]] = [
+        ("the live counters", (report.live_completed, report.live_failed, report.live_total)),
         (
-            "live counters (last map frames lost)",
-            render.rows_cell(report.live_completed, report.live_failed, report.live_total),
-        ),
-        (
-            "checkpoint (the map executor)",
-            render.rows_cell(expected["checkpoint_completed"], expected["checkpoint_failed"], plan.rows),
+            "the checkpoint",
+            (frames.get("completedRowsCount"), frames.get("failedRowsCount"), frames.get("totalRows")),
         ),
     ]
-    for sheet in outcome["sheets"]:
-        rows.append(
-            (
-                f"sheet outcomes of {sheet['table_namespace']} (win)",
-                render.rows_cell(sheet["completed"], sheet["failed"], sheet["total"]),
-            )
-        )
-    rows.append(
+    sources.extend(
         (
-            "the ledger now holds",
-            render.rows_cell(stored.get("completed"), stored.get("failed"), stored.get("total")),
+            f"the sheet outcomes of {sheet['table_namespace']}",
+            (sheet["completed"], sheet["failed"], sheet["total"]),
         )
+        for sheet in outcome["sheets"]
     )
-    width = max(len(label) for label, _ in rows)
-    lines = [f"run {run['run_id']}: {render.terminal_line(run)}", f"step {plan.map_node_id()!r}:"]
-    lines.extend(f"  {label.ljust(width)}  {value}" for label, value in rows)
+    lines = [f"run {run['run_id']}: {render.terminal_line(run)}"]
+    counts = render.rows_cell(*held)
+    differing = [(name, said) for name, said in sources if said != held]
+    if not differing:
+        agreeing = ", ".join(name for name, _ in sources[:-1]) + f" and {sources[-1][0]}"
+        lines.append(f"step {plan.map_node_id()!r}: {counts} rows; {agreeing} agree")
+        return lines
+    lines.append(f"step {plan.map_node_id()!r}: {counts} rows, reconciled; before that:")
+    lines.extend(f"  {name} said {render.rows_cell(*said)}" for name, said in differing)
     return lines
 
 
@@ -334,7 +336,7 @@ def main(plan: DemoPlan, *, keep_serving: bool) -> None:
         try:
             asyncio.run(demo)
         except _Interrupted:
-            click.echo("stopped before the run finished: it stays open in the ledger", err=True)
+            click.echo("Error: interrupted before the run finished; it stays open in the ledger", err=True)
             raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
     finally:
         if server is not None:

@@ -2,16 +2,15 @@
 
 `DemoPlan` shapes the run so that every part of the reporter shows: three code steps before the
 dataset (they start at creation and settle when the map starts), a map over thousands of rows with
-some failures, a tool step, an untaken branch, and a terminal result with a checkpoint. Two things
-go wrong on purpose so that the terminal reconciliation is visible:
+some failures, a tool step, an untaken branch (skipped when the run ends), and a terminal result
+with a checkpoint that the reporter reconciles the map's counts from, then from the sheet outcomes
+the data plane wrote. The three sources tell one story: the live counters, the checkpoint and the
+sheet outcomes agree, so every number the demo shows, at every moment, is one the ledger keeps
+(counts only grow, and the closing log line says the final counts).
 
-- the last live map frames are lost (`lost_tail`): the live counters stop short of the truth;
-- the data plane retried some failed rows and they succeeded (`retried_share`): the sheet outcomes
-  disagree with the checkpoint as well. Sheet outcomes are the reconciliation of record, so the
-  ledger ends with their counts (`DemoPlan.expected`).
-
-`drive` feeds the runner events into a `ProgressReporter` at `rows_per_second`, writes the sheet
-outcomes page by page through `POST /v1/runs/{id}/sheets` as the data plane would, then finalizes.
+`drive` feeds the runner events into a `ProgressReporter` at `rows_per_second`, stamping each log
+line with the time it is written, writes the sheet outcomes page by page through
+`POST /v1/runs/{id}/sheets` as the data plane would, then finalizes.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -35,6 +35,7 @@ __all__ = [
     "Pacer",
     "drive",
     "open_run",
+    "restamped",
 ]
 
 DEMO_PLAY = "demo.enrich-leads"
@@ -50,9 +51,6 @@ class DemoPlan:
     rows: int = 6_000
     fail_every: int = 97
     rows_per_second: float = 900.0
-    # Share of the failed rows that the data plane retried successfully (the sheet disagrees).
-    retried_share: float = 1 / 3
-    lost_tail: float = 0.1
     setup_s: float = 1.2
     tool_s: float = 0.8
 
@@ -91,44 +89,36 @@ class DemoPlan:
         return str(self.simulation().expected()["map_node_id"])
 
     def live_events(self) -> Iterator[dict[str, Any]]:
-        """The runner's events as the reporter receives them: the last map frames never arrive."""
-        cutoff = self.rows * (1 - self.lost_tail)
-        for event in self.simulation().events():
-            inner = event.get("event") if event.get("type") == "execution_event" else None
-            frame = inner if isinstance(inner, dict) else {}
-            if frame.get("type") in ("map.progress", "map.completed") and (
-                frame["completedRows"] + frame["failedRows"] > cutoff
-            ):
-                continue
-            yield event
-
-    @property
-    def retried_rows(self) -> int:
-        return int(self.simulation().failed_rows * self.retried_share)
+        """The runner's events as the reporter receives them."""
+        return self.simulation().events()
 
     def sheet_rows(self) -> list[dict[str, str]]:
-        """The data plane's outcomes: the first `retried_rows` failed rows succeeded on retry."""
-        rows = self.simulation().sheet_rows()
-        flipped, retried = 0, self.retried_rows
-        for row in rows:
-            if flipped < retried and row["status"] == "failed":
-                row["status"] = "completed"
-                flipped += 1
-        return rows
+        """The data plane's outcome of every row."""
+        return self.simulation().sheet_rows()
 
     def expected(self) -> dict[str, Any]:
-        """The reconciled truth the ledger must hold for the map step (the sheet's counts)."""
-        rows = self.sheet_rows()
-        failed = sum(1 for r in rows if r["status"] == "failed")
+        """What the ledger must hold for the map step at the end."""
+        simulation = self.simulation()
         return {
             "status": "completed",
             "map_node_id": self.map_node_id(),
-            "completed": len(rows) - failed,
-            "failed": failed,
-            "total": len(rows),
-            "checkpoint_completed": self.simulation().completed_rows,
-            "checkpoint_failed": self.simulation().failed_rows,
+            "completed": simulation.completed_rows,
+            "failed": simulation.failed_rows,
+            "total": self.rows,
         }
+
+
+def restamped(event: dict[str, Any], now: Callable[[], float] = time.time) -> dict[str, Any]:
+    """A log line with its `[timestamp] ` prefix set to the time it is written (the simulation
+    stamps its lines from a fixed start); other events as they are."""
+    line = event.get("line")
+    if event.get("type") != "log" or not isinstance(line, str) or not line.startswith("["):
+        return event
+    end = line.find("] ")
+    if end < 0:
+        return event
+    at = datetime.fromtimestamp(now(), tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {**event, "line": f"[{at}]{line[end + 1 :]}"}
 
 
 _Sleep = Callable[[float], Awaitable[None]]
@@ -216,7 +206,7 @@ async def drive(
             if event.get("type") == "result":
                 result = event
                 break
-            reporter.on_runner_event(event)
+            reporter.on_runner_event(restamped(event))
             if _is_tool_start(event):
                 # The notify call takes a moment, long enough to be seen running.
                 await reporter.flush(force=True)

@@ -28,6 +28,14 @@ __all__ = [
 
 _RECENT_EVENTS = 8
 _COUNT_KEYS = ("completed", "failed", "total")
+# The events that settle a step, and the state each says when it names none.
+_SETTLED_BY = {
+    "step.completed": "completed",
+    "step.failed": "failed",
+    "step.cancelled": "cancelled",
+    "step.skipped": "skipped",
+}
+_SETTLED = frozenset(_SETTLED_BY.values())
 
 
 @dataclass(kw_only=True)
@@ -35,7 +43,7 @@ class _StepLive:
     """One step as the ledger's events describe it."""
 
     node_id: str
-    state: str = "not started"  # not started | running | completed | failed
+    state: str = "not started"  # not started | running | completed | failed | cancelled | skipped
     completed: int | None = None
     failed: int | None = None
     total: int | None = None
@@ -107,9 +115,12 @@ class DemoView:
             if step.state == "not started":
                 step.state = "running"
             return f"{self.stamp()} started    {step.node_id}"
-        if kind == "step.completed":
-            step.state = "failed" if event.get("outcome") == "failed" else "completed"
-            return f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+        if kind in _SETTLED_BY:
+            # A settlement event names its state (`state`, or `outcome` as older ledgers wrote it).
+            said = event.get("state") or event.get("outcome")
+            step.state = said if isinstance(said, str) and said in _SETTLED else _SETTLED_BY[kind]
+            line = f"{self.stamp()} {step.state:<10} {step.node_id} {step.counts_text()}".rstrip()
+            return f"{line} ({event['reason']})" if event.get("reason") else line
         for key in _COUNT_KEYS:
             value = _int(event.get(key))
             if value is not None:
@@ -130,7 +141,7 @@ class DemoView:
         return f"[{self.elapsed:6.1f}s]"
 
     def status_line(self) -> str:
-        done = sum(1 for s in self.steps.values() if s.state in ("completed", "failed"))
+        done = sum(1 for s in self.steps.values() if s.state in _SETTLED)
         state = render.event_summary(self.terminal) if self.terminal else "running"
         return (
             f"run {self.run_id} · {state} · {done}/{len(self.steps)} steps settled · "
@@ -148,7 +159,7 @@ class DemoView:
                 # No row counts to show: a pulsing bar says "busy".
                 bar = ProgressBar(total=None, width=36)
             else:
-                settled = step.state in ("completed", "failed")
+                settled = step.state in _SETTLED
                 bar = ProgressBar(total=1, completed=1 if settled else 0, width=36)
             rate = step.rate()
             style = render.STATUS_STYLES.get(step.state, "dim" if step.state == "not started" else "")

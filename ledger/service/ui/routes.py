@@ -14,7 +14,7 @@ from importlib.resources import files
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 
 from ledger import validate
@@ -189,3 +189,18 @@ async def _static(name: str) -> Response:
 @router.get("/ui/api/pools", dependencies=[Depends(require_token)])
 async def _pools(svc: _Svc) -> dict[str, Any]:
     return await data.pools(svc.db)
+
+
+# Last in this module, so every page above matches first: a route added below it would be shadowed.
+@router.get("/ui/{rest:path}", response_model=None, include_in_schema=False)
+async def _no_such_page(rest: str, request: Request) -> Response:
+    """A page a person mistyped (`/ui/pools`) is a page that says so and names the real ones; an
+    unknown `/ui/api/…` is the API's JSON 404 like any other endpoint."""
+    if rest.startswith("api/"):
+        raise HTTPException(404)
+    message = (
+        f"There is no page /ui/{rest}. The dashboard's pages: /ui/ (the runs), "
+        "/ui/runs/<run id> (a run) and /ui/pool (the warm pool)."
+    )
+    body = render("not_found.html", heading="Not found", message=message)
+    return page(body, title="Not found", nav=nav(""), status_code=404)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,8 @@ class Span:
     attributes: dict[str, Any]
     start_ns: int
     end_ns: int
+    # 0 unset, 1 ok, 2 error (the OTLP status codes).
+    status: int = 0
 
 
 def _value(value: AnyValue) -> Any:
@@ -47,6 +50,7 @@ def decode(body: bytes) -> list[Span]:
                         attributes={kv.key: _value(kv.value) for kv in span.attributes},
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        status=span.status.code,
                     )
                 )
     return spans
@@ -98,3 +102,33 @@ def receiving() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def blackhole() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that accepts connections and never reads from them (a collector
+    that hangs), as an `OTEL_EXPORTER_OTLP_ENDPOINT`."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for each in held:
+            each.close()
+        listener.close()

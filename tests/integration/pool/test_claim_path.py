@@ -13,8 +13,9 @@ import pytest
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import DatabaseUnavailable, InstanceMapped
+from ledger.errors import DatabaseUnavailable, InstanceMapped, RunTerminal
 from ledger.pool.store import GcCadence, WarmPool
+from ledger.runlog.store import RunLog
 
 MIN = 60_000
 V = "v1"
@@ -238,3 +239,31 @@ async def test_the_claim_order_is_read_from_the_index_with_a_whole_batch_ready_a
     assert "ix_pool_entries_ready_newest" in plan, plan
     assert "Sort" not in plan, plan
     assert (await pool.claim("tied", V, "r-tied"))["id"] == "i00000"
+
+
+async def test_a_claim_for_a_run_that_has_ended_is_refused_and_takes_nothing(db: Database) -> None:
+    # A warm instance handed to a run that can no longer use it is lost to the pool until GC.
+    pool, runs = WarmPool(db), RunLog(db)
+    await pool.add("default", V, ["warm-1"], ready=True)
+    await runs.open_run("ended")
+    await runs.set_terminal("ended", "failed", error="gone")
+    with pytest.raises(RunTerminal) as refused:
+        await pool.claim("default", V, "ended")
+    assert refused.value.terminal["status"] == "failed" and refused.value.terminal["error"] == "gone"
+    assert await entry_ids(db) == ["warm-1"]
+    assert await pool.count("default", V) == {"available": 1, "warming": 0}
+    # An unknown run and a live one still claim (a claim usually comes before the run exists).
+    await runs.open_run("live")
+    assert (await pool.claim("default", V, "live"))["id"] == "warm-1"
+    assert (await pool.claim("default", V, "not-yet"))["id"] is None
+
+
+async def test_a_claimed_run_that_then_ends_is_refused_on_its_next_claim(db: Database) -> None:
+    pool, runs = WarmPool(db), RunLog(db)
+    await pool.add("default", V, ["warm-1", "warm-2"], ready=True)
+    first = await pool.claim("default", V, "r1")
+    await runs.open_run("r1")
+    await runs.set_terminal("r1", "completed")
+    with pytest.raises(RunTerminal):
+        await pool.claim("default", V, "r1")
+    assert [e["id"] for e in await pool.list("default", V)] == sorted({"warm-1", "warm-2"} - {first["id"]})

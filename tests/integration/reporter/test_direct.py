@@ -14,6 +14,9 @@ from ledger.ingest.store import apply_status_upload
 from ledger.runlog.store import RunLog
 from reporter import DirectTransport, ProgressReporter, SimulatedRun
 
+# The events that settle a step: each names the state it settled in.
+SETTLED = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
+
 
 class RecordingDirect(DirectTransport):
     """The direct transport, keeping every payload it delivered and checking single flight."""
@@ -87,9 +90,15 @@ async def test_a_simulated_run_ends_with_the_reconciled_truth(db: Database) -> N
     events = await all_events(db, run_id)
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(1, len(seqs) + 1))
-    completed_steps = {e["node_id"]: e["outcome"] for e in events if e["type"] == "step.completed"}
-    assert completed_steps == {"load": "completed", "enrich": "completed", "notify": "completed"}
-    assert not any(e.get("node_id") == "on_error" for e in events)  # the untaken branch
+    completed_steps = {e["node_id"]: e["state"] for e in events if e["type"] in SETTLED}
+    # The untaken branch never started: skipped as the run ends, nothing else.
+    assert completed_steps == {
+        "load": "completed",
+        "enrich": "completed",
+        "notify": "completed",
+        "on_error": "skipped",
+    }
+    assert [e["type"] for e in events if e.get("node_id") == "on_error"] == ["step.skipped"]
     last_progress = [e for e in events if e["type"] == "step.progress" and e["node_id"] == "enrich"][-1]
     assert (last_progress["completed"], last_progress["failed"]) == (truth["completed"], truth["failed"])
     assert events[-1]["type"] == "terminal"
@@ -122,7 +131,7 @@ async def test_a_failed_tool_step_is_recorded_failed(db: Database) -> None:
     result = await drive(reporter, run, lose=set())
     await reporter.finalize(result)
     events = await all_events(db, run_id)
-    outcomes = {e["node_id"]: e["outcome"] for e in events if e["type"] == "step.completed"}
+    outcomes = {e["node_id"]: e["state"] for e in events if e["type"] in SETTLED}
     assert outcomes["notify"] == "failed"
     assert outcomes["enrich"] == "completed"
     assert (await RunLog(db).get_terminal(run_id))["status"] == "failed"  # type: ignore[index]

@@ -63,7 +63,9 @@ async def events_of(db: Database, run_id: str) -> list[dict[str, Any]]:
 
 
 def outcomes(events: list[dict[str, Any]]) -> dict[str, str]:
-    return {e["node_id"]: e["outcome"] for e in events if e["type"] == "step.completed"}
+    # Each step's settlement, as its state (the event's type names it too).
+    settled = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
+    return {e["node_id"]: e["state"] for e in events if e["type"] in settled}
 
 
 def reporter_for(run_id: str, transport: DirectTransport, **kwargs: Any) -> ProgressReporter:
@@ -98,7 +100,8 @@ async def test_a_map_still_open_when_the_run_failed_fails_with_the_counts_reconc
     await reporter.load_terminal_truth()
     await reporter.finalize({"status": "failed"})
     events = await events_of(db, run_id)
-    assert outcomes(events) == {"first": "failed"}
+    # The steps the run never reached are skipped as it ends.
+    assert outcomes(events) == {"first": "failed", "notify": "skipped", "second": "skipped"}
     last_progress = [e for e in events if e["type"] == "step.progress" and e["node_id"] == "first"][-1]
     assert (last_progress["completed"], last_progress["total"]) == (3, 3)
 
@@ -111,7 +114,11 @@ async def test_a_tool_step_settled_between_two_datasets_stays_completed(db: Data
     reporter.on_runner_event(execution("tool.call.started", toolId="slack.post"))
     reporter.on_runner_event(execution("tool.call.settled", toolId="slack.post", outcome="completed"))
     await reporter.finalize({"status": "failed"})  # the run fails before the second dataset starts
-    assert outcomes(await events_of(db, run_id)) == {"first": "completed", "notify": "completed"}
+    assert outcomes(await events_of(db, run_id)) == {
+        "first": "completed",
+        "notify": "completed",
+        "second": "skipped",
+    }
 
 
 async def test_a_later_map_start_completes_the_steps_before_it(db: Database) -> None:
@@ -164,7 +171,7 @@ async def test_a_second_reporter_of_an_attempt_must_resume_and_then_loses_nothin
     await second.finalize({"status": "completed"})
     events = await events_of(db, run_id)
     assert [e["line"] for e in events if e["type"] == "log"] == ["one", "two", "three"]
-    assert outcomes(events) == {"first": "completed"}
+    assert outcomes(events) == {"first": "completed", "notify": "skipped", "second": "skipped"}
     assert [e["node_id"] for e in events if e["type"] == "step.started"] == ["first"]
     assert events[-1]["type"] == "terminal" and events[-1]["status"] == "completed"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -236,8 +235,11 @@ async def test_waiters_poll_while_the_listener_cannot_reconnect(
 async def test_without_a_listener_long_poll_falls_back_to_polling(db: Database, other_db: Database) -> None:
     runlog = RunLog(db, poll_interval_s=0.05)
     await runlog.open_run("r1")
+    reads = runlog.reads
     reader = asyncio.create_task(runlog.list_events("r1", after="now", timeout_ms=LONG_MS))
-    await asyncio.sleep(0.1)
+    # Read twice (found nothing, then polled again): the reader is polling, not answered yet.
+    await until(lambda: runlog.reads >= reads + 2)
+    assert not reader.done()
     await RunLog(other_db).append("r1", [{"type": "log", "line": "x"}])
     assert [e["seq"] for e in (await reader)["events"]] == [1]
 
@@ -281,15 +283,16 @@ async def test_a_frozen_listener_backend_is_replaced_and_the_waiter_still_woken(
             assert frozen is not None
             os.kill(frozen, signal.SIGSTOP)
             try:
-                started = time.monotonic()
                 await RunLog(writer).append("r1", [{"type": "log", "line": "while frozen"}])
                 page = await reader
-                took = time.monotonic() - started
+                # Found by the probe and every waiter woken to re-read (or, until then, polled): the
+                # long-poll's own timeout would have answered an empty page instead. The configured
+                # probe and poll are far below that timeout, so only a waiter left asleep fails here.
+                assert (
+                    listener.keepalive_s + listener.probe_timeout_s + listener.fallback_poll_s
+                    < LONG_MS / 1000
+                )
                 assert [e["line"] for e in page["events"]] == ["while frozen"]
-                # Found by the probe and every waiter woken to re-read (or, until then, polled):
-                # bounded by the configured probe and poll, far below the long-poll's own timeout.
-                bound = listener.keepalive_s + listener.probe_timeout_s + listener.fallback_poll_s
-                assert took < bound * 2 < LONG_MS / 1000, took
                 await until(lambda: listener.connected and listener.backend_pid != frozen)
                 assert listener.reconnects == 1
                 # The new connection listens: the next append wakes by notification.

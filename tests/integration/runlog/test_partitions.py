@@ -370,3 +370,16 @@ async def test_a_run_deleted_and_opened_again_reads_its_new_events(db: Database)
     await runlog.open_run("again")
     await runlog.append("again", [{"type": "log", "line": "second life"}])
     assert [e["line"] for e in (await runlog.list_events("again"))["events"]] == ["second life"]
+
+
+async def test_a_row_with_no_partition_is_unavailable_not_invalid_input(db: Database) -> None:
+    # What an append meets when its partition is missing at that instant (an upgrade or a
+    # conversion in flight, a detach under way): the request is fine, retrying later serves it.
+    # A 422 would tell a plain client to drop its events.
+    with pytest.raises(DatabaseUnavailable) as unavailable:
+        async with db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)"
+                " VALUES ('nowhere', 1, '1901-01-01', 'log', now(), '{}')"
+            )
+    assert isinstance(unavailable.value.__cause__, psycopg.errors.CheckViolation)

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from ledger import validate
 from ledger.db import Database
 from ledger.errors import InvalidInput
 from ledger.runlog import overview
@@ -133,3 +134,86 @@ def test_every_page_is_read_off_the_newest_first_index_without_a_sort(conn: Conn
         plan = "\n".join(row["QUERY PLAN"] for row in conn.execute("EXPLAIN " + statement, params))
     assert "ix_runs_newest_first" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def add_run(conn: Conn, run_id: str, created_at: datetime, status: str, play: str | None) -> None:
+    # Updated now: a watchdog sharing the database (a session's `ledger serve`) fails a live run
+    # idle past its limit, which would change the status the filters are checked on.
+    conn.execute(
+        "INSERT INTO ledger.runs (run_id, created_at, updated_at, status, play_name) "
+        "VALUES (%s, %s, now(), %s, %s)",
+        (run_id, created_at, status, play),
+    )
+
+
+async def every_filtered_page(db: Database, limit: int, runs: overview.RunFilter) -> list[str]:
+    listed: list[str] = []
+    before: str | None = None
+    while True:
+        page = await overview.runs_page(db, limit, before, runs)
+        listed.extend(run["run_id"] for run in page["runs"])
+        before = page["next_before"]
+        if before is None:
+            return listed
+
+
+async def test_filters_keep_only_the_matching_runs_across_pages(db: Database, conn: Conn) -> None:
+    statuses = ("running", "failed", "completed")
+    plays = ("etl", "report", None)
+    for i in range(18):
+        add_run(conn, f"r{i:02d}", T + timedelta(seconds=i), statuses[i % 3], plays[i // 6])
+    newest_first = [f"r{i:02d}" for i in reversed(range(18))]
+
+    def expect(status: str | None = None, play: str | None = None, since: int | None = None) -> list[str]:
+        return [
+            run
+            for run in newest_first
+            if (status is None or statuses[int(run[1:]) % 3] == status)
+            and (play is None or plays[int(run[1:]) // 6] == play)
+            and (since is None or int(run[1:]) >= since)
+        ]
+
+    since_ms = int((T + timedelta(seconds=9)).timestamp() * 1000)
+    cases = [
+        (overview.RunFilter(status="failed"), expect(status="failed")),
+        (overview.RunFilter(play="report"), expect(play="report")),
+        # T carries 100 µs: a run created exactly at the bound's millisecond plus 100 µs is after it.
+        (overview.RunFilter(since_ms=since_ms), expect(since=9)),
+        (overview.RunFilter(status="running", play="etl"), expect(status="running", play="etl")),
+        (overview.RunFilter(status="cancelled"), []),
+        (overview.RunFilter(), newest_first),
+    ]
+    for runs, expected in cases:
+        for limit in (1, 2, 5, 50):
+            assert await every_filtered_page(db, limit, runs) == expected, (runs, limit)
+
+
+async def test_since_is_inclusive_to_the_millisecond(db: Database, conn: Conn) -> None:
+    at = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+    add_run(conn, "before", at - timedelta(milliseconds=1), "running", None)
+    add_run(conn, "at", at, "running", None)
+    add_run(conn, "after", at + timedelta(milliseconds=1), "running", None)
+    since = int(at.timestamp() * 1000)
+    page = await overview.runs_page(db, 10, None, overview.RunFilter(since_ms=since))
+    assert [run["run_id"] for run in page["runs"]] == ["after", "at"]
+
+
+@pytest.mark.parametrize(
+    ("runs", "field"),
+    [
+        (overview.RunFilter(since_ms=-1), "since"),
+        (overview.RunFilter(since_ms=validate.MAX_EPOCH_MS + 1), "since"),
+        (overview.RunFilter(status=3), "status"),  # type: ignore[arg-type]
+        (overview.RunFilter(play=["x"]), "play"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_bad_filter_names_its_field(runs: overview.RunFilter, field: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        overview.listing_statement(10, None, runs)
+    assert refused.value.field == field
+
+
+def test_the_since_bound_takes_its_limits() -> None:
+    for since in (0, validate.MAX_EPOCH_MS):
+        statement, params = overview.listing_statement(10, None, overview.RunFilter(since_ms=since))
+        assert "o.created_at >= %(since)s" in statement and "since" in params

@@ -5,10 +5,12 @@ share."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from psycopg.types.json import Jsonb
 
 from ledger.db import Database
 from ledger.errors import RunTerminal
@@ -212,3 +214,59 @@ async def test_the_stalled_view_and_the_watchdog_agree_under_any_limit(db: Datab
     view = await listed()
     assert view == ["idle-90s"]
     assert await dog.run_once() == view
+
+
+async def test_the_views_read_a_state_for_nodes_stored_without_one(db: Database) -> None:
+    """A snapshot stored before steps had states: the views read each step's state from its fields,
+    as the API does (`ledger.runlog.steps.derived_state`), and `steps_done` counts completed only."""
+    legacy = {
+        "done": {"started_at": 1, "completed_at": 2},
+        "broke": {"started_at": 1, "completed_at": 3, "node_io": {"error": "boom"}},
+        "clean": {"completed_at": 3, "node_io": {"error": None}},
+        "busy": {"started_at": 4},
+        "later": {"position": 4},
+        "odd": {"state": "bogus", "started_at": 1},
+    }
+    await RunLog(db).open_run("legacy")
+    async with db.transaction() as conn:
+        await conn.execute(
+            "UPDATE ledger.runs SET live_node_progress = %s WHERE run_id = 'legacy'", (Jsonb(legacy),)
+        )
+    steps, row = await _views(db, "legacy")
+    answer = (await RunLog(db).get_run("legacy"))["live_node_progress"]
+    assert (
+        {node: state for node, (state, _, _) in steps.items()}
+        == {node: body["state"] for node, body in answer.items()}
+        == {
+            "done": "completed",
+            "broke": "failed",
+            "clean": "completed",
+            "busy": "running",
+            "later": "pending",
+            "odd": "running",
+        }
+    )
+    assert (row["steps_total"], row["steps_done"], row["steps_failed"]) == (6, 2, 1)
+
+
+async def test_racing_ends_settle_the_steps_once_by_the_winner(db: Database, clean_database_url: str) -> None:
+    """A cancel and a terminal upload land together on separate connections: one ends the run, and
+    its steps are settled once, by that end."""
+    await _start(db, "r")
+    async with Database(clean_database_url, min_size=1, max_size=2) as other:
+        results = await asyncio.gather(
+            RunLog(db).set_terminal("r", "cancelled", error="asked to stop"),
+            apply_status_upload(other, "r", {"status": "failed", "upload_seq": 2, "error": "boom"}),
+            return_exceptions=True,
+        )
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], RunTerminal)
+    run = await RunLog(db).get_run("r")
+    status = run["terminal"]["status"] if run["terminal"] else None
+    settled = [
+        (kind, p["node_id"])
+        for kind, p in await _events(db, "r")
+        if kind in ("step.failed", "step.cancelled")
+    ]
+    assert settled == [(f"step.{status}", "enrich")]
+    assert run["live_node_progress"]["enrich"]["state"] == status

@@ -127,7 +127,8 @@ async def test_run_forever_passes_every_interval_and_survives_a_failing_pass(db:
             stop.set()
             await asyncio.Event().wait()  # park until cancelled
 
-    watchdog = Watchdog(db, stall_after_s=300, interval_s=30, sleep=fake_sleep)
+    # No retention: its loop (which sleeps too) is not started.
+    watchdog = Watchdog(db, stall_after_s=300, interval_s=30, retention=None, sleep=fake_sleep)
     real_run_once = watchdog.run_once
     outcomes: list[str] = []
 
@@ -250,23 +251,33 @@ async def test_expired_mappings_are_swept_in_batches_skipping_locked_ones(
     assert (await pool.resolve_run("fresh", "v1"))["instance_id"] == "i2"
 
 
-async def test_run_forever_sweeps_every_interval(db: Database) -> None:
+async def test_retention_runs_in_a_loop_of_its_own_beside_the_sweeps(db: Database) -> None:
+    # A partition's detach may wait for a reader left open: failing stalled runs, making the
+    # partitions ahead and the quick sweeps never wait behind retention.
     passes: list[str] = []
-    stop = asyncio.Event()
+    stuck = asyncio.Event()
+    swept = asyncio.Event()
 
     async def fake_sleep(seconds: float) -> None:
-        stop.set()
-        await asyncio.Event().wait()
+        await asyncio.Event().wait()  # one round each
 
     watchdog = Watchdog(db, sleep=fake_sleep)
-    real_sweep = watchdog.sweep
+    real_sweep_expired = watchdog.sweep_expired
 
-    async def counted_sweep() -> Swept:
+    async def stuck_retention() -> int:
+        passes.append("retention")
+        stuck.set()
+        await asyncio.Event().wait()  # as a detach waiting for an open reader
+        return 0
+
+    async def counted_sweep_expired() -> Swept:
         passes.append("sweep")
-        return await real_sweep()
+        swept.set()
+        return await real_sweep_expired()
 
-    watchdog.sweep = counted_sweep  # type: ignore[method-assign]
+    watchdog.sweep_runs = stuck_retention  # type: ignore[method-assign]
+    watchdog.sweep_expired = counted_sweep_expired  # type: ignore[method-assign]
     watchdog.start()
-    await stop.wait()
+    await asyncio.wait_for(asyncio.gather(stuck.wait(), swept.wait()), timeout=30)
     await watchdog.stop()
-    assert passes == ["sweep"] and watchdog.passes == 1
+    assert sorted(passes) == ["retention", "sweep"] and watchdog.passes == 1

@@ -434,11 +434,11 @@ def test_event_order_within_an_upload() -> None:
         "log",
         "step.started",
         "log",
-        "step.completed",  # the completed run settles the step it leaves running
         "dataset.lifecycle",
         "activity.observed",
+        "step.completed",  # the completed run settles the step it leaves running, last
     ]
-    assert plan.events[4] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
+    assert plan.events[3] == {"type": "dataset.lifecycle", "event": {"phase": "created"}}
     assert plan.steps_changed == ("n",)
 
 
@@ -500,7 +500,7 @@ def test_transitions_without_positions_follow_the_live_lines_and_precede_the_rep
         terminal_log_replay={"lines": ["z"]},
     )
     plan = plan_upload("r", IngestState(), upload)
-    # The completed run then settles the step it leaves running.
+    # The run's end then settles the step it leaves running, last.
     assert [e.get("line", e["type"]) for e in plan.events] == ["a", "step.started", "z", "step.completed"]
 
 

@@ -134,6 +134,7 @@ def test_map_start_log_starts_the_step_and_sets_totals() -> None:
         "artifact_table_namespace": "leads_r1",
         "started_at": clock.ms,
         "updated_at": clock.ms,
+        "state": "running",
     }
     assert folder.lifecycle.state("enrich") is StepState.STARTED
     assert folder.lifecycle.state("load") is StepState.COMPLETED

@@ -92,7 +92,7 @@ async def test_on_interrupt_fail_or_cancel_ends_the_run_and_its_open_steps(end: 
     assert last["status"] == status and last["error"] == "the reporter was interrupted (SIGINT)"
     assert "interruption" not in last
     enrich = last["live_node_progress"]["enrich"]
-    assert enrich["node_io"]["error"] == f"run {status}"
+    assert enrich["state"] == status and enrich["reason"].startswith(f"run {status}")
     assert (enrich["active_rows"], enrich["waiting_rows"], enrich["started_rows"]) == (0, 0, 4)
 
 

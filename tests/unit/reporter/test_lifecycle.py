@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition
+from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition, transition_patch
 from reporter.pipeline import StaticPipeline, static_node_id
-from reporter.progress import NodeProgress
+from reporter.progress import NodeProgress, merge_patch
 
 CONTRACT = {
     "staticPipeline": {
@@ -30,11 +30,7 @@ def make(contract: object = CONTRACT) -> tuple[StepLifecycleTracker, list[StepTr
         # What the reporter does with a transition: the node's progress says it from then on.
         events.append(event)
         node = progress.setdefault(event.node_id, NodeProgress())
-        if event.transition == "started":
-            node.started_at = event.at
-        else:
-            node.completed_at = event.at
-            node.node_io = {"error": event.reason} if event.transition == "failed" else None
+        merge_patch(node, transition_patch(event, node), event.at)
 
     tracker = StepLifecycleTracker(StaticPipeline(contract).nodes, progress, emit, lambda: next(tick))
     return tracker, events
@@ -149,3 +145,66 @@ def test_a_steps_state_is_read_from_its_node_progress() -> None:
     tracker.on_tool_called("x.y")  # settled already: nothing to start
     tracker.mark_started_failed()
     assert [(e.node_id, e.transition) for e in events] == [("m1", "failed")]
+
+
+def test_every_transition_says_the_step_s_state_and_a_failure_its_reason() -> None:
+    node = NodeProgress(node_io={"attempt": 2})
+    started = StepTransition(node_id="m1", transition="started", at=1)
+    assert transition_patch(started, None) == {"started_at": 1, "state": "running"}
+    done = StepTransition(node_id="m1", transition="completed", at=2, reason="ignored")
+    assert transition_patch(done, node) == {"completed_at": 2, "state": "completed"}
+    failed = StepTransition(node_id="m1", transition="failed", at=3, reason="map failed")
+    assert transition_patch(failed, node) == {
+        "completed_at": 3,
+        "state": "failed",
+        "reason": "map failed",
+        "node_io": {"attempt": 2, "error": "map failed"},
+    }
+    cancelled = StepTransition(node_id="m1", transition="cancelled", at=4, reason="run cancelled")
+    assert transition_patch(cancelled, node) == {
+        "completed_at": 4,
+        "state": "cancelled",
+        "reason": "run cancelled",
+    }
+
+
+def test_a_failed_tool_s_reason_carries_the_runner_s_error() -> None:
+    tracker, events = make()
+    tracker.on_tool_called("x.y")
+    tracker.on_tool_failed("x.y", "HTTP 500 from the enrichment API")
+    assert [(e.transition, e.reason) for e in events] == [
+        ("started", None),
+        ("failed", "tool x.y failed: HTTP 500 from the enrichment API"),
+    ]
+    tracker, events = make()
+    tracker.on_map_started("m1")
+    tracker.on_map_failed("m1", "   ")
+    assert events[-1].reason == "map failed"
+
+
+def test_the_run_s_end_settles_running_steps_by_its_outcome() -> None:
+    for status, expected, reason in (
+        ("completed", StepState.COMPLETED, None),
+        ("failed", StepState.FAILED, "run failed: no result line"),
+        ("cancelled", StepState.CANCELLED, "run cancelled: no result line"),
+    ):
+        tracker, events = make()
+        tracker.on_map_started("m1")
+        tracker.settle_open(status, "no result line")
+        assert tracker.state("m1") is expected and events[-1].reason == reason
+        # Never started: left to the ledger, which skips it.
+        assert tracker.state("m2") is StepState.UNEXECUTED
+
+
+def test_the_ledger_s_states_are_read_back_as_they_are() -> None:
+    progress = {
+        "m1": NodeProgress(started_at=1, completed_at=2, state="cancelled", reason="run cancelled"),
+        "t": NodeProgress(state="skipped"),
+        "branch": NodeProgress(started_at=1, completed_at=2, state="running"),
+    }
+    events: list[StepTransition] = []
+    tracker = StepLifecycleTracker(StaticPipeline(CONTRACT).nodes, progress, events.append, lambda: 5)
+    assert tracker.state("m1") is StepState.CANCELLED
+    assert tracker.state("t") is StepState.SKIPPED
+    # A state wins over a completion time.
+    assert tracker.state("branch") is StepState.STARTED

@@ -112,3 +112,22 @@ def test_messages() -> None:
     assert rows_processed_message(5, None) is None
     assert calls_in_flight_message(25, 1234, 10_000) == "25 calls in flight · 1,234 / 10,000 rows processed"
     assert calls_in_flight_message(1500, 0, 0) == "1,500 calls in flight"
+
+
+def test_a_time_without_a_state_drops_an_open_state_stored_before() -> None:
+    """A node restored from the ledger as pending that a reconciliation completes is read by its
+    times, as a node never restored would be; a settled state stays."""
+    node = NodeProgress(state="pending")
+    merge_patch(node, {"completed_at": 5, "completed": 3, "total": 3}, 6)
+    assert (node.state, node.reason, node.completed_at) == (None, None, 5)
+    started = NodeProgress(state="pending")
+    merge_patch(started, {"started_at": 5}, 6)
+    assert started.state is None
+    running = NodeProgress(started_at=1, state="running")
+    merge_patch(running, {"started_at": 1, "completed": 2}, 6)  # no end: still running
+    assert running.state == "running"
+    merge_patch(running, {"completed_at": 7}, 8)
+    assert running.state is None
+    failed = NodeProgress(started_at=1, completed_at=2, state="failed", reason="map failed")
+    merge_patch(failed, {"completed": 2, "completed_at": 2}, 7)
+    assert (failed.state, failed.reason) == ("failed", "map failed")

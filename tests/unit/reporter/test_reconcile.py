@@ -38,6 +38,7 @@ def test_checkpoint_trusts_counts_over_key_arrays() -> None:
         "completed_rows": 7,
         "message": "7 / 10 rows processed",
         "artifact_table_namespace": "leads_1",
+        "started_at": 5,
         "completed_at": 5,
     }
 

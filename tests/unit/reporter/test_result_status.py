@@ -26,13 +26,16 @@ def started_map(reporter: Any) -> None:
     reporter.on_runner_event(map_event("map.progress", completedRows=3, failedRows=0))
 
 
+SETTLEMENT_EVENTS = ("step.completed", "step.failed", "step.cancelled", "step.skipped")
+
+
 def ledger_outcomes(payloads: list[dict[str, Any]]) -> dict[str, str]:
     """The step outcomes the ledger's own rules record from the uploads, in order."""
     state, outcomes = IngestState(), {}
     for payload in payloads:
         plan = plan_upload("run-1", state, parse_upload("run-1", payload))
         state = plan.state
-        outcomes.update({e["node_id"]: e["outcome"] for e in plan.events if e["type"] == "step.completed"})
+        outcomes.update({e["node_id"]: e["state"] for e in plan.events if e["type"] in SETTLEMENT_EVENTS})
     return outcomes
 
 
@@ -60,6 +63,8 @@ async def test_a_map_open_when_the_run_failed_ends_failed_with_its_reconciled_co
     node = transport.payloads[-1]["live_node_progress"]["enrich"]
     assert (node["completed"], node["failed"], node["total"]) == (6, 1, 10)
     assert node["node_io"]["error"] == "run failed"
+    # The reporter says so itself: the step's state and why.
+    assert (node["state"], node["reason"]) == ("failed", "run failed")
     assert ledger_outcomes(transport.payloads)["enrich"] == "failed"
 
 
@@ -81,10 +86,17 @@ async def test_a_cancelled_result_ends_the_run_cancelled_its_open_steps_failed_m
     final = transport.payloads[-1]
     assert final["status"] == "cancelled"
     enrich = final["live_node_progress"]["enrich"]
-    assert enrich["node_io"]["error"] == "run cancelled" and (enrich["completed"], enrich["failed"]) == (6, 1)
+    assert (enrich["state"], enrich["reason"]) == ("cancelled", "run cancelled")
+    assert (enrich["completed"], enrich["failed"]) == (6, 1)
     assert reporter.step_states()["notify"] is StepState.UNEXECUTED
-    # `load` had settled when the map started; only the step the run left open fails.
-    assert ledger_outcomes(transport.payloads) == {"load": "completed", "enrich": "failed"}
+    # `load` had settled when the map started; the step the run left open is cancelled, the one
+    # it never started skipped (by the ledger, as the run ends).
+    assert ledger_outcomes(transport.payloads) == {
+        "load": "completed",
+        "enrich": "cancelled",
+        "notify": "skipped",
+        "on_error": "skipped",
+    }
 
 
 async def test_a_completed_result_completes_the_open_steps_before_reconciling() -> None:
@@ -93,7 +105,12 @@ async def test_a_completed_result_completes_the_open_steps_before_reconciling() 
     frame = {**FRAME, "status": "completed", "completedRowsCount": 10, "failedRowsCount": 0}
     await reporter.finalize({"status": "completed", "checkpoint": {"mapFrames": {"enrich": frame}}})
     assert transport.payloads[-1]["status"] == "completed"
-    assert ledger_outcomes(transport.payloads) == {"load": "completed", "enrich": "completed"}
+    assert ledger_outcomes(transport.payloads) == {
+        "load": "completed",
+        "enrich": "completed",
+        "notify": "skipped",
+        "on_error": "skipped",
+    }
 
 
 async def test_the_error_given_goes_with_the_terminal_status_only() -> None:

@@ -17,7 +17,7 @@ from ledger.validate import (
     encode_body,
 )
 from reporter.state import ProgressState
-from reporter.uploader import CoalescingUploader
+from reporter.uploader import CoalescingUploader, UploadCannotFit
 from tests.unit.reporter.fakes import FakeClock, FakeTransport, boom
 
 
@@ -205,13 +205,17 @@ async def test_a_413_naming_no_limit_halves_the_refused_body_until_it_fits() -> 
     assert lines_of(transport.payloads) == lines and transport.payloads[-1]["status"] == "completed"
 
 
-async def test_a_413_below_any_useful_body_is_an_upload_refused() -> None:
+async def test_a_413_below_any_useful_body_stops_the_uploader_saying_why() -> None:
     transport = LimitedTransport(advertised=None, enforced=1_000)
     uploader, state = make(transport)
     fill(state, 3)
-    with pytest.raises(PayloadTooLarge):
+    with pytest.raises(UploadCannotFit, match="as too large"):
         await uploader.flush(force=True, status="completed", required=True)
-    assert not uploader.has_unacked and state.logs_dirty  # given back, nothing lost from the state
+    assert uploader.stopped
+    sent = len(transport.refused) + len(transport.payloads)
+    with pytest.raises(UploadCannotFit):  # no request more: the uploader stopped
+        await uploader.flush(force=True, status="completed", required=True)
+    assert len(transport.refused) + len(transport.payloads) == sent
 
 
 async def test_a_line_too_big_for_a_body_of_its_own_is_shortened_and_counted() -> None:
@@ -229,11 +233,11 @@ async def test_a_line_too_big_for_a_body_of_its_own_is_shortened_and_counted() -
         sleep=clock.sleep,
         wall_clock_ms=clock.wall_ms,
         trailing_flush=False,
-        pipeline_steps=["s" * 6_000],
+        pipeline_steps=["s" * 1_900],
     )
     state.append_log("\x01" * 500)
     state.append_log("\x02" * 500)
-    await uploader.flush(force=True, status="completed", required=True)
+    await uploader.flush(force=True, status="completed", required=True, error="\x03" * 500)
     assert transport.refused == [] and all(len(encode_body(p)) <= 8_192 for p in transport.payloads)
     assert [len(line) < 500 and "bytes cut" in line for line in lines_of(transport.payloads)] == [True, True]
     assert uploader.sanitizer.counts["oversized log line"] == 2

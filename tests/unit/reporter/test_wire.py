@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from ledger.validate import log_line
 from reporter.wire import (
+    MAP_START_PATTERN,
     MapSetup,
     MapStart,
     ToolBatch,
+    bounded_line,
     has_timestamp_prefix,
     parse_map_setup,
     parse_map_start,
@@ -127,3 +132,80 @@ def test_timestamp_prefix() -> None:
     assert not has_timestamp_prefix("[perf] x")
     assert strip_timestamp_prefix("[perf] x") == "[perf] x"
     assert strip_timestamp_prefix("x " + TS) == "x " + TS
+
+
+# -- any line, in linear time -------------------------------------------------------------------------
+
+# Pieces of the map-start diagnostic, so that random lines come near it in every way.
+_PIECES = st.sampled_from(
+    [
+        "Starting map over ",
+        "STARTING MAP OVER ",
+        "7",
+        "12",
+        " items ",
+        " items",
+        " (",
+        "(",
+        " (table namespace: ",
+        " (key: ",
+        "key: ",
+        "leads_x",
+        "a",
+        " ",
+        ";",
+        ")",
+        "; 3 already satisfied",
+        "; 4 duplicate keys skipped",
+        "; 9 pending",
+        " pending)",
+        "\n",
+        "x",
+    ]
+)
+
+
+@settings(max_examples=2_000)
+@given(st.lists(_PIECES, max_size=14).map("".join))
+def test_map_start_finds_what_the_pattern_finds(line: str) -> None:
+    match = MAP_START_PATTERN.search(line)
+    expected = None
+    if match is not None:
+        total, satisfied, pending = match.group(1), match.group(3), match.group(4)
+        expected = MapStart(
+            total=int(total),
+            table_namespace=match.group(2).strip(),
+            already_satisfied=int(satisfied or 0),
+            pending=None if pending is None else int(pending),
+        )
+    assert parse_map_start(line) == expected
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "Starting map over 1 items ",
+        "Starting map over 1 items  (key: ",
+        "Starting map over 1 items  (key: a;",
+        "Starting map over 1 items  (key: a; 1 already satisfied; ",
+        "] Executing tool batch a:",
+        "[perf] runtime map setup table=",
+    ],
+)
+def test_a_hostile_line_of_megabytes_is_read_like_any_other(unit: str) -> None:
+    # Quadratic on this line took minutes; linear, well under a second. The parse must only end,
+    # which the test's timeout checks; the bench compares it with a plain line.
+    line = unit * (3_000_000 // len(unit))
+    assert parse_map_start(line) is None
+    assert parse_tool_batch(line) is None
+    assert parse_map_setup(line) is None
+
+
+def test_a_diagnostic_is_read_from_the_line_as_the_ledger_keeps_it() -> None:
+    # Its beginning survives the cut, so it is still read; the middle of a long line is not.
+    tail = "Starting map over 3 items now (key: leads)"
+    assert parse_map_start(tail + " " + "x" * 200_000) == MapStart(
+        total=3, table_namespace="leads", already_satisfied=0, pending=None
+    )
+    assert parse_map_start("x" * 100_000 + tail + "x" * 100_000) is None
+    assert bounded_line("é" * 100_000) == log_line("é" * 100_000)

@@ -10,7 +10,6 @@
   const MAX_LINES = 10000;
 
   const $ = (id) => document.getElementById(id);
-  const outcomes = new Map(); // node id -> outcome of its step.completed event
   let run = null;
   let stopPolling = null;
 
@@ -18,27 +17,17 @@
 
   function runState(r) { return (r.terminal && r.terminal.status) || r.status || "pending"; }
 
-  function stepState(node, nodeId, terminal) {
-    if (node.completed_at != null) {
-      const outcome = outcomes.get(nodeId);
-      if (outcome === "failed") return "failed";
-      if (outcome === undefined && node.node_io && node.node_io.error) return "failed";
-      if (outcome === undefined && terminal && terminal.status === "failed") return "failed";
-      return "completed";
-    }
-    if (node.started_at != null) {
-      // Started, never completed, and the run is over: the step was cut short.
-      if (terminal && terminal.status !== "completed") return "failed";
-      return terminal ? "completed" : "running";
-    }
-    return "pending";
-  }
+  // The step's state as the ledger gives it (every step has one in its answers): never read from a
+  // completion time, since a step can end without completing.
+  const STEP_STATES = new Set(["pending", "running", "completed", "failed", "cancelled", "skipped"]);
+
+  function stepState(node) { return STEP_STATES.has(node.state) ? node.state : "pending"; }
 
   function steps(r) {
     const progress = r.live_node_progress && typeof r.live_node_progress === "object" ? r.live_node_progress : {};
     const list = Object.entries(progress).map(([nodeId, raw]) => {
       const node = raw && typeof raw === "object" ? raw : {};
-      return { nodeId, node, state: stepState(node, nodeId, r.terminal) };
+      return { nodeId, node, state: stepState(node) };
     });
     // JSON object order is not kept by the database. The steps of the contract carry their place
     // in the pipeline (`position`): they come first, in pipeline order, pending ones included, so
@@ -137,6 +126,9 @@
             { class: "info" },
             el("div", { class: "counts", text: counts }),
             el("div", { class: "progress", role: "progressbar", "aria-valuenow": Math.round(fraction * 100), "aria-valuemin": 0, "aria-valuemax": 100 }, fill),
+            typeof node.reason === "string" && node.reason
+              ? el("div", { class: "reason", text: state + ": " + node.reason })
+              : null,
             node.message ? el("div", { class: "message", text: node.message }) : null,
           ),
         );
@@ -192,13 +184,21 @@
     return null;
   }
 
+  const SETTLEMENTS = new Set(["step.completed", "step.failed", "step.cancelled", "step.skipped"]);
+
   function stepText(event) {
     const name = typeof event.node_id === "string" ? event.node_id : "a step";
     if (event.type === "step.started") return name + " started";
-    if (event.type === "step.completed") {
-      if (event.outcome === "failed") return name + " failed" + (event.error ? ": " + event.error : "");
-      return name + " completed";
+    if (SETTLEMENTS.has(event.type)) {
+      // The state it settled in (an older step.completed says it as its outcome) and why.
+      const state = event.state || event.outcome || event.type.slice("step.".length);
+      const why = event.reason || event.error;
+      return name + " " + state + (why ? ": " + why : "");
     }
+    if (event.type === "reporter.interrupted") {
+      return "reporter interrupted" + (event.signal ? " (" + event.signal + ")" : "") + (event.reason ? ": " + event.reason : "");
+    }
+    if (event.type === "reporter.resumed") return "reporter resumed";
     if (event.type === "step.progress") {
       const parts = [rows(event), event.failed ? count(event.failed) + " failed" : null, event.message || null];
       const said = parts.filter(Boolean).join(" · ");
@@ -210,8 +210,6 @@
 
   function summary(event) {
     if (event.type === "log") return typeof event.line === "string" ? event.line : "";
-    if (event.type === "reporter.interrupted") return event.reason || "the reporter was interrupted";
-    if (event.type === "reporter.resumed") return "a reporter resumed the run";
     const said = stepText(event);
     if (said !== null) return said;
     const rest = {};
@@ -256,7 +254,6 @@
     log.append(line);
     while (log.children.length > MAX_LINES) log.firstElementChild.remove();
     if (atBottom) log.scrollTop = log.scrollHeight;
-    if (event.type === "step.completed" && event.outcome) outcomes.set(event.node_id, event.outcome);
     if (event.type.startsWith("step.") || event.type.startsWith("reporter.") || event.type === "terminal" || event.type === "status") {
       // A step or the run changed: read the run now rather than at the next poll.
       window.clearTimeout(refreshSoon);

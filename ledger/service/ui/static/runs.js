@@ -42,7 +42,12 @@
 
   function row(run, now) {
     const state = stateOf(run);
-    const steps = run.steps_total ? count(run.steps_done) + " / " + count(run.steps_total) : "-";
+    let steps = run.steps_total ? count(run.steps_done) + " / " + count(run.steps_total) : "-";
+    // Steps that did not complete, by state (the run overview counts them).
+    const others = ["failed", "cancelled", "skipped"]
+      .filter((s) => run["steps_" + s] > 0)
+      .map((s) => count(run["steps_" + s]) + " " + s);
+    if (others.length) steps += " (" + others.join(", ") + ")";
     const last = run.last_event_type
       ? run.last_event_type + " #" + run.last_seq + ", " + duration(now - run.updated_at) + " ago"
       : "-";
@@ -58,6 +63,7 @@
       el("td", { class: "num", text: count(run.rows_failed) }),
       el("td", { class: "num", text: count(run.rows_total) }),
       el("td", { text: last }),
+      el("td", { class: "why", text: run.terminal_error || "", title: run.terminal_error || "" }),
     );
     return tr;
   }
