@@ -10,11 +10,15 @@ reporter's transport uses (left alone: how it copes with a restart is part of wh
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+from ledger.db import Database
+from ledger.testing import clone_database, drop_database, ensure_template
 from tests.oracle import profiles  # noqa: F401  (registers the Hypothesis profiles)
 from tests.oracle.harness import Backend, DirectBackend, HttpBackend
 from tests.oracle.services import LoopThread, OwnPostgres, Pools, ServiceThread
@@ -75,4 +79,32 @@ def restart_backends(loop_thread: LoopThread, oracle_postgres: OwnPostgres) -> I
     yield backends
     oracle_postgres.start()  # in case an example failed while it was down
     service.stop()
+    pools.close()
+
+
+@pytest.fixture(scope="session")
+def failure_database_url(pg_admin_url: str) -> Iterator[str]:
+    """A database of the failure oracle's own: its watchdog fails every stalled run it finds, so
+    no other test's run may be in it."""
+    name = f"ledger_failure_oracle_{os.environ.get('PYTEST_XDIST_WORKER', 'master')}_{os.getpid()}"
+    url = clone_database(pg_admin_url, ensure_template(pg_admin_url), name)
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        drop_database(conn, name)
+
+
+@pytest.fixture(scope="session")
+def failure_service(failure_database_url: str) -> Iterator[ServiceThread]:
+    """The real HTTP service on the failure oracle's database (its own watchdog off: the oracle
+    runs the watchdog's pass itself when a scenario says so)."""
+    service = ServiceThread(failure_database_url)
+    service.start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def failure_db(loop_thread: LoopThread, failure_database_url: str) -> Iterator[Database]:
+    pools = Pools(loop_thread)
+    yield pools.open(failure_database_url)
     pools.close()
