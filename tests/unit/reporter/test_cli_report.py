@@ -45,7 +45,9 @@ async def test_malformed_lines_are_reported_with_their_number_and_skipped() -> N
     stream = [events[0], "{not json", "", "[1, 2]", *events[1:]]
     code = await report_cli.report(make(transport), lines_of(stream), warnings.append)
     assert code == report_cli.EXIT_OK
-    assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
+    *skipped, summary = warnings
+    assert [w.split(":")[0] for w in skipped] == ["line 2", "line 4"]
+    assert summary.startswith("run run-cli completed: ") and summary.endswith("; 2 lines could not be used")
     final = transport.payloads[-1]
     assert final["status"] == "completed"
     assert final["live_node_progress"]["enrich"]["failed"] == SIM.failed_rows
