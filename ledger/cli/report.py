@@ -436,11 +436,11 @@ def _verdict(reporter: ProgressReporter, decided: _Ending, warn: Callable[[str],
         takes = ", ".join(RESULT_STATUSES)
         warn(f"{decided.problem} (it takes {takes}): run {reporter.run_id} was reported failed")
         code = _EXIT_BAD_RESULT
-    warn(summary_line(reporter, decided.reported or "running", decided.skipped[0]))
+    warn(_summary_line(reporter, decided.reported or "running", decided.skipped[0]))
     return code
 
 
-def summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> str:
+def _summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> str:
     """`run R completed: 4 of 6 steps completed (1 failed, 1 not run), 5,939 / 6,000 rows (61
     failed); 2 lines could not be used`: how the run ended as this reporter reported it, by the
     states it sent, and how many runner lines it could not use (unreadable, or not of the runner
@@ -460,7 +460,9 @@ def summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> st
     not_run = sum(states[state] for state in ("pending", "skipped"))
     if not_run:
         others.append(f"{not_run:,} not run")
-    steps = f"{states['completed']:,} of {len(steps_of_run):,} steps completed"
+    steps = (
+        f"{states['completed']:,} of {len(steps_of_run):,} steps completed" if steps_of_run else "no steps"
+    )
     if others:
         steps += f" ({', '.join(others)})"
     counted = [node for node in nodes.values() if node.total is not None]

@@ -78,7 +78,10 @@ async def test_a_deep_line_is_skipped_with_its_reason_and_the_run_ends() -> None
     ]
     code = await report_cli.report(make_reporter(transport), lines_of(stream), warnings.append)
     assert code == report_cli.EXIT_OK
-    assert warnings == [f"line 2: nests deeper than {MAX_LINE_DEPTH} levels; skipped"]
+    assert warnings == [
+        f"line 2: nests deeper than {MAX_LINE_DEPTH} levels; skipped",
+        "run run-hostile completed: no steps; 1 line could not be used",
+    ]
     # The skipped line is no line of the log: the channel holds the two around it (an upload may
     # carry a line again; the ledger places each by its position).
     assert all("deep" not in p["live_logs"] for p in transport.payloads)

@@ -126,7 +126,7 @@ async def test_an_answer_naming_the_runs_end_stops_the_reporter_whoever_ended_it
     uploader2, state2 = make(transport2)
     transport2.answers.append({"duplicate": False, "terminal": {"status": "failed", "error": "watchdog"}})
     state2.append_log("late")
-    with pytest.raises(RunTerminal, match="ended as failed by someone else: watchdog"):
+    with pytest.raises(RunTerminal, match="had already ended as failed: watchdog"):
         await uploader2.flush(force=True, required=True)
 
 

@@ -393,7 +393,7 @@ async def test_a_run_ended_by_someone_else_is_named_in_the_error() -> None:
     touch(state)
     with pytest.raises(RunTerminal) as info:
         await uploader.flush(force=True, required=True)
-    assert info.value.run_id == "r1" and str(info.value).startswith("run r1 was already ended")
+    assert info.value.run_id == "r1" and str(info.value).startswith("run r1 had already ended")
 
 
 async def test_an_uploader_stopped_without_a_reason_refuses_required_flushes_as_stale() -> None:
