@@ -50,6 +50,7 @@ from psycopg import sql
 
 from ledger.config import validate_database_url
 from ledger.errors import ConfigError
+from ledger.text import one_line
 
 if TYPE_CHECKING:
     from ledger.client import LedgerClient
@@ -169,7 +170,7 @@ def choose_backend(
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return one_line(f"{type(exc).__name__}: {exc}")
 
 
 def redact(url: str) -> str:
@@ -253,7 +254,7 @@ def _image_missing(client: Any, image: str) -> str | None:
         return None
     except docker.errors.APIError as exc:
         # The engine's own words ("…: no such host"), without the request's URL around them.
-        return " ".join(str(exc.explanation or exc).split())
+        return one_line(exc.explanation or exc)
     except Exception as exc:
         return _one_line(exc)
 

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from ledger.text import one_line
+
 __all__ = [
     "DEFAULT_TAG",
     "ENTRYPOINT",
@@ -231,7 +233,7 @@ def build_image(tag: str = DEFAULT_TAG, *, mirror: str | None = None, work_dir: 
             tar.stdout.close()
             tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
-            raise BuildError(f"docker import failed: {' '.join(imported.stderr.split())}")
+            raise BuildError(f"docker import failed: {one_line(imported.stderr)}")
     return True
 
 
