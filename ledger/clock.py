@@ -4,14 +4,22 @@ Operations ask their `Clock` for "now" inside the transaction that uses it. `Dat
 with the transaction's `now()`, so every replica agrees on time; `ManualClock` is set by tests.
 The wire speaks epoch milliseconds (what JavaScript clients and runners use); `to_ms`/`from_ms`
 convert at the boundary.
+
+Every conversion between a time and a count since the epoch is written here and nowhere else:
+milliseconds (`to_ms`, `from_ms`, and `ms_sql` for a statement that answers in them), seconds
+(`to_s`, `from_s`: HTTP dates, tokens, log records) and microseconds (`to_us`, `from_us`: cursors
+that must keep a timestamptz exactly). A second copy would drift in its rounding or its epoch, so a
+test fails when one appears elsewhere in the package.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Protocol, overload
+from typing import TYPE_CHECKING, Any, Final, Protocol, overload
 
-import psycopg
+if TYPE_CHECKING:
+    # Only named in annotations: a rule module converts times without loading the driver.
+    import psycopg
 
 __all__ = [
     "EPOCH",
@@ -19,10 +27,17 @@ __all__ = [
     "DatabaseClock",
     "ManualClock",
     "from_ms",
+    "from_s",
+    "from_us",
+    "ms_sql",
     "to_ms",
+    "to_s",
+    "to_us",
 ]
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND: Final = timedelta(milliseconds=1)
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 class Clock(Protocol):
@@ -63,8 +78,36 @@ def to_ms(value: datetime | None) -> int | None:
     if value is None:
         return None
     # Integer arithmetic on the timedelta: float seconds lose the last millisecond now and then.
-    return (value - EPOCH) // timedelta(milliseconds=1)
+    return (value - EPOCH) // _MILLISECOND
 
 
 def from_ms(ms: float) -> datetime:
+    """The instant `ms` epoch milliseconds name (UTC)."""
     return EPOCH + timedelta(milliseconds=ms)
+
+
+def ms_sql(column: str) -> str:
+    """SQL that reads the timestamptz `column` as epoch milliseconds, or the interval `column` as
+    milliseconds: a bigint, rounded to the nearest millisecond (the cast of Postgres's numeric
+    rounds, where `to_ms` floors: they differ on a time with 500 microseconds or more)."""
+    return f"(extract(epoch FROM {column}) * 1000)::bigint"
+
+
+def to_s(value: datetime) -> float:
+    """Epoch seconds (HTTP dates, token expiries, `time.time()`), with the microseconds."""
+    return (value - EPOCH) / timedelta(seconds=1)
+
+
+def from_s(seconds: float) -> datetime:
+    """The instant `seconds` epoch seconds name (UTC), e.g. a log record's `created`."""
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def to_us(value: datetime) -> int:
+    """Epoch microseconds: all a timestamptz holds, so `from_us` gives the same instant back."""
+    return (value - EPOCH) // _MICROSECOND
+
+
+def from_us(us: int) -> datetime:
+    """The instant `us` epoch microseconds name (UTC)."""
+    return EPOCH + us * _MICROSECOND

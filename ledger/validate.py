@@ -29,7 +29,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeGuard
 
 # The errors the checks raise; `LedgerError` stays importable from here, where it used to live.
@@ -39,10 +38,10 @@ from ledger.errors import InvalidInput, LedgerError
 TERMINAL_STATUSES: Final = ("completed", "failed", "cancelled")
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
-# The last millisecond `datetime` can hold: from_ms of anything up to here never overflows.
-MAX_EPOCH_MS: Final = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
-    milliseconds=1
-)
+# The last millisecond `datetime` can hold (9999-12-31T23:59:59.999Z): from_ms of anything up to
+# here never overflows. A number, not a conversion: times convert in `ledger.clock` alone, which
+# this dependency-free module does not import (a test checks the two agree).
+MAX_EPOCH_MS: Final = 253_402_300_799_999
 # A request body nests at most this deep (an object or list is one level); deeper is refused whole.
 MAX_JSON_DEPTH: Final = 64
 # One stored JSON value: the deepest request wrapping (body, list or map, item, field) adds four.

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final, cast
 
 from ledger import shapes, validate
+from ledger.clock import from_ms, from_us, ms_sql, to_us
 from ledger.db import Database
 from ledger.errors import InvalidInput
 
@@ -35,17 +36,15 @@ __all__ = [
 # Runs per listing (an overview for people); an event page has its own, larger bound.
 MAX_RUNS_LIMIT = 1000
 
-_MS = "(extract(epoch FROM {col}) * 1000)::bigint"
-
 # Ordered by the view's own timestamp (`o.created_at`, qualified: the bare name would be the
 # millisecond output column, an expression no index holds, which sorts every run for each page).
 # `position_at` is the exact timestamp the cursor carries; it is not part of the answer.
 _LIST_RUNS_TEMPLATE = f"""
 SELECT
     o.run_id, o.status, o.play_name,
-    {_MS.format(col="o.created_at")} AS created_at,
-    {_MS.format(col="o.updated_at")} AS updated_at,
-    {_MS.format(col="o.age")} AS age_ms,
+    {ms_sql("o.created_at")} AS created_at,
+    {ms_sql("o.updated_at")} AS updated_at,
+    {ms_sql("o.age")} AS age_ms,
     o.last_seq, o.last_event_type,
     o.terminal_status, o.terminal_error, o.terminal_total_rows,
     o.steps_total, o.steps_done, o.steps_failed, o.steps_cancelled, o.steps_skipped,
@@ -73,8 +72,8 @@ _FILTERS: Final = {
 
 _LIST_STALLED = f"""
 SELECT run_id, status, play_name,
-    {_MS.format(col="updated_at")} AS updated_at,
-    {_MS.format(col="idle")} AS idle_ms,
+    {ms_sql("updated_at")} AS updated_at,
+    {ms_sql("idle")} AS idle_ms,
     last_seq
 FROM ledger.stalled_runs
 ORDER BY updated_at, run_id
@@ -82,7 +81,7 @@ ORDER BY updated_at, run_id
 
 _POOL_AVAILABILITY = f"""
 SELECT pool, version, available, warming, stale,
-    {_MS.format(col="newest_ready_at")} AS newest_ready_at
+    {ms_sql("newest_ready_at")} AS newest_ready_at
 FROM ledger.pool_availability
 ORDER BY pool, version
 """
@@ -96,10 +95,6 @@ def _check_limit(limit: int) -> int:
     return limit
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_MILLISECOND = timedelta(milliseconds=1)
-
 # A cursor is `<created_at in epoch microseconds>:<run_id>` of the run the next page follows. The
 # microseconds stay within what a datetime holds (about years 1653 to 5138); a NUL is never in a run
 # id and Postgres text could not carry it. The same pattern documents `before` in the HTTP API.
@@ -109,14 +104,14 @@ _CURSOR = re.compile(RUN_LIST_CURSOR_PATTERN[1:-1])
 
 def cursor_of(created_at: datetime, run_id: str) -> str:
     """The cursor of the page that follows the run (`created_at`, `run_id`) in the list."""
-    return f"{(created_at - _EPOCH) // _MICROSECOND}:{run_id}"
+    return f"{to_us(created_at)}:{run_id}"
 
 
 def _parse_cursor(value: object) -> tuple[datetime, str]:
     if not isinstance(value, str) or _CURSOR.fullmatch(value) is None:
         raise InvalidInput("before", "is not a cursor of the run list (a page's next_before)")
     micros, run_id = value.split(":", 1)
-    return _EPOCH + int(micros) * _MICROSECOND, run_id
+    return from_us(int(micros)), run_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +133,7 @@ def _filter_params(runs: RunFilter) -> dict[str, Any]:
     if runs.since_ms is not None:
         if not validate.is_int(runs.since_ms) or not 0 <= runs.since_ms <= validate.MAX_EPOCH_MS:
             raise InvalidInput("since", f"must be epoch milliseconds between 0 and {validate.MAX_EPOCH_MS}")
-        params["since"] = _EPOCH + runs.since_ms * _MILLISECOND
+        params["since"] = from_ms(runs.since_ms)
     return params
 
 

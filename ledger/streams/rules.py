@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal
 
+from ledger.clock import to_s
 from ledger.errors import BadStreamRequest
 
 __all__ = [
@@ -47,7 +48,7 @@ MAX_NAME_BYTES: Final = 1024
 _DEFAULT_CONTENT_TYPE: Final = "application/octet-stream"
 
 # Cursors count fixed intervals from a fixed epoch, so every server (and CDN) agrees on them.
-_CURSOR_EPOCH_S: Final = datetime(2024, 10, 9, tzinfo=UTC).timestamp()
+_CURSOR_EPOCH_S: Final = to_s(datetime(2024, 10, 9, tzinfo=UTC))
 _CURSOR_INTERVAL_S: Final = 20
 
 _OFFSET = re.compile(r"^(\d{16})_(\d{16})$")

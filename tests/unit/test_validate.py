@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import validate
-from ledger.clock import from_ms
+from ledger.clock import from_ms, to_ms
 from ledger.errors import InvalidInput
 from ledger.validate import INT32_MAX, INT64_MAX, MAX_EPOCH_MS
 
@@ -140,6 +141,11 @@ def test_epoch_ms_range_ends_where_datetime_does() -> None:
     assert validate.epoch_ms("t", 0) == 0
     assert validate.epoch_ms("t", MAX_EPOCH_MS) == MAX_EPOCH_MS
     assert from_ms(MAX_EPOCH_MS).year == 9999
+    # The bound is a number in the dependency-free module: it is the home's conversion of the last
+    # millisecond a datetime holds, and one past it is no time at all.
+    assert to_ms(datetime.max.replace(tzinfo=UTC)) == MAX_EPOCH_MS
+    with pytest.raises(OverflowError):
+        from_ms(MAX_EPOCH_MS + 1)
     assert validate.epoch_ms("t", 1.9) == 1  # truncated, as the callers always did
     for bad in (MAX_EPOCH_MS + 1, 10**30, 1e308):
         error = problem(validate.epoch_ms, "obs.started_at", bad)
