@@ -8,18 +8,47 @@ from ledger import LedgerClient  # the HTTP API of a running `ledger serve`
 The names below are imported on first use (PEP 562), so `import ledger` stays cheap: the worker
 side (`reporter`, which imports `ledger.validate`) never loads psycopg, SQLAlchemy or FastAPI.
 
-They are listed once, as the imports under `TYPE_CHECKING` (which the type checker reads); at run
-time that block is read from this file's syntax tree to learn where each name lives.
+Each is written three times on purpose, each for its reader: in `__all__` (what `import *` and the
+documentation take), in `_HOMES` (where the name lives, which `__getattr__` imports on first use)
+and under `TYPE_CHECKING` (which the type checker reads, never run). A test fails when the three
+disagree or an entry does not resolve.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
-import pathlib
 import typing
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AsyncLedgerClient",
+    "ConfigError",
+    "Conflict",
+    "CursorExpired",
+    "Database",
+    "DatabaseUnavailable",
+    "InvalidInput",
+    "LedgerClient",
+    "LedgerError",
+    "LedgerFailure",
+    "LedgerUnavailable",
+    "Listener",
+    "NotFound",
+    "PayloadTooLarge",
+    "RunLog",
+    "RunTerminal",
+    "StaleAttempt",
+    "Unauthorized",
+    "WarmPool",
+    "Watchdog",
+    "__version__",
+    "apply_status_upload",
+    "list_observations",
+    "record_observations",
+    "record_sheet_rows",
+    "sheet_outcomes",
+]
 
 if typing.TYPE_CHECKING:
     from ledger.client import AsyncLedgerClient as AsyncLedgerClient
@@ -48,23 +77,34 @@ if typing.TYPE_CHECKING:
     from ledger.runlog.store import RunLog as RunLog
     from ledger.runlog.watchdog import Watchdog as Watchdog
 
-
-def _homes() -> dict[str, str]:
-    """Where each lazy name lives: the imports of the `TYPE_CHECKING` block above."""
-    tree = ast.parse(pathlib.Path(__file__).read_text(encoding="utf-8"))
-    block = next(
-        node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-    )
-    return {
-        alias.asname or alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom) and node.module is not None
-        for alias in node.names
-    }
-
-
-_HOMES: dict[str, str] = _homes()
-__all__ = sorted([*_HOMES, "__version__"])
+# Where each lazy name lives: `__getattr__` imports the module the first time the name is read.
+_HOMES: typing.Final[dict[str, str]] = {
+    "AsyncLedgerClient": "ledger.client",
+    "LedgerClient": "ledger.client",
+    "Database": "ledger.db",
+    "ConfigError": "ledger.errors",
+    "Conflict": "ledger.errors",
+    "CursorExpired": "ledger.errors",
+    "DatabaseUnavailable": "ledger.errors",
+    "InvalidInput": "ledger.errors",
+    "LedgerError": "ledger.errors",
+    "LedgerFailure": "ledger.errors",
+    "LedgerUnavailable": "ledger.errors",
+    "NotFound": "ledger.errors",
+    "PayloadTooLarge": "ledger.errors",
+    "RunTerminal": "ledger.errors",
+    "StaleAttempt": "ledger.errors",
+    "Unauthorized": "ledger.errors",
+    "list_observations": "ledger.ingest.observations",
+    "record_observations": "ledger.ingest.observations",
+    "record_sheet_rows": "ledger.ingest.sheets",
+    "sheet_outcomes": "ledger.ingest.sheets",
+    "apply_status_upload": "ledger.ingest.store",
+    "WarmPool": "ledger.pool.store",
+    "Listener": "ledger.runlog.listener",
+    "RunLog": "ledger.runlog.store",
+    "Watchdog": "ledger.runlog.watchdog",
+}
 
 
 def __getattr__(name: str) -> typing.Any:
