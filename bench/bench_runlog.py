@@ -28,11 +28,12 @@ from pathlib import Path
 import baselines
 import psycopg
 from common import bench_database, print_footer, print_table
+from psycopg.rows import dict_row
 
 from ledger.db import Database
 from ledger.embedded import client_bin_dir
 from ledger.runlog.listener import CHANNEL, Listener
-from ledger.runlog.store import READ_PAGE_SQL, RunLog, append_in_transaction, lock_run
+from ledger.runlog.store import RunLog, append_in_transaction, lock_run, read_page
 
 BATCH = 1000
 
@@ -103,7 +104,7 @@ async def raw_wake_latency(url: str, rounds: int) -> list[float]:
     samples: list[float] = []
     async with (
         await psycopg.AsyncConnection.connect(url, autocommit=True) as listen,
-        await psycopg.AsyncConnection.connect(url, autocommit=True) as reader,
+        await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as reader,
         await psycopg.AsyncConnection.connect(url) as writer,
     ):
         await listen.execute(f"LISTEN {CHANNEL}")
@@ -111,6 +112,11 @@ async def raw_wake_latency(url: str, rounds: int) -> list[float]:
         # Inserting the run makes its partition of the event log (a trigger on runs).
         await writer.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (run_id,))
         await writer.commit()
+        # The re-read is the library's page read, told the run's `created_at` as a `RunLog` is.
+        cur = await reader.execute("SELECT created_at FROM ledger.runs WHERE run_id = %s", (run_id,))
+        run = await cur.fetchone()
+        assert run is not None
+        created_at = run["created_at"]
         for seq in range(rounds):
             await writer.execute(
                 "UPDATE ledger.runs SET last_seq = last_seq + 1 WHERE run_id = %s RETURNING last_seq",
@@ -126,7 +132,7 @@ async def raw_wake_latency(url: str, rounds: int) -> list[float]:
             commit = asyncio.create_task(writer.commit())
             async for _ in listen.notifies(stop_after=1):
                 pass
-            await reader.execute(READ_PAGE_SQL, {"run_id": run_id, "after": seq, "limit": 1000})
+            await read_page(reader, run_id, seq, 1000, created_at=created_at)
             samples.append(time.perf_counter() - committed_at)
             await commit
     return samples

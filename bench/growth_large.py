@@ -52,10 +52,22 @@ import psycopg
 from ledger.db import Database
 from ledger.runlog import overview, partitions
 from ledger.runlog import retention as run_retention
-from ledger.runlog.store import READ_KNOWN_PAGE_SQL, RunLog
+from ledger.runlog.store import RunLog, read_page
 from ledger.runlog.watchdog import Watchdog
 
 EVENTS_PER_RUN = 100
+
+
+class _Noting:
+    """A connection that notes each statement it is given before running it."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.statements: list[tuple[str, dict[str, Any]]] = []
+
+    async def execute(self, statement: str, params: dict[str, Any]) -> psycopg.AsyncCursor[Any]:
+        self.statements.append((statement, params))
+        return await self.conn.execute(statement, params)
 
 
 @dataclass(frozen=True)
@@ -227,6 +239,14 @@ class Growth:
         top = row["QUERY PLAN"][0]["Plan"]
         return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
 
+    async def page_read_pages(self, db: Database, run_id: str, created_at: datetime) -> int:
+        """Buffer pages a `read_page` of 100 events touches, as a `RunLog` that knows the run's
+        `created_at` reads it: each statement the library sends, noted and then explained."""
+        async with db.connection() as conn:
+            noted = _Noting(conn)
+            await read_page(noted, run_id, -1, 100, created_at=created_at)
+        return sum([await self.pages(db, statement, params) for statement, params in noted.statements])
+
     async def measure(self, db: Database, stage: Stage) -> None:
         loaded = load_average()
         runlog = RunLog(db)
@@ -253,8 +273,7 @@ class Growth:
         for _ in range(5):
             run_id = some_run()
             created = await self.sql("SELECT created_at FROM ledger.runs WHERE run_id = %(r)s", {"r": run_id})
-            page = {"run_id": run_id, "after": -1, "limit": 100, "run_created_at": created[0]["created_at"]}
-            event_pages.append(await self.pages(db, READ_KNOWN_PAGE_SQL, page))
+            event_pages.append(await self.page_read_pages(db, run_id, created[0]["created_at"]))
         stage.pages["event page"] = sorted(event_pages)[2]
         stage.pages["run list"] = await self.pages(db, *overview.listing_statement(50, None))
         stage.pages["partitions"] = int((await self.sql(PARTITIONS))[0]["n"])

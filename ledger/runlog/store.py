@@ -55,9 +55,6 @@ from ledger.runlog.steps import settle_steps, with_states
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_RUN",
-    "LOCK_STALLED_RUNS_SQL",
-    "READ_KNOWN_PAGE_SQL",
-    "READ_PAGE_SQL",
     "RunLog",
     "append_in_transaction",
     "lock_run",
@@ -115,7 +112,7 @@ SELECT * FROM ledger.append_events(
 # the executor locks and sets up, every partition before pruning all but one at run time, a cost
 # that grows with the partitions kept (about 3 ms more at 102 than at 12). Only the fallback of
 # `read_page` for a run opened again between its two statements.
-READ_PAGE_SQL: Final = """
+_READ_PAGE_SQL: Final = """
 WITH run AS (
     SELECT last_seq, created_at, events_trimmed_through, terminal_status, terminal_result,
            terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
@@ -140,7 +137,7 @@ ORDER BY page.seq
 # parameter, the planner keeps the one partition and the executor opens no other, however many
 # there are. The answer carries the run's `created_at`; a different one means the run was deleted
 # and opened again since, and the read is made anew.
-READ_KNOWN_PAGE_SQL: Final = READ_PAGE_SQL.replace(
+_READ_KNOWN_PAGE_SQL: Final = _READ_PAGE_SQL.replace(
     "(SELECT created_at FROM run)", "%(run_created_at)s::timestamptz"
 )
 
@@ -157,7 +154,7 @@ _STORE_STEPS_SQL: Final = (
 # `last_checkpoint_at`) since the cutoff, skipping any another transaction holds (an appender is
 # busy with it, or another watchdog replica is failing it). Written as two conditions, not
 # GREATEST(), so the partial index on updated_at still finds the candidates.
-LOCK_STALLED_RUNS_SQL: Final = """
+_LOCK_STALLED_RUNS_SQL: Final = """
 SELECT * FROM ledger.runs
 WHERE terminal_status IS NULL AND updated_at < %(cutoff)s
   AND (last_heartbeat_at IS NULL OR last_heartbeat_at < %(cutoff)s)
@@ -426,7 +423,7 @@ async def set_terminal_in_transaction(
 
 async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list[dict[str, Any]]:
     """Lock up to `limit` non-terminal runs with no event since `cutoff`, skipping locked ones."""
-    cur = await conn.execute(LOCK_STALLED_RUNS_SQL, {"cutoff": cutoff, "limit": limit})
+    cur = await conn.execute(_LOCK_STALLED_RUNS_SQL, {"cutoff": cutoff, "limit": limit})
     return [dict(row) for row in await cur.fetchall()]
 
 
@@ -449,12 +446,12 @@ async def read_page(
             raise NotFound(f"unknown run {run_id!r}")
         created_at = run["created_at"]
     params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
-    cur = await conn.execute(READ_KNOWN_PAGE_SQL, params)
+    cur = await conn.execute(_READ_KNOWN_PAGE_SQL, params)
     rows: list[Row] = await cur.fetchall()
     if not rows:
         raise NotFound(f"unknown run {run_id!r}")
     if rows[0]["created_at"] != created_at:
-        cur = await conn.execute(READ_PAGE_SQL, params)
+        cur = await conn.execute(_READ_PAGE_SQL, params)
         rows = await cur.fetchall()
     if not rows:
         raise NotFound(f"unknown run {run_id!r}")
