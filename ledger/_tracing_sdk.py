@@ -12,7 +12,7 @@ A collector that is down, or accepts and never reads, must not slow the ledger: 
 bounded queue (`OTEL_BSP_MAX_QUEUE_SIZE`, 2048) that a background thread exports, one that finds
 the queue full is dropped and counted (`dropped_spans`) without a log line each, an export gives
 up after `_EXPORT_TIMEOUT_S` (unless `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` says otherwise), and
-the process's exit waits at most `_SHUTDOWN_S` for what is still queued.
+the process's exit waits at most `SHUTDOWN_S` for what is still queued.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from ledger.tracing import Attribute
 
 __all__ = [
+    "SHUTDOWN_S",
+    "BoundedBatchSpanProcessor",
     "annotate",
     "configure",
     "dropped_spans",
@@ -59,7 +61,7 @@ _provider: TracerProvider | None = None
 # One export (a batch, its retries included) against a collector that does not answer.
 _EXPORT_TIMEOUT_S = 1.0
 # How long the process's exit (and `flush`) waits for queued spans to leave.
-_SHUTDOWN_S = 0.5
+SHUTDOWN_S = 0.5
 _TIMEOUT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
 # Liveness and scraping would be a span each, every few seconds, for nothing a trace needs.
 _EXCLUDED_URLS = "/healthz,/readyz,/metrics"
@@ -100,7 +102,7 @@ def configure(service_name: str, exporter: SpanExporter | None) -> None:
     global _tracer, _provider
     provider = TracerProvider(resource=_resource(service_name, os.environ))
     for each in [exporter] if exporter is not None else _exporters(os.environ):
-        provider.add_span_processor(_BoundedBatchSpanProcessor(each))
+        provider.add_span_processor(BoundedBatchSpanProcessor(each))
     trace.set_tracer_provider(provider)
     HTTPXClientInstrumentor().instrument(tracer_provider=provider)
     PsycopgInstrumentor().instrument(tracer_provider=provider)
@@ -109,9 +111,9 @@ def configure(service_name: str, exporter: SpanExporter | None) -> None:
 
 
 def flush() -> None:
-    """Export what is queued, waiting at most `_SHUTDOWN_S`."""
+    """Export what is queued, waiting at most `SHUTDOWN_S`."""
     if _provider is not None:
-        _provider.force_flush(int(_SHUTDOWN_S * 1000))
+        _provider.force_flush(int(SHUTDOWN_S * 1000))
 
 
 def dropped_spans() -> int:
@@ -119,11 +121,11 @@ def dropped_spans() -> int:
     return sum(p.dropped for p in _processors)
 
 
-_processors: list[_BoundedBatchSpanProcessor] = []
+_processors: list[BoundedBatchSpanProcessor] = []
 
 
-class _BoundedBatchSpanProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, with an exit that waits `_SHUTDOWN_S` (the SDK's waits 30 s for a
+class BoundedBatchSpanProcessor(BatchSpanProcessor):
+    """The SDK's batch processor, with an exit that waits `SHUTDOWN_S` (the SDK's waits 30 s for a
     collector that never answers) and a full queue that drops a span with a count, not a warning
     line per span (which, under load, cost the requests more than the export itself)."""
 
@@ -140,16 +142,16 @@ class _BoundedBatchSpanProcessor(BatchSpanProcessor):
         super().on_end(span)
 
     def shutdown(self) -> None:
-        self._batch_processor.shutdown(timeout_millis=int(_SHUTDOWN_S * 1000))
+        self._batch_processor.shutdown(timeout_millis=int(SHUTDOWN_S * 1000))
 
     def force_flush(self, timeout_millis: int | None = None) -> bool:
         # The SDK's flush exports everything, however long that takes: bounded from here, on a
         # thread of its own that the process's exit does not wait for.
-        limit_s = _SHUTDOWN_S if timeout_millis is None else timeout_millis / 1000
+        limit_s = SHUTDOWN_S if timeout_millis is None else timeout_millis / 1000
         done = threading.Event()
 
         def flush_all() -> None:
-            super(_BoundedBatchSpanProcessor, self).force_flush()
+            super(BoundedBatchSpanProcessor, self).force_flush()
             done.set()
 
         threading.Thread(target=flush_all, name="ledger-trace-flush", daemon=True).start()

@@ -11,7 +11,7 @@ of both, nothing missing and nothing extra.
 
 How a later change works. A migration must do on a fresh database in a year what it did the day it
 shipped, so a file, once a shipped release loads it, never changes: `read` refuses a file whose
-SHA-256 differs from `_SHIPPED`, and a change is a new file instead.
+SHA-256 differs from `SHIPPED`, and a change is a new file instead.
 
 - A function whose signature or meaning changes gets a new versioned name (`pool_claim` became
   `pool_claim_v2`) in a new file; its callers move to it, and the migration that loads it drops
@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Final
 
-__all__ = ["HEAD", "RELEASES", "load", "pool_windows", "read", "statements"]
+__all__ = ["HEAD", "RELEASES", "SHIPPED", "load", "pool_windows", "read", "statements"]
 
 # Each revision that loads files, with the files in the order they are run: what a file refers to
 # at creation (a view's relations and functions, a trigger's function) comes before it.
@@ -82,7 +82,7 @@ RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
 HEAD: Final = max(RELEASES)
 
 # The content of every file a release loads, as shipped.
-_SHIPPED: Final[Mapping[str, str]] = {
+SHIPPED: Final[Mapping[str, str]] = {
     "append_events.sql": "1e4711c99e6ecefe63e7923ae2f68321b8769625f40432317e95c96f234cba0d",
     "instance_runs.sql": "5dd548e86867ccfb252b4726755fde093edefad491006d97c4044d0f4b9f153a",
     "pool_availability.sql": "f957549ba7f08009c36cf20f8770afd7abf3133ee596d917bc4425668b531ee9",
@@ -111,7 +111,7 @@ def read(name: str) -> str:
     """The text of the file `name`; `ValueError` when it is not the content a release shipped."""
     text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
     digest = hashlib.sha256(text.encode()).hexdigest()
-    if _SHIPPED.get(name) != digest:
+    if SHIPPED.get(name) != digest:
         raise ValueError(
             f"ledger/sql/{name} is not the file a migration shipped (sha256 {digest}): a shipped file"
             " never changes, a change is a new file loaded by a new migration (see ledger.sql)"

@@ -178,13 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     for module, functions in changed.items():
         wanted = frozenset(functions)
         results.append(
-            collect(module, equivalents, messages, only=lambda name, w=wanted: _qualified(name) in w)
+            collect(module, equivalents, messages, only=lambda name, w=wanted: qualified(name) in w)
         )
     report(results, verbose_message_only=False)
     sys.exit(1 if any(r.survivors for r in results) else 0)
 
 
-def _qualified(mutant: str) -> str:
+def qualified(mutant: str) -> str:
     """`Uploader._refused` from `reporter.uploader.xǁUploaderǁ_refused__mutmut_3`."""
     mangled = mutant.rpartition("__mutmut_")[0].rpartition(".")[2]
     if mangled.startswith("x" + _CLASS_SEPARATOR):

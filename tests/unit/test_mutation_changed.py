@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.mutation.changed import BASELINE, _qualified, changed_functions, function_hashes, mutant_pattern
+from tests.mutation.changed import BASELINE, changed_functions, function_hashes, mutant_pattern, qualified
 from tests.mutation.classify import ROOT
 
 SOURCE = """
@@ -39,8 +39,8 @@ def test_mutmut_names_map_to_and_from_functions() -> None:
         "reporter.uploader.xǁUploaderǁ_refused__mutmut_*"
     )
     assert mutant_pattern("ledger/validate.py", "cursor") == "ledger.validate.x_cursor__mutmut_*"
-    assert _qualified("reporter.uploader.xǁUploaderǁ_refused__mutmut_3") == "Uploader._refused"
-    assert _qualified("ledger.validate.x_cursor__mutmut_12") == "cursor"
+    assert qualified("reporter.uploader.xǁUploaderǁ_refused__mutmut_3") == "Uploader._refused"
+    assert qualified("ledger.validate.x_cursor__mutmut_12") == "cursor"
 
 
 def test_the_committed_baseline_covers_every_measured_module() -> None:

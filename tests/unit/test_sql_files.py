@@ -42,7 +42,7 @@ def test_every_file_is_the_one_its_release_shipped() -> None:
 
 
 def test_a_changed_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sql._SHIPPED, "stalled_runs.sql", "0" * 64)
+    monkeypatch.setitem(sql.SHIPPED, "stalled_runs.sql", "0" * 64)
     with pytest.raises(ValueError, match=r"stalled_runs\.sql is not the file a migration shipped"):
         sql.read("stalled_runs.sql")
 

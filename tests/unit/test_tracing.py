@@ -152,7 +152,7 @@ def test_a_collector_that_never_answers_costs_a_bounded_exit_and_dropped_spans(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from ledger import _tracing_sdk
+    from ledger._tracing_sdk import SHUTDOWN_S, BoundedBatchSpanProcessor
 
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
@@ -165,7 +165,7 @@ def test_a_collector_that_never_answers_costs_a_bounded_exit_and_dropped_spans(
             release.wait()
             return SpanExportResult.SUCCESS
 
-    processor = _tracing_sdk._BoundedBatchSpanProcessor(Stuck())
+    processor = BoundedBatchSpanProcessor(Stuck())
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("test")
@@ -181,8 +181,8 @@ def test_a_collector_that_never_answers_costs_a_bounded_exit_and_dropped_spans(
         assert processor.dropped == 50 - 4
         stopping = threading.Thread(target=processor.shutdown)
         stopping.start()
-        # The exit waits `_SHUTDOWN_S` for the stuck export, not the SDK's 30 s (wide margin).
-        stopping.join(_tracing_sdk._SHUTDOWN_S + 10)
+        # The exit waits `SHUTDOWN_S` for the stuck export, not the SDK's 30 s (wide margin).
+        stopping.join(SHUTDOWN_S + 10)
         assert not stopping.is_alive()
     finally:
         release.set()
