@@ -35,7 +35,10 @@ def _upgrade(revision: str) -> None:
     """Migrate the schema up to REVISION (default: head)."""
     with _database() as url:
         before = migrate.current(url)
-        migrate.upgrade(url, revision)
+        try:
+            migrate.upgrade(url, revision)
+        except HeldBySession as exc:
+            raise CliError(str(exc), EXIT_BLOCKED) from None
         after = migrate.current(url)
     if before == after:
         click.echo(f"already at {after}; nothing to do")
