@@ -64,12 +64,14 @@ _DROP_ATTEMPTS: Final = 50
 CONVERTING_SQL: Final = f"to_regclass('{OLD_TABLE}') IS NOT NULL"
 _PENDING_SQL: Final = f"SELECT {CONVERTING_SQL} AS pending"
 
-# Every service session of any release names itself so (`ledger.db`); a release that can read the
-# database past the upgrade has migrated it already, so at the upgrade's moment these are the
-# previous release's.
+# A service of any release names its pooled sessions and its one listener so (`ledger.db`,
+# `ledger.runlog.listener`): the listener is connected for as long as the service runs. A release
+# that can read the database past the upgrade has migrated it already, so at the upgrade's moment
+# these are the previous release's.
 _PREVIOUS_RELEASE_SQL: Final = """
 SELECT pid, application_name, state FROM pg_stat_activity
-WHERE application_name = 'run-ledger' AND datname = current_database() AND pid <> pg_backend_pid()
+WHERE application_name IN ('run-ledger', 'run-ledger-listener')
+  AND datname = current_database() AND pid <> pg_backend_pid()
 ORDER BY pid
 """
 

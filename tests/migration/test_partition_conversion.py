@@ -268,12 +268,17 @@ def test_no_reader_of_either_release_gets_a_partial_log_during_the_conversion(
 ) -> None:
     url = previous_release_url
     whole = list(range(1, EVENTS_PER_RUN + 1))
-    # A service of the previous release names its sessions `run-ledger`, as this one does.
-    with psycopg.connect(url, application_name="run-ledger") as previous:
+    # A service of the previous release names its pooled sessions `run-ledger` and keeps a listener
+    # (`run-ledger-listener`) connected, as this one does.
+    with (
+        psycopg.connect(url, application_name="run-ledger") as previous,
+        psycopg.connect(url, application_name="run-ledger-listener") as listening,
+    ):
         assert previous_release_page(previous, 0) == (1, whole)
         with pytest.raises(HeldBySession) as refused:
             migrate.upgrade(url)
         assert f"pid {previous.info.backend_pid}" in str(refused.value)
+        assert f"pid {listening.info.backend_pid}" in str(refused.value)
         assert "previous release" in str(refused.value)
         # Nothing changed: the previous release still reads its whole log.
         assert migrate.current(url) == "0010"
