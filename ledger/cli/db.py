@@ -1,7 +1,7 @@
 """`ledger db upgrade|downgrade|current|convert|partitions`: the configured database's schema.
 
 `upgrade`, `downgrade` and `current` are Alembic; `convert` copies a filled event log into its
-partitions after the upgrade to 0013 (`ledger.runlog.conversion`); `partitions` makes them ahead
+partitions after the upgrade to 0011 (`ledger.runlog.conversion`); `partitions` makes them ahead
 and lists them (`ledger.runlog.partitions`).
 """
 
@@ -76,7 +76,7 @@ def _current() -> None:
     help="Events copied per transaction.",
 )
 def _convert(batch: int) -> None:
-    """Copy a filled event log into its partitions (after `ledger db upgrade` to 0013), batch by
+    """Copy a filled event log into its partitions (after `ledger db upgrade` to 0011), batch by
     batch beside live appends; `ledger serve` starts once it is done."""
 
     def report(progress: conversion.Progress) -> None:
