@@ -43,6 +43,8 @@ BATCH = 100
 AFTER_COPY = 5
 GIVE_UP_S = 120.0
 
+pytestmark = pytest.mark.own_postgres
+
 
 class Answers(httpx.HTTPTransport):
     """Every answer the service gave: method, path, status, whether it had `Retry-After`."""
