@@ -1,7 +1,7 @@
 """`ledger db upgrade|downgrade|current|convert|partitions`: the configured database's schema.
 
 `upgrade`, `downgrade` and `current` are Alembic; `convert` copies a filled event log into its
-partitions after the upgrade to 0013 (`ledger.runlog.conversion`); `partitions` makes them ahead
+partitions after the upgrade to 0011 (`ledger.runlog.conversion`); `partitions` makes them ahead
 and lists them (`ledger.runlog.partitions`).
 """
 
@@ -35,7 +35,10 @@ def _upgrade(revision: str) -> None:
     """Migrate the schema up to REVISION (default: head)."""
     with _database() as url:
         before = migrate.current(url)
-        migrate.upgrade(url, revision)
+        try:
+            migrate.upgrade(url, revision)
+        except HeldBySession as exc:
+            raise CliError(str(exc), EXIT_BLOCKED) from None
         after = migrate.current(url)
     if before == after:
         click.echo(f"already at {after}; nothing to do")
@@ -73,7 +76,7 @@ def _current() -> None:
     help="Events copied per transaction.",
 )
 def _convert(batch: int) -> None:
-    """Copy a filled event log into its partitions (after `ledger db upgrade` to 0013), batch by
+    """Copy a filled event log into its partitions (after `ledger db upgrade` to 0011), batch by
     batch beside live appends; `ledger serve` starts once it is done."""
 
     def report(progress: conversion.Progress) -> None:

@@ -15,9 +15,9 @@ import click
 
 from ledger import auth, migrate
 from ledger.cli.database import database
-from ledger.cli.exits import EXIT_ADDRESS, EXIT_CONFIG, EXIT_FAILED, CliError
+from ledger.cli.exits import EXIT_ADDRESS, EXIT_BLOCKED, EXIT_CONFIG, CliError
 from ledger.config import DATABASE_URL_VAR, load_settings
-from ledger.errors import ConfigError
+from ledger.errors import ConfigError, HeldBySession
 from ledger.runlog import conversion, partitions
 from ledger.service.settings import DEFAULT_HOST, DEFAULT_PORT
 
@@ -77,16 +77,21 @@ def serve(host: str, port: int, workers: int) -> None:
                     f"token secret: {verb} key in {keys.source} (set {auth.TOKEN_SECRET_VAR} for replicas)",
                     err=True,
                 )
-            migrate.upgrade(url)
+            try:
+                migrate.upgrade(url)
+            except HeldBySession as exc:
+                raise CliError(str(exc), EXIT_BLOCKED) from None
             try:
                 partitions.apply_period_setting(url, os.environ.get(partitions.PERIOD_VAR))
             except ConfigError as exc:
                 raise CliError(str(exc), EXIT_CONFIG) from None
             if conversion.pending(url):
-                # Reads would miss the events not copied yet: better down than wrong.
-                raise CliError(
-                    "the event log is not converted to partitions yet: run `ledger db convert`, then serve",
-                    EXIT_FAILED,
+                # Appends go on; reads of a run's events answer 503 until the copy is done (a page
+                # without the rows not copied yet would be wrong).
+                click.echo(
+                    "the event log is not converted to partitions yet: appends are taken, reads of"
+                    " events answer 503 until `ledger db convert` is done",
+                    err=True,
                 )
             configure_json_logging()
             if workers > 1:

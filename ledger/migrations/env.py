@@ -5,12 +5,14 @@ from __future__ import annotations
 from logging.config import fileConfig
 from typing import Any
 
+import psycopg
 from alembic import context
-from sqlalchemy import create_engine, pool
+from sqlalchemy import Connection, create_engine, pool
 
 from ledger.config import sqlalchemy_url
 from ledger.db import resolve_url
 from ledger.migrate import VERSION_TABLE
+from ledger.runlog import conversion
 from ledger.schema import SCHEMA, metadata
 
 config = context.config
@@ -23,6 +25,10 @@ def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     if type_ == "schema":
         return name == SCHEMA
     return True
+
+
+def _converting(connection: Connection) -> bool:
+    return bool(connection.exec_driver_sql(f"SELECT {conversion.CONVERTING_SQL}").scalar())
 
 
 def run_migrations() -> None:
@@ -42,7 +48,13 @@ def run_migrations() -> None:
                 compare_type=True,
             )
             with context.begin_transaction():
+                converting = _converting(connection)
                 context.run_migrations()
+                if _converting(connection) and not converting:
+                    # The old log was moved aside just now: no previous release may read beside it.
+                    driver = connection.connection.driver_connection
+                    assert isinstance(driver, psycopg.Connection)
+                    conversion.refuse_beside_previous_release(driver, VERSION_TABLE)
     finally:
         engine.dispose()
         if server is not None:

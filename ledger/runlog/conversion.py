@@ -15,7 +15,13 @@ the runs it copies wait for its commit, nothing else waits. Last, the old table'
 dropped (that takes `ACCESS EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed,
 under a short `lock_timeout`, retried), then the table, which no one else uses any more.
 
-`ledger serve` refuses to start while the old table exists (`pending`).
+While the old table exists (`pending`), reads of a run's events would miss the rows not copied
+yet: this release answers them 503 with Retry-After (`CONVERTING_SQL`, `converting_error`) and
+keeps taking appends. A service of the release before partitioning reads `ledger.run_events`
+without knowing of the old table, so it must not run during the window at all: the upgrade that
+moves the log aside refuses while one is connected (`refuse_beside_previous_release`, called by
+the migration environment inside the upgrade's transaction), and that release refuses to start
+on a database past its own revisions.
 
 Conversion and retention's partition drops exclude each other: retention drops no partition
 while the old table exists (the copy needs every partition it made), and `convert` refuses to
@@ -28,20 +34,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg.rows import dict_row
 
 from ledger.db import driver_errors
-from ledger.errors import ConfigError, HeldBySession
+from ledger.errors import ConfigError, DatabaseUnavailable, HeldBySession
 
 __all__ = [
+    "CONVERTING_SQL",
     "DEFAULT_BATCH",
     "OLD_TABLE",
     "Progress",
     "convert",
+    "converting_error",
     "pending",
+    "refuse_beside_previous_release",
 ]
 
 OLD_TABLE: Final = "ledger_partitions.run_events_unpartitioned"
@@ -51,7 +60,20 @@ DEFAULT_BATCH: Final = 10_000
 _DROP_LOCK_TIMEOUT_MS: Final = 200
 _DROP_ATTEMPTS: Final = 50
 
-_PENDING_SQL: Final = f"SELECT to_regclass('{OLD_TABLE}') IS NOT NULL AS pending"
+# An expression a read adds to its own statement (no round trip more): true while the copy runs.
+CONVERTING_SQL: Final = f"to_regclass('{OLD_TABLE}') IS NOT NULL"
+_PENDING_SQL: Final = f"SELECT {CONVERTING_SQL} AS pending"
+
+# A service of any release names its pooled sessions and its one listener so (`ledger.db`,
+# `ledger.runlog.listener`): the listener is connected for as long as the service runs. A release
+# that can read the database past the upgrade has migrated it already, so at the upgrade's moment
+# these are the previous release's.
+_PREVIOUS_RELEASE_SQL: Final = """
+SELECT pid, application_name, state FROM pg_stat_activity
+WHERE application_name IN ('run-ledger', 'run-ledger-listener')
+  AND datname = current_database() AND pid <> pg_backend_pid()
+ORDER BY pid
+"""
 
 # Retention dropping a partition (`ledger.runlog.partitions` names its sessions so).
 _DROPPING_SQL: Final = """
@@ -103,6 +125,38 @@ class Progress:
     drop_attempts: int = 0
 
 
+def converting_error(run_id: str) -> DatabaseUnavailable:
+    """What a read of a run's events answers while the copy runs (503 with Retry-After)."""
+    return DatabaseUnavailable(
+        f"the event log is being converted to partitions (`ledger db convert`): the events of run"
+        f" {run_id!r} are readable again once it is done"
+    )
+
+
+def _sessions(rows: list[dict[str, object]]) -> str:
+    return ", ".join(
+        f"pid {row['pid']} (application_name {row['application_name']!r}, state {row['state']!r})"
+        for row in rows
+    )
+
+
+def refuse_beside_previous_release(conn: psycopg.Connection[Any], version_table: str) -> None:
+    """Raise `HeldBySession` (the caller's transaction then rolls back whole) when a session of
+    the release before partitioning is connected: it would read pages without the rows not copied
+    yet. Called inside the transaction that moved the old log aside, after taking the version
+    table: a previous release starting from now on waits for that transaction, then finds a
+    revision it does not know and refuses to start."""
+    conn.execute(f"LOCK TABLE {version_table} IN ACCESS EXCLUSIVE MODE")
+    cur = conn.cursor(row_factory=dict_row)
+    rows = cur.execute(_PREVIOUS_RELEASE_SQL).fetchall()
+    if rows:
+        raise HeldBySession(
+            f"a service of the previous release is connected ({_sessions(rows)}): it would read the"
+            " event log without the rows its conversion has not copied yet; stop it, then upgrade"
+            " (nothing was changed)"
+        )
+
+
 def pending(url: str) -> bool:
     """Whether the event log still has rows to convert (`ledger db convert` not done)."""
     with driver_errors(), psycopg.connect(url, row_factory=dict_row) as conn:
@@ -120,13 +174,10 @@ def convert(
             return progress
         dropping = conn.execute(_DROPPING_SQL).fetchall()
         if dropping:
-            sessions = ", ".join(
-                f"pid {row['pid']} (application_name {row['application_name']!r}, state {row['state']!r})"
-                for row in dropping
-            )
             raise HeldBySession(
-                f"retention is dropping an event log partition ({sessions}); run the conversion again"
-                " once it is done (`ledger gc` and the watchdog drop none while a conversion is pending)"
+                f"retention is dropping an event log partition ({_sessions(dropping)}); run the"
+                " conversion again once it is done (`ledger gc` and the watchdog drop none while a"
+                " conversion is pending)"
             )
         for row in conn.execute(_PERIODS_SQL).fetchall():
             conn.execute("SELECT ledger.ensure_run_events_partition(%(at)s)", {"at": row["at"]})

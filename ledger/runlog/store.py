@@ -36,6 +36,7 @@ from ledger import jsonb, shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
 from ledger.errors import CursorExpired, NotFound, RunTerminal
+from ledger.runlog import conversion
 from ledger.runlog.events import (
     DEFAULT_LIST_LIMIT,
     NewEvent,
@@ -93,6 +94,9 @@ LIMIT %(limit)s
 """
 
 _GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
+_RUN_FOR_LOG_LINES_SQL: Final = (
+    f"SELECT created_at, {conversion.CONVERTING_SQL} AS converting FROM ledger.runs WHERE run_id = %(run_id)s"
+)
 
 _LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
@@ -112,10 +116,11 @@ SELECT * FROM ledger.append_events(
 # the executor locks and sets up, every partition before pruning all but one at run time, a cost
 # that grows with the partitions kept (about 3 ms more at 102 than at 12). Only the fallback of
 # `read_page` for a run opened again between its two statements.
-_READ_PAGE_SQL: Final = """
+_READ_PAGE_SQL: Final = f"""
 WITH run AS (
     SELECT last_seq, created_at, events_trimmed_through, terminal_status, terminal_result,
-           terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at
+           terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at,
+           {conversion.CONVERTING_SQL} AS converting
     FROM ledger.runs WHERE run_id = %(run_id)s
 ), bounds AS (
     SELECT min(seq) AS first_seq FROM ledger.run_events
@@ -456,6 +461,8 @@ async def read_page(
     if not rows:
         raise NotFound(f"unknown run {run_id!r}")
     head = rows[0]
+    if head["converting"]:
+        raise conversion.converting_error(run_id)
     latest_seq = int(head["last_seq"])
     first_seq = int(head["first_seq"]) if head["first_seq"] is not None else latest_seq + 1
     resolved = latest_seq if after is None else after
@@ -545,10 +552,12 @@ class RunLog:
         validate_run_id(run_id)
         limit = check_limit(limit)
         async with self.db.connection() as conn:
-            cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
+            cur = await conn.execute(_RUN_FOR_LOG_LINES_SQL, {"run_id": run_id})
             run = await cur.fetchone()
             if run is None:
                 raise NotFound(f"unknown run {run_id!r}")
+            if run["converting"]:
+                raise conversion.converting_error(run_id)
             cur = await conn.execute(
                 _RECENT_LOG_LINES_SQL,
                 {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},

@@ -4,8 +4,8 @@ One check for every fault test: each query names the rows that break one rule, s
 which run, entry or key is wrong and how. Rules the schema's own constraints already enforce are
 not restated; these are the ones that span rows or tables.
 
-Seqs are checked as 1..last_seq: the fault tests stay far below the per-run event retention that
-would trim a run's oldest events.
+Seqs are checked as the run's trim watermark + 1..last_seq (1..last_seq for a run never trimmed):
+retention at the event cap removes a run's oldest events and moves the watermark past them.
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from ledger.idempotency import IdempotencyScope
 # (what the rule says, a query returning the rows that break it)
 RULES: tuple[tuple[str, str], ...] = (
     (
-        "a run's events are seq 1..last_seq without a gap (last_seq = max(seq))",
+        "a run's events are seq watermark+1..last_seq without a gap (last_seq = max(seq))",
         """
-        SELECT r.run_id, r.last_seq, count(e.seq) AS events, min(e.seq) AS first, max(e.seq) AS last
+        SELECT r.run_id, r.last_seq, r.events_trimmed_through AS watermark, count(e.seq) AS events,
+               min(e.seq) AS first, max(e.seq) AS last
         FROM ledger.runs r LEFT JOIN ledger.run_events e USING (run_id)
-        GROUP BY r.run_id, r.last_seq
-        HAVING count(e.seq) <> r.last_seq OR coalesce(max(e.seq), 0) <> r.last_seq
-            OR coalesce(min(e.seq), 1) <> 1
+        GROUP BY r.run_id, r.last_seq, r.events_trimmed_through
+        HAVING count(e.seq) <> r.last_seq - r.events_trimmed_through
+            OR coalesce(max(e.seq), 0) <> r.last_seq
+            OR coalesce(min(e.seq), r.events_trimmed_through + 1) <> r.events_trimmed_through + 1
         """,
     ),
     (
@@ -219,10 +221,15 @@ def _acknowledged_append_problems(
             (run_id, [e["seq"] for e in answered["events"]]),
         ).fetchall()
     }
+    trimmed = conn.execute(
+        "SELECT coalesce(max(events_trimmed_through), 0) AS through FROM ledger.runs WHERE run_id = %s",
+        (run_id,),
+    ).fetchone()
+    through = trimmed["through"] if trimmed else 0
     return [
         f"{where}: acknowledged event seq {e['seq']} ({e['type']}) is not stored as such"
         for e in answered["events"]
-        if stored.get(e["seq"]) != e["type"]
+        if stored.get(e["seq"]) != e["type"] and e["seq"] > through
     ]
 
 

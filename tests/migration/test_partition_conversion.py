@@ -1,11 +1,13 @@
-"""A database filled by the migrations before 0013 converts: the upgrade moves the old event log
-aside, `ledger serve` refuses until `ledger db convert` has copied it, appends go on meanwhile,
-and the downgrade brings every event back into one table."""
+"""A database filled by the migrations before 0011 converts: the upgrade moves the old event log
+aside (refused while a service of the previous release is connected), reads of events answer 503
+until `ledger db convert` has copied it, appends go on meanwhile, and the downgrade brings every
+event back into one table."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,11 +16,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic import command
+from alembic.config import Config
+from alembic.util.exc import CommandError
 
 from ledger import migrate
 from ledger.db import Database
-from ledger.errors import HeldBySession
+from ledger.errors import DatabaseUnavailable, HeldBySession
 from ledger.runlog import conversion
+from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
 from tests import postgres
 
@@ -72,15 +78,6 @@ def test_a_filled_database_converts_beside_live_appends_and_downgrades(
     assert count(filled_url, f"SELECT count(*) FROM {conversion.OLD_TABLE}") == RUNS * EVENTS_PER_RUN
 
     env = {**os.environ, "LEDGER_DATABASE_URL": filled_url, "LEDGER_DATA_DIR": str(tmp_path)}
-    refused = subprocess.run(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert refused.returncode != 0
-    assert "ledger db convert" in refused.stderr.strip().splitlines()[-1]
 
     appended: list[int] = []
 
@@ -199,3 +196,122 @@ def test_conversion_refuses_to_start_while_retention_drops_a_partition(filled_ur
     assert conversion.pending(filled_url)
     conversion.convert(filled_url)
     assert not conversion.pending(filled_url)
+
+
+# The page query of the release before partitioning (its `ledger.runlog.store.READ_PAGE_SQL`,
+# revision 0010), as its service ran it on every read of a run's events.
+PREVIOUS_RELEASE_READ_PAGE = """
+WITH run AS (
+    SELECT last_seq, terminal_status, terminal_result, terminal_error, terminal_total_rows,
+           terminal_duration_ms, terminal_play_name, completed_at
+    FROM ledger.runs WHERE run_id = %(run_id)s
+), bounds AS (
+    SELECT min(seq) AS first_seq FROM ledger.run_events WHERE run_id = %(run_id)s
+), page AS (
+    SELECT seq, type, ts, payload FROM ledger.run_events
+    WHERE run_id = %(run_id)s AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
+    ORDER BY seq
+    LIMIT %(limit)s
+)
+SELECT run.*, bounds.first_seq, page.seq, page.type, page.ts, page.payload
+FROM run CROSS JOIN bounds LEFT JOIN page ON true
+ORDER BY page.seq
+"""
+
+
+def previous_release_page(conn: psycopg.Connection[tuple[object, ...]], after: int) -> tuple[int, list[int]]:
+    params = {"run_id": "r1", "after": after, "limit": 1000}
+    rows = conn.execute(PREVIOUS_RELEASE_READ_PAGE, params).fetchall()
+    conn.rollback()
+    # (first_seq, the page's seqs): what its answer was made of.
+    return int(rows[0][8]), [int(row[9]) for row in rows if row[9] is not None]
+
+
+def previous_release_migrations(tmp_path: Path) -> Config:
+    """Alembic as the previous release ran it at start-up: its scripts end at 0010."""
+    scripts = tmp_path / "previous-release-migrations"
+    shutil.copytree(Path(migrate.__file__).parent / "migrations", scripts)
+    for version in (scripts / "versions").glob("00*.py"):
+        if version.name >= "0011":
+            version.unlink()
+    cfg = migrate.alembic_config("")
+    cfg.set_main_option("script_location", str(scripts))
+    return cfg
+
+
+@pytest.fixture
+def previous_release_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+    """A database at 0010, the last revision before partitioning, with RUNS runs of 20 events."""
+    name = f"ledger_prev_{worker_id}_{os.getpid()}"
+    url = postgres.create_empty_database(pg_admin_url, name)
+    migrate.upgrade(url, "0010")
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO ledger.runs (run_id, created_at, updated_at, last_seq)"
+            " SELECT 'r' || i, now() - make_interval(days => i), now(), %(n)s"
+            " FROM generate_series(0, %(runs)s - 1) i",
+            {"runs": RUNS, "n": EVENTS_PER_RUN},
+        )
+        conn.execute(
+            "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
+            " SELECT r.run_id, s, 'log', jsonb_build_object('line', 'line ' || s)"
+            " FROM ledger.runs r CROSS JOIN generate_series(1, %(n)s) s",
+            {"n": EVENTS_PER_RUN},
+        )
+    yield url
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        postgres.drop_database(conn, name)
+
+
+def test_no_reader_of_either_release_gets_a_partial_log_during_the_conversion(
+    previous_release_url: str, tmp_path: Path
+) -> None:
+    url = previous_release_url
+    whole = list(range(1, EVENTS_PER_RUN + 1))
+    # A service of the previous release names its pooled sessions `run-ledger` and keeps a listener
+    # (`run-ledger-listener`) connected, as this one does.
+    with (
+        psycopg.connect(url, application_name="run-ledger") as previous,
+        psycopg.connect(url, application_name="run-ledger-listener") as listening,
+    ):
+        assert previous_release_page(previous, 0) == (1, whole)
+        with pytest.raises(HeldBySession) as refused:
+            migrate.upgrade(url)
+        assert f"pid {previous.info.backend_pid}" in str(refused.value)
+        assert f"pid {listening.info.backend_pid}" in str(refused.value)
+        assert "previous release" in str(refused.value)
+        # Nothing changed: the previous release still reads its whole log.
+        assert migrate.current(url) == "0010"
+        assert previous_release_page(previous, 0) == (1, whole)
+        assert previous_release_page(previous, 10) == (1, whole[10:])
+
+    # Stopped, it cannot come back during the window: its start-up migration does not know the
+    # database's revision.
+    migrate.upgrade(url)
+    assert conversion.pending(url)
+    with pytest.raises(CommandError, match="Can't locate revision"):
+        command.upgrade(previous_release_migrations(tmp_path), "head")
+
+    async def during_the_window() -> tuple[str, int]:
+        async with Database(url) as db:
+            runlog = RunLog(db, max_events_per_run=0)
+            appended = await runlog.append("r1", [{"type": "log", "line": "during"}])
+            answers = []
+            for read in (runlog.list_events("r1", 10), runlog.recent_log_lines("r1")):
+                with pytest.raises(DatabaseUnavailable) as unavailable:
+                    await read
+                answers.append(str(unavailable.value))
+            assert answers[0] == answers[1]
+            return answers[0], appended[0]["seq"]
+
+    why, seq = asyncio.run(during_the_window())
+    assert "ledger db convert" in why and seq == EVENTS_PER_RUN + 1
+
+    conversion.convert(url, batch=7)
+
+    async def after() -> tuple[int, list[int]]:
+        async with Database(url) as db:
+            page = await RunLog(db).list_events("r1", 10)
+            return page["first_seq"], [event["seq"] for event in page["events"]]
+
+    assert asyncio.run(after()) == (1, list(range(11, EVENTS_PER_RUN + 2)))

@@ -3,14 +3,16 @@ stays open (a BI query, a `pg_dump`, a psql session idle in a transaction) keeps
 concurrent detach waiting. It must never delay failing stalled runs or making partitions ahead,
 must leave no partition half-detached for good, and must be named when retention gives up on it.
 
-Real connections on the tests' Postgres; waits are on conditions, bounded by the configured limits
-with a wide margin."""
+Real connections, on the tests' Postgres and on Debian's PostgreSQL 15 (a server of the module's own,
+`tests.debian_postgres`): on 15 a detach waiting in its second phase is interrupted by neither
+`statement_timeout` nor `lock_timeout`, which is what the client-side deadline is for. Waits are
+on conditions, bounded by the configured limits with a wide margin."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 
 import psycopg
@@ -24,6 +26,7 @@ from ledger.db import Database
 from ledger.runlog import partitions
 from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
+from tests.debian_postgres import debian_postgres_15, fresh_database
 
 STALL_S = 1.0
 INTERVAL_S = 0.1
@@ -53,6 +56,20 @@ async def old_finished_run(db: Database, run_id: str, days_ago: int) -> str:
     await runlog.set_terminal(run_id, "completed")
     async with db.connection() as conn:
         return await partitions.ensure_partition(conn, created)
+
+
+@pytest.fixture(scope="module")
+def postgres_15() -> Iterator[str]:
+    with debian_postgres_15() as admin_url:
+        yield admin_url
+
+
+@pytest.fixture(params=["embedded", pytest.param("postgresql-15", marks=pytest.mark.own_postgres)])
+def clean_database_url(request: pytest.FixtureRequest, clean_database_url: str) -> str:
+    """Each test on the tests' server, then on PostgreSQL 15 (a fresh migrated database)."""
+    if request.param == "embedded":
+        return clean_database_url
+    return fresh_database(request.getfixturevalue("postgres_15"), "open_reader")
 
 
 @pytest.fixture
