@@ -5,7 +5,9 @@ server) running one-statement scripts, each transaction one statement in autocom
 
 - append with NOTIFY: advance `runs.last_seq` (the row lock that keeps seq gapless), insert the
   events after it into the run's partition of the event log (the run's `created_at` rides along),
-  and `pg_notify` the run and its last seq;
+  and `pg_notify` the run and its last seq; for batches, also the same append trimming the run to
+  its retention as ours does (from the watermark up to the cutoff, in the same statement), so a
+  batched append that trims is compared with one that trims too;
 - claim: the `FOR UPDATE SKIP LOCKED` pick of the newest ready entry and its delete, one CTE,
   prepared (`-M prepared`), for a fixed time on a pool that outlasts it, vacuumed and analyzed
   once filled. Each matters: drained to the last entry by a fixed count of claims per client, a
@@ -43,6 +45,32 @@ WITH advanced AS (
   SELECT '@PREFIX@' || :client_id, advanced.last_seq - @N@ + s, advanced.created_at, 'log', clock_timestamp(),
          '{"line": "x"}'::jsonb
   FROM advanced, generate_series(1, @N@) AS s
+)
+SELECT pg_notify('@CHANNEL@', '{"run_id":"@PREFIX@' || :client_id || '","seq":' || last_seq || '}')
+FROM advanced;
+"""
+
+# The same append trimming as ours does (`ledger.append_events`): past `@KEEP@` events the run's
+# oldest are deleted, from its watermark `events_trimmed_through` (what lies below is gone) up to
+# the new cutoff, the terminal event kept; the watermark moves in the update the append makes.
+# With `@N@` events a call and `@KEEP@` >= `@N@`, the watermark moves by at most `@N@` a call, so
+# the range above the old one is `(new - @N@, new]` (RETURNING gives new values only before
+# PostgreSQL 18).
+APPEND_TRIMMING_WITH_NOTIFY = """
+WITH advanced AS (
+  UPDATE ledger.runs SET last_seq = last_seq + @N@, updated_at = clock_timestamp(),
+         events_trimmed_through = GREATEST(events_trimmed_through, last_seq + @N@ - @KEEP@)
+  WHERE run_id = '@PREFIX@' || :client_id
+  RETURNING last_seq, created_at, events_trimmed_through AS trimmed_through
+), inserted AS (
+  INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
+  SELECT '@PREFIX@' || :client_id, advanced.last_seq - @N@ + s, advanced.created_at, 'log', clock_timestamp(),
+         '{"line": "x"}'::jsonb
+  FROM advanced, generate_series(1, @N@) AS s
+), trimmed AS (
+  DELETE FROM ledger.run_events e USING advanced
+  WHERE e.run_id = '@PREFIX@' || :client_id AND e.run_created_at = advanced.created_at
+    AND e.seq > advanced.trimmed_through - @N@ AND e.seq <= advanced.trimmed_through AND e.type <> 'terminal'
 )
 SELECT pg_notify('@CHANNEL@', '{"run_id":"@PREFIX@' || :client_id || '","seq":' || last_seq || '}')
 FROM advanced;
@@ -105,15 +133,20 @@ def _pgbench(bin_dir: Path, url: str, script: str, clients: int, limit: list[str
     return float(match.group(1))
 
 
-def append_rate(bin_dir: Path, url: str, runs: int, batch: int, seconds: float) -> float:
-    """Events/s of the one-statement append with NOTIFY, `runs` clients on a run each."""
-    prefix = f"raw-{runs}-{batch}-{time.time_ns()}-"
+def append_rate(bin_dir: Path, url: str, runs: int, batch: int, seconds: float, keep: int = 0) -> float:
+    """Events/s of the one-statement append with NOTIFY, `runs` clients on a run each; with `keep`,
+    trimming each run to its last `keep` events as ours does (0: no trim, a bare insert; else at
+    least `batch`)."""
+    if 0 < keep < batch:
+        raise ValueError("keep must be 0 or at least batch")
+    prefix = f"raw-{runs}-{batch}-{keep}-{time.time_ns()}-"
     with psycopg.connect(url, autocommit=True) as conn:
         for client in range(runs):
             conn.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (f"{prefix}{client}",))
         conn.execute("SELECT ledger.ensure_run_events_partition(now())")
     script = (
-        APPEND_WITH_NOTIFY.replace("@PREFIX@", prefix)
+        (APPEND_TRIMMING_WITH_NOTIFY.replace("@KEEP@", str(keep)) if keep else APPEND_WITH_NOTIFY)
+        .replace("@PREFIX@", prefix)
         .replace("@N@", str(batch))
         .replace("@CHANNEL@", CHANNEL)
     )

@@ -15,8 +15,9 @@ The store still runs the rest of it itself: it reads and locks rows, calls these
 writes what they return inside one transaction (add, promote, ready, map, block, resolve), and
 builds the SQL's bounds from `claim_window` and `gc_bounds`.
 
-The default windows (`PoolSettings`) are read from `ledger/sql/pool_windows.sql`, the one home of
-those numbers, which the views and the SQL functions read as `ledger.pool_windows()`.
+The default windows (`PoolSettings`) are `ledger.sql.POOL_WINDOWS`, the one home of those numbers,
+from which the file defining `ledger.pool_windows()` (what the views and the SQL functions read)
+is rendered.
 
 Validation lives here too: the library is the boundary for both the HTTP service and the CLI, so a
 bad argument raises `InvalidInput` naming the field before anything is read or written.
@@ -80,7 +81,7 @@ _DEFAULT_POOL = "default"
 _MICROSECOND = timedelta(microseconds=1)
 
 
-# The defaults, from the file that defines `ledger.pool_windows()`.
+# The defaults, from their one home (the SQL's `ledger.pool_windows()` is rendered from it).
 _WINDOWS = sql.pool_windows()
 
 

@@ -85,18 +85,19 @@ SELECT available, warming FROM ledger.pool_counts(
 # The whole claim; `now` NULL is the statement's own `now()` (the default database clock), so
 # reading the time costs no round trip of its own. A run that has ended takes nothing: its row is
 # read first, locked as an end locks it (an end in progress is waited for, then seen), and the claim
-# function runs only when the run is unknown or live (the subquery's `OFFSET 0` keeps it a subplan
-# of its own, whose condition on the outer row is checked once, before the function is called).
-# The answer holds the run's terminal columns when it had ended, and no claim.
+# function runs only when the run is unknown or live (it is a lateral subquery on the run's row, and
+# its `OFFSET 0` keeps it a subplan of its own, whose condition on that row is checked once, before
+# the function is called). The answer holds the run's terminal columns when it had ended, and no
+# claim. The run is read in a lateral subquery rather than a `FOR SHARE` CTE: measured on the
+# database server, the CTE form cost about one and a half times the server time per claim.
 _CLAIM = """
-WITH run AS (
+SELECT run.*, c.claimed, c.available, c.warming
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
     SELECT terminal_status, terminal_result, terminal_error, terminal_total_rows,
            terminal_duration_ms, terminal_play_name, completed_at
     FROM ledger.runs WHERE run_id = %(run_id)s FOR SHARE
-)
-SELECT run.*, c.claimed, c.available, c.warming
-FROM (SELECT 1) AS one
-LEFT JOIN run ON true
+) AS run ON true
 LEFT JOIN LATERAL (
     SELECT claimed, available, warming FROM ledger.pool_claim_v2(
         %(pool)s, %(version)s, %(run_id)s, %(run_lock)s, %(collect)s::boolean, %(now)s::timestamptz,

@@ -26,19 +26,31 @@ SHA-256 differs from `SHIPPED`, and a change is a new file instead.
   newest release stays for the migrations that load it.
 - A shipped migration is never edited: `0013` loads `RELEASES["0013"]` whatever came after.
 
-`pool_windows` reads the pool's default time windows out of the head release's `pool_windows`
-file, so `ledger.pool.rules.PoolSettings` and the SQL have one home for those numbers.
+The pool's default time windows have one home, `POOL_WINDOWS` below: Python reads it as data
+(`pool_windows()`, the defaults of `ledger.pool.rules.PoolSettings`) and the head release's
+`pool_windows` file, which defines `ledger.pool_windows()` for the views and the SQL functions, is
+rendered from it (`render_pool_windows()`; a test holds the file to the rendering). A change of a
+window is made in `POOL_WINDOWS`, rendered into a new file and loaded by a new migration.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Final
 
-__all__ = ["HEAD", "RELEASES", "SHIPPED", "load", "pool_windows", "read", "statements"]
+__all__ = [
+    "HEAD",
+    "POOL_WINDOWS",
+    "RELEASES",
+    "SHIPPED",
+    "load",
+    "pool_windows",
+    "read",
+    "render_pool_windows",
+    "statements",
+]
 
 # Each revision that loads files, with the files in the order they are run: what a file refers to
 # at creation (a view's relations and functions, a trigger's function) comes before it.
@@ -76,6 +88,23 @@ RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
         "pool_entry_conditions.sql",
         "pool_availability.sql",
     ),
+    "0015": (
+        "pool_windows_2.sql",
+        "append_events.sql",
+        "run_event_partitions.sql",
+        "run_events_follow_runs.sql",
+        "step_state.sql",
+        "run_overview_2.sql",
+        "step_progress_2.sql",
+        "stalled_runs_2.sql",
+        "pool_tallies.sql",
+        "pool_counts.sql",
+        "pool_collect_v2.sql",
+        "instance_runs.sql",
+        "pool_claim_v2.sql",
+        "pool_entry_conditions.sql",
+        "pool_availability.sql",
+    ),
 }
 
 # The release the schema at head is made of.
@@ -92,6 +121,7 @@ SHIPPED: Final[Mapping[str, str]] = {
     "pool_entry_conditions.sql": "fc9703fa6240354ed575cb9d9120a19207e812a64fa9782b36af1a273887b1ec",
     "pool_tallies.sql": "698d81e03831fafac13a75209eeba3813c234cf2db1e86add6782550153acec5",
     "pool_windows.sql": "da3362aeb1b051e1118088496f21d5c259a29ae3c0cbcc3ce7e54bd640096cec",
+    "pool_windows_2.sql": "d6f0132a177da69129918f895f518a06cb49edca33446100db59d3e28d8798e7",
     "run_event_partitions.sql": "646d1e1378929c5d9a33d0617333e826d84c1c7608343c190c4b8ccd50bf4869",
     "run_events_follow_runs.sql": "1273aa242bc8885f0f8aaaf638baf504873683b967f2ac7b157dde38e9d69536",
     "run_overview.sql": "a5fe1211004172b97eb3da55d50a07273b8f16a0b1ae17308cbff70a76e1236c",
@@ -103,8 +133,28 @@ SHIPPED: Final[Mapping[str, str]] = {
     "step_state.sql": "de7abf0acf9e55547be8890c66054ad2be87551761c2bec3e21afc1028104bf7",
 }
 
-_WINDOW = re.compile(r"^\s*(\d+)::bigint AS (\w+),?$", re.MULTILINE)
-_OUT = re.compile(r"\bOUT (\w+) bigint\b")
+# The pool's default windows in milliseconds, in the order `ledger.pool_windows()` returns them:
+#   ready_max_age_ms  an entry ready longer than this is stale: its instance is presumed recycled
+#   default_ttl_ms    an entry's lifetime when an add names none
+#   max_ttl_ms        the longest lifetime an add may ask (and the largest minimum ready age)
+#   mapping_ttl_ms    how long a run's mapping to its instance lives
+#   min_ready_age_ms  how long an entry must have been ready to count, when a caller names none
+POOL_WINDOWS: Final[Mapping[str, int]] = {
+    "ready_max_age_ms": 7 * 60_000,
+    "default_ttl_ms": 8 * 60_000,
+    "max_ttl_ms": 8 * 60_000,
+    "mapping_ttl_ms": 60 * 60_000,
+    "min_ready_age_ms": 0,
+}
+
+_POOL_WINDOWS_HEADER = """\
+-- The warm pool's time windows, as the database reads them. The views, and the claim and collect
+-- functions for a window their caller leaves NULL, take the numbers from here, so "available" and
+-- "stale" cannot mean one thing to the dashboard and another to the claim.
+-- Rendered by `ledger.sql.render_pool_windows()` from `ledger.sql.POOL_WINDOWS`, the one home of
+-- these numbers, which `ledger.pool.rules.PoolSettings` reads for its defaults: a change is made
+-- there and rendered into a new file.
+"""
 
 
 def read(name: str) -> str:
@@ -150,9 +200,14 @@ def load(execute: Callable[[str], object], revision: str, *, reader: Callable[[s
 
 def pool_windows() -> dict[str, int]:
     """The pool's default windows in milliseconds, by name, as `ledger.pool_windows()` returns them."""
-    text = read(next(name for name in RELEASES[HEAD] if name.startswith("pool_windows")))
-    windows = {name: int(value) for value, name in _WINDOW.findall(text)}
-    columns = _OUT.findall(text)
-    if not columns or list(windows) != columns:
-        raise ValueError(f"ledger.pool_windows(): cannot read the windows {columns} from its SELECT")
-    return windows
+    return dict(POOL_WINDOWS)
+
+
+def render_pool_windows() -> str:
+    """The text of the file defining `ledger.pool_windows()` from `POOL_WINDOWS`."""
+    outs = ",\n".join(f"    OUT {name} bigint" for name in POOL_WINDOWS)
+    columns = ",\n".join(f"        {value}::bigint AS {name}" for name, value in POOL_WINDOWS.items())
+    return (
+        f"{_POOL_WINDOWS_HEADER}CREATE OR REPLACE FUNCTION ledger.pool_windows(\n{outs}\n)\n"
+        f"LANGUAGE sql IMMUTABLE PARALLEL SAFE\nAS $$\n    SELECT\n{columns}\n$$;\n"
+    )

@@ -17,6 +17,7 @@ EXPECTED = (
     "append, 1 run",
     "append, 8 runs",
     "append, 1 run, 1,000 events/call",
+    "append, 1 run, 1,000 events/call, vs an append that trims",
     "pool claim, 1 claimer",
     "pool claim, 8 claimers",
     "commit → wake, 1 waiter on one run, p50",

@@ -110,7 +110,7 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Reader:
     ("name", "old", "new", "changed"),
     [
         ("stalled_runs_2.sql", "interval '5 minutes'", "interval '6 minutes'", "view ledger.stalled_runs"),
-        ("pool_windows.sql", "420000::bigint", "420001::bigint", "function ledger.pool_windows()"),
+        ("pool_windows_2.sql", "420000::bigint", "420001::bigint", "function ledger.pool_windows()"),
         (
             "append_events.sql",
             "e.type <> 'terminal'",

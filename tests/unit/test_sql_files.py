@@ -1,8 +1,10 @@
 """`ledger.sql`: the files ship with the package, a shipped file cannot change unnoticed, statements
-split where a file says they end, and the pool's default windows are read from their SQL."""
+split where a file says they end, and the pool's default windows have one home, from which their
+SQL is rendered."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from fnmatch import fnmatch
 from importlib import resources
@@ -109,8 +111,62 @@ def test_python_s_default_windows_are_the_sql_s() -> None:
     }
 
 
-def test_windows_the_select_does_not_name_in_order_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = sql.read("pool_windows.sql").replace("480000::bigint AS max_ttl_ms,\n", "")
-    monkeypatch.setattr(sql, "read", lambda _name: text)
-    with pytest.raises(ValueError, match="cannot read the windows"):
-        sql.pool_windows()
+def test_the_head_windows_file_is_rendered_from_the_one_home() -> None:
+    name = next(name for name in sql.RELEASES[sql.HEAD] if name.startswith("pool_windows"))
+    assert sql.read(name) == sql.render_pool_windows()
+
+
+def test_a_window_changed_in_its_home_changes_the_rendered_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above has teeth: a number changed in `POOL_WINDOWS` alone no longer matches the
+    shipped file, and the rendering carries every window under its name."""
+    before = sql.render_pool_windows()
+    monkeypatch.setattr(sql, "POOL_WINDOWS", {**sql.POOL_WINDOWS, "max_ttl_ms": 480_001})
+    after = sql.render_pool_windows()
+    assert after != before
+    assert "480001::bigint AS max_ttl_ms" in after and "480000::bigint AS default_ttl_ms" in after
+    assert sql.pool_windows()["max_ttl_ms"] == 480_001
+
+
+# Where a window's number may be written: its home, and the frozen history (migrations, and SQL
+# files of releases before the head, which never change).
+_NUMBER = re.compile(r"(?<![\w.])\d[\d_]*(?![\w.])")
+
+
+def _second_homes(root: Path, windows: dict[str, int]) -> list[str]:
+    """`path:line` of every literal equal to a window under `root`'s `ledger`, `reporter` and
+    `bench`, outside the home and the frozen history."""
+    values = {value for value in windows.values() if value >= 1000}
+    home = root / "ledger" / "sql" / "__init__.py"
+    head_files = {root / "ledger" / "sql" / name for name in sql.RELEASES[sql.HEAD]}
+    found: list[str] = []
+    for top in ("ledger", "reporter", "bench"):
+        for path in sorted((root / top).rglob("*")):
+            if path.suffix not in (".py", ".sql") or path == home or "migrations" in path.parts:
+                continue
+            if path.suffix == ".sql" and path not in head_files:
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if any(int(token.replace("_", "")) in values for token in _NUMBER.findall(line)):
+                    found.append(f"{path.relative_to(root).as_posix()}:{number}")
+    return found
+
+
+def test_the_windows_have_no_second_home() -> None:
+    """Only the head release's rendered file restates the numbers (held to the home above)."""
+    name = next(name for name in sql.RELEASES[sql.HEAD] if name.startswith("pool_windows"))
+    assert [
+        hit for hit in _second_homes(ROOT, sql.pool_windows()) if not hit.startswith(f"ledger/sql/{name}:")
+    ] == []
+
+
+def test_a_second_home_is_found(tmp_path: Path) -> None:
+    (tmp_path / "ledger" / "sql").mkdir(parents=True)
+    (tmp_path / "ledger" / "sql" / "__init__.py").write_text("HOME = 420_000\n")
+    (tmp_path / "ledger" / "sql" / "pool_windows.sql").write_text("SELECT 420000::bigint\n")  # history
+    (tmp_path / "ledger" / "migrations").mkdir()
+    (tmp_path / "ledger" / "migrations" / "m.py").write_text("X = 3600000\n")
+    (tmp_path / "reporter").mkdir()
+    (tmp_path / "reporter" / "fine.py").write_text("N = 4200001  # 420000.5 neither\n")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "stray.py").write_text("TTL_MS = 3_600_000\n")
+    assert _second_homes(tmp_path, sql.pool_windows()) == ["bench/stray.py:1"]
