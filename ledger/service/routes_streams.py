@@ -497,7 +497,7 @@ _READ_DOC: Final[dict[str, Any]] = {
     response_class=Response,
     **_CREATE_DOC,
 )
-async def _create_stream(request: Request, svc: _Svc) -> Response:
+async def create_stream(request: Request, svc: _Svc) -> Response:
     return await _answer(_create(request.path_params["name"], request, svc))
 
 
@@ -545,7 +545,7 @@ async def _create(name: str, request: Request, svc: _Svc) -> Response:
     response_class=Response,
     **_APPEND_DOC,
 )
-async def _append_stream(request: Request, svc: _Svc) -> Response:
+async def append_stream(request: Request, svc: _Svc) -> Response:
     return await _answer(_append(request.path_params["name"], request, svc))
 
 
@@ -584,7 +584,7 @@ async def _append(name: str, request: Request, svc: _Svc) -> Response:
 @router.delete(
     "/{name:path}", status_code=204, summary="Delete a stream", response_class=Response, **_DELETE_DOC
 )
-async def _delete_stream(request: Request, svc: _Svc) -> Response:
+async def delete_stream(request: Request, svc: _Svc) -> Response:
     return await _answer(_delete(request.path_params["name"], request, svc))
 
 
@@ -602,7 +602,7 @@ async def _delete(name: str, request: Request, svc: _Svc) -> Response:
     response_class=Response,
     **_HEAD_DOC,
 )
-async def _head_stream(request: Request, svc: _Svc) -> Response:
+async def head_stream(request: Request, svc: _Svc) -> Response:
     return await _answer(_head(request.path_params["name"], request, svc))
 
 
@@ -627,7 +627,7 @@ async def _head(name: str, request: Request, svc: _Svc) -> Response:
     response_class=Response,
     **_READ_DOC,
 )
-async def _read_stream(request: Request, svc: _Svc) -> Response:
+async def read_stream(request: Request, svc: _Svc) -> Response:
     return await _answer(_read(request.path_params["name"], request, svc))
 
 
