@@ -153,7 +153,7 @@ async def apply_status_upload(
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
     attempt's resume position after it.
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     key = upload_key(run_id, upload)
     # The position read (and a duplicate's heartbeat) are statements of their own, in autocommit:
     # a late duplicate costs one round trip. Anything else is applied in one transaction.

@@ -47,6 +47,7 @@ from ledger.runlog.events import (
     parse_after,
     parse_events,
     parse_terminal_state,
+    validate_new_run_id,
     validate_run_id,
 )
 from ledger.runlog.fanout import Fanout, SharedPage
@@ -136,7 +137,7 @@ async def open_run_in_transaction(
 ) -> None:
     """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
     params = {
-        "run_id": validate.new_run_id("run_id", run_id),
+        "run_id": validate_new_run_id(run_id),
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
@@ -156,7 +157,7 @@ async def lock_run(
     Every write to a run's log goes through this lock: it is what makes seq gapless per run.
     Raises `NotFound` for an unknown run when not creating.
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     if create:
         await open_run_in_transaction(conn, run_id, play_name=play_name, now=now)
     cur = await conn.execute(_LOCK_RUN_SQL, {"run_id": run_id})
@@ -404,7 +405,7 @@ class RunLog:
 
     async def open_run(self, run_id: str, play_name: str | None = None) -> shapes.Run:
         """Open the run (idempotent) and return it."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         validate.text("play_name", play_name, optional=True)
         async with self.db.transaction() as conn:
             await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
@@ -416,7 +417,7 @@ class RunLog:
     async def recent_log_lines(self, run_id: str, limit: int = validate.LIVE_LOG_TAIL_LIMIT) -> list[str]:
         """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
         was never opened. (A reporter continuing an attempt rebuilds its live tail from them.)"""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         limit = check_limit(limit)
         async with self.db.connection() as conn:
             cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
@@ -432,7 +433,7 @@ class RunLog:
 
     async def get_run(self, run_id: str) -> shapes.Run:
         """The run in API shape; `NotFound` if it was never opened."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         async with self.db.connection() as conn:
             cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
@@ -442,7 +443,7 @@ class RunLog:
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
         """Append events in one transaction (one round trip); returns them with their seq and ts."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         parsed = parse_events(events)  # bad input is rejected before anything is sent
         if parsed[-1].type == "terminal":
             return await self._append_ending(run_id, parsed)
@@ -498,7 +499,7 @@ class RunLog:
             },
             field="",
         )
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         # One transaction: the run's lock, its open steps settled, their events and the terminal.
         async with self.db.transaction() as conn:
             run_row = await lock_run(conn, run_id)
@@ -527,7 +528,7 @@ class RunLog:
     ) -> SharedPage:
         """`list_events`, answered with the page object shared by every reader the same read
         served (woken together, same cursor and limit): read it, never change it."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         cursor = parse_after(after)
         timeout_s = clamp_timeout_ms(timeout_ms) / 1000
         limit = check_limit(limit)
