@@ -21,7 +21,8 @@ Design notes:
   500.
 - **Bounded waits.** `lock_timeout_s` and `statement_timeout_s` are set on every pooled session,
   so a request stuck behind a held row lock or a runaway statement gives its connection back and
-  fails (`LockNotAvailable`, `QueryCanceled`: both `DB_FAULTS`) instead of starving the pool.
+  fails (the driver's `LockNotAvailable` or `QueryCanceled`, translated to `DatabaseUnavailable`)
+  instead of starving the pool.
 - **Fast recovery.** Once a connection is found dead or a connection attempt fails, the database
   counts as *down* and a checkout waits at most `_DOWN_CHECKOUT_S`, so requests fail fast while it
   is away. psycopg_pool doubles its reconnect delay without bound, so each reconnect attempt is
