@@ -16,11 +16,13 @@ Design notes:
   and an idle session has nothing else to say. A connection idle for longer, one never handed
   out, or any while the database is marked down is checked as before (a frozen backend or a
   silent network leaves the socket quiet; only a round trip finds it). A checkout waits at most
-  `timeout_s`; then `PoolTimeout`. Both that and a connection lost mid-request are `DB_FAULTS`:
-  the service answers them with 503 and `Retry-After`, never 500.
+  `timeout_s`; then `PoolTimeout`. Both that and a connection lost mid-request leave the block as
+  `DatabaseUnavailable` (`DB_FAULTS`): the service answers them with 503 and `Retry-After`, never
+  500.
 - **Bounded waits.** `lock_timeout_s` and `statement_timeout_s` are set on every pooled session,
   so a request stuck behind a held row lock or a runaway statement gives its connection back and
-  fails (`LockNotAvailable`, `QueryCanceled`: both `DB_FAULTS`) instead of starving the pool.
+  fails (the driver's `LockNotAvailable` or `QueryCanceled`, translated to `DatabaseUnavailable`)
+  instead of starving the pool.
 - **Fast recovery.** Once a connection is found dead or a connection attempt fails, the database
   counts as *down* and a checkout waits at most `_DOWN_CHECKOUT_S`, so requests fail fast while it
   is away. psycopg_pool doubles its reconnect delay without bound, so each reconnect attempt is
@@ -87,9 +89,10 @@ Conn = psycopg.AsyncConnection[Row]
 
 
 # Faults of the database, not of the request: connection lost (server restart, admin shutdown),
-# pool checkout timed out (`psycopg_pool.PoolTimeout` is an OperationalError), lock or statement
-# timeout. Retrying later may succeed.
-DB_FAULTS: Final = (psycopg.OperationalError, DatabaseUnavailable)
+# pool checkout timed out, lock or statement timeout. Retrying later may succeed. Only the
+# library's own error: every block of the database translates the driver's (`driver_errors`), so
+# nothing above the stores catches a psycopg class.
+DB_FAULTS: Final = (DatabaseUnavailable,)
 
 _DEFAULT_POOL_TIMEOUT_S: Final = 5.0
 # While the database is down, a checkout waits this long: enough for a reconnect already under way

@@ -412,6 +412,7 @@ ErrorCode = Literal[
     "internal",
     "unavailable",
     "busy",
+    "schema_missing",
     "error",
 ]
 
@@ -424,10 +425,11 @@ class ErrorBody(TypedDict):
     (or `token_expired`), 403 `forbidden` (the `error` says which token the request needs), 404
     `not_found`, 405 `method_not_allowed`, 408 `request_timeout`, 409 `conflict`, 410 `gone`, 413
     `too_large`, 422 `invalid` (`too_deep`: a body nested too deep), 431 `headers_too_large`, 500
-    `internal`, 503 `unavailable` (or `busy`). More precise ones: a 409 says `stale_attempt` with
-    the current `producer_attempt` (stop reporting), `terminal` with the stored `terminal` state
-    (who ended the run and how), or `instance_mapped`; a 410 `cursor_expired` carries `first_seq`,
-    the oldest event still retained; a 413 `too_large` the service's `max_body_bytes`.
+    `internal`, 503 `unavailable` (or `busy`, or `schema_missing`: the database is not migrated).
+    More precise ones: a 409 says `stale_attempt` with the current `producer_attempt` (stop
+    reporting), `terminal` with the stored `terminal` state (who ended the run and how), or
+    `instance_mapped`; a 410 `cursor_expired` carries `first_seq`, the oldest event still
+    retained; a 413 `too_large` the service's `max_body_bytes`.
     """
 
     error: str

@@ -160,7 +160,7 @@ async def record_observations(db: Database, run_id: str, observations: list[dict
 
     Opens the run if it does not exist yet.
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     parsed = _parse_observations(observations)
     if not parsed:
         return 0

@@ -68,7 +68,7 @@ async def ensure_run_in_transaction(conn: Conn, run_id: str) -> None:
 async def read_run_rows(db: Database, sql: str, run_id: str) -> list[Row]:
     """The rows of a per-run read whose statement LEFT JOINs from `ledger.runs` (so a known run
     always yields a row); `NotFound` when there is none. The run id is validated first."""
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     async with db.connection() as conn:
         cur = await conn.execute(sql, {"run_id": run_id})
         rows = await cur.fetchall()
@@ -102,7 +102,7 @@ async def record_sheet_rows(db: Database, run_id: str, rows: list[dict[str, Any]
     Opens the run if it does not exist yet. A bad row rejects the whole batch (`InvalidInput`).
     Repeated keys in one batch count once (the last one wins).
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     parsed = _parse_sheet_rows(rows)
     if not parsed:
         return 0

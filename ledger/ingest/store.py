@@ -57,7 +57,7 @@ from ledger.ingest.rules import (
     plan_upload,
     upload_key,
 )
-from ledger.runlog.events import validate_run_id
+from ledger.runlog.events import TerminalState, validate_run_id
 from ledger.runlog.steps import settle_steps
 from ledger.runlog.store import (
     DEFAULT_MAX_EVENTS_PER_RUN,
@@ -153,7 +153,7 @@ async def apply_status_upload(
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the
     attempt's resume position after it.
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     key = upload_key(run_id, upload)
     # The position read (and a duplicate's heartbeat) are statements of their own, in autocommit:
     # a late duplicate costs one round trip. Anything else is applied in one transaction.
@@ -183,10 +183,11 @@ async def apply_status_upload(
             run["live_node_progress"] = plan.state.live_node_progress
             terminal_set = False
             if parsed.status in TERMINAL_UPLOAD_STATUSES:
+                # Both fields were checked with the upload (`parse_upload`): not checked again.
                 _, terminal_set = await set_terminal_in_transaction(
                     conn,
                     run,
-                    {"status": parsed.status, "error": parsed.error},
+                    TerminalState(status=parsed.status, error=parsed.error),
                     max_events_per_run=max_events_per_run,
                 )
         return _answer(plan, run, terminal_set=terminal_set)

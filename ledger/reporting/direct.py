@@ -4,7 +4,8 @@ For a worker that runs next to the ledger (and for tests against the real ledger
 server). Uploads go through `ledger.ingest.store.apply_status_upload`; the errors are the
 library's own, as the HTTP transport raises them: a refusal is a `LedgerError` (`StaleAttempt`,
 `RunTerminal`, ...), a lost or unreachable database (the outcome of the call is then unknown) a
-`DatabaseUnavailable`, which the reporter retries. The transport itself never retries.
+`DatabaseUnavailable` (the stores translate the driver's errors), which the reporter retries. The
+transport itself never retries.
 
 Sheet outcomes and node observations are read by two injectable async readers (``run_id`` →
 list of dicts); by default they come from the ledger's own read functions (`ledger.ingest.sheets`,
@@ -16,12 +17,11 @@ imports the ledger's database stack.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ledger.db import DB_FAULTS, Database
-from ledger.errors import DatabaseUnavailable, NotFound
+from ledger.db import Database
+from ledger.errors import NotFound
 from ledger.ingest.observations import list_observations
 from ledger.ingest.sheets import sheet_outcomes
 from ledger.ingest.store import apply_status_upload
@@ -49,53 +49,32 @@ class DirectTransport:
         self._observation_reader = observation_reader
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        async with _unavailable():
-            return dict(await apply_status_upload(self.db, str(payload["run_id"]), payload))
-        raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
+        return dict(await apply_status_upload(self.db, str(payload["run_id"]), payload))
 
     async def run_state(self, run_id: str) -> dict[str, Any] | None:
-        async with _unavailable():
-            try:
-                return dict(await RunLog(self.db).get_run(run_id))
-            except NotFound:
-                return None
-        raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
+        try:
+            return dict(await RunLog(self.db).get_run(run_id))
+        except NotFound:
+            return None
 
     async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
-        async with _unavailable():
-            try:
-                return await RunLog(self.db).recent_log_lines(run_id, limit)
-            except NotFound:
-                return []
-        raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
+        try:
+            return await RunLog(self.db).recent_log_lines(run_id, limit)
+        except NotFound:
+            return []
 
     async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
-        async with _unavailable():
-            if self._sheet_reader is not None:
-                return await self._sheet_reader(run_id)
-            try:
-                return [dict(outcome) for outcome in await sheet_outcomes(self.db, run_id)]
-            except NotFound:
-                return []  # no rows recorded for the run: nothing to reconcile from
-        raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
+        if self._sheet_reader is not None:
+            return await self._sheet_reader(run_id)
+        try:
+            return [dict(outcome) for outcome in await sheet_outcomes(self.db, run_id)]
+        except NotFound:
+            return []  # no rows recorded for the run: nothing to reconcile from
 
     async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
-        async with _unavailable():
-            if self._observation_reader is not None:
-                return await self._observation_reader(run_id)
-            try:
-                return [dict(observation) for observation in await list_observations(self.db, run_id)]
-            except NotFound:
-                return []
-        raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
-
-
-@asynccontextmanager
-async def _unavailable() -> AsyncIterator[None]:
-    """A database fault as the outage it is (its outcome unknown)."""
-    try:
-        yield
-    except DatabaseUnavailable:
-        raise
-    except DB_FAULTS as exc:
-        raise DatabaseUnavailable(f"the ledger's database is unreachable: {exc}") from exc
+        if self._observation_reader is not None:
+            return await self._observation_reader(run_id)
+        try:
+            return [dict(observation) for observation in await list_observations(self.db, run_id)]
+        except NotFound:
+            return []

@@ -41,6 +41,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "WATCHDOG_ERROR",
     "NewEvent",
+    "RunId",
     "TerminalState",
     "check_limit",
     "clamp_timeout_ms",
@@ -52,6 +53,7 @@ __all__ = [
     "parse_events",
     "parse_notify_payload",
     "parse_terminal_state",
+    "validate_new_run_id",
     "validate_run_id",
 ]
 
@@ -150,10 +152,29 @@ class TerminalState:
 # -- validation ------------------------------------------------------------------------------------
 
 
-def validate_run_id(run_id: object, field: str = "run_id") -> str:
+class RunId(str):
+    """A run id already checked: `validate_run_id` (or `validate_new_run_id`) made it, and only they
+    do. A run id is checked once, where it enters (the HTTP edge, a library call); the stores take a
+    `RunId` as it is and check any other string."""
+
+    __slots__ = ()
+
+
+def validate_run_id(run_id: object, field: str = "run_id") -> RunId:
     """A usable run id (`validate.run_id`): not blank, at most 512 characters (it fits a NOTIFY
-    payload), no `/` (it must stay addressable as one URL path segment), no control characters."""
-    return validate.run_id(field, run_id)
+    payload), no `/` (it must stay addressable as one URL path segment), no control characters.
+    A `RunId` was checked when it was made, and is returned as it is."""
+    if type(run_id) is RunId:
+        return run_id
+    return RunId(validate.run_id(field, run_id))
+
+
+def validate_new_run_id(run_id: object, field: str = "run_id") -> RunId:
+    """The id of a run being created (`validate.new_run_id`: a run id, and not a URL dot segment).
+    A `RunId` passed the run id's checks already; only the dot segments are left to refuse."""
+    if type(run_id) is RunId and run_id not in validate.DOT_SEGMENTS:
+        return run_id
+    return RunId(validate.new_run_id(field, run_id))
 
 
 def _run_status(value: object, field: str) -> str:

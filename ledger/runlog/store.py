@@ -20,7 +20,8 @@ it ends: `set_terminal_in_transaction` reads the locked row's step snapshot, sto
 appends the settlement events before the `terminal` event. So `RunLog.set_terminal`, and an
 `append` whose batch ends in `terminal`, lock the run first (a few round trips: a run ends once).
 
-Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page always agree.
+Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page always agree
+(`ledger.runlog.reads`, which also gives a run row the API's shape; re-exported here).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from psycopg.types.json import Jsonb
 from ledger import jsonb, shapes, validate
 from ledger.clock import Clock, to_ms
 from ledger.db import Conn, Database, Row
-from ledger.errors import CursorExpired, NotFound, RunTerminal
+from ledger.errors import NotFound, RunTerminal
 from ledger.runlog import conversion
 from ledger.runlog.events import (
     DEFAULT_LIST_LIMIT,
@@ -43,16 +44,17 @@ from ledger.runlog.events import (
     TerminalState,
     check_limit,
     clamp_timeout_ms,
-    cursor_expired,
     event_to_wire,
     parse_after,
     parse_events,
     parse_terminal_state,
+    validate_new_run_id,
     validate_run_id,
 )
 from ledger.runlog.fanout import Fanout, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
-from ledger.runlog.steps import settle_steps, with_states
+from ledger.runlog.reads import read_page, run_from_row, terminal_from_row
+from ledger.runlog.steps import settle_steps
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_RUN",
@@ -110,47 +112,6 @@ SELECT * FROM ledger.append_events(
 )
 """
 
-# One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
-# No row at all means no such run; one row with a NULL seq means an empty page. The run's
-# `created_at` reaches the event reads only as a parameter of the executor: the planner keeps, and
-# the executor locks and sets up, every partition before pruning all but one at run time, a cost
-# that grows with the partitions kept (about 3 ms more at 102 than at 12). Only the fallback of
-# `read_page` for a run opened again between its two statements.
-_READ_PAGE_SQL: Final = f"""
-WITH run AS (
-    SELECT last_seq, created_at, events_trimmed_through, terminal_status, terminal_result,
-           terminal_error, terminal_total_rows, terminal_duration_ms, terminal_play_name, completed_at,
-           {conversion.CONVERTING_SQL} AS converting
-    FROM ledger.runs WHERE run_id = %(run_id)s
-), bounds AS (
-    SELECT min(seq) AS first_seq FROM ledger.run_events
-    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
-      AND seq > (SELECT events_trimmed_through FROM run)
-), page AS (
-    SELECT seq, type, ts, payload FROM ledger.run_events
-    WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
-      AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
-    ORDER BY seq
-    LIMIT %(limit)s
-)
-SELECT run.*, bounds.first_seq, page.seq, page.type, page.ts, page.payload
-FROM run CROSS JOIN bounds LEFT JOIN page ON true
-ORDER BY page.seq
-"""
-
-# The same read for a run whose `created_at` the reader knows (it never changes): given as a
-# parameter, the planner keeps the one partition and the executor opens no other, however many
-# there are. The answer carries the run's `created_at`; a different one means the run was deleted
-# and opened again since, and the read is made anew.
-_READ_KNOWN_PAGE_SQL: Final = _READ_PAGE_SQL.replace(
-    "(SELECT created_at FROM run)", "%(run_created_at)s::timestamptz"
-)
-
-# A run's first read looks its `created_at` up first: one more round trip, which costs the same at
-# any size, where setting up every partition of the event log to prune them at run time grows
-# with the partitions retention keeps (it overtakes the round trip at a few dozen).
-_RUN_CREATED_AT_SQL: Final = "SELECT created_at FROM ledger.runs WHERE run_id = %(run_id)s"
-
 _STORE_STEPS_SQL: Final = (
     "UPDATE ledger.runs SET live_node_progress = %(live_node_progress)s WHERE run_id = %(run_id)s"
 )
@@ -169,47 +130,6 @@ FOR UPDATE SKIP LOCKED
 """
 
 
-# -- row shapes --------------------------------------------------------------------------------------
-
-
-def terminal_from_row(row: Mapping[str, Any]) -> shapes.TerminalStateBody | None:
-    """The terminal state of a run row in API shape, or None while the run is live."""
-    if row["terminal_status"] is None:
-        return None
-    return {
-        "status": row["terminal_status"],
-        "result": row["terminal_result"],
-        "error": row["terminal_error"],
-        "total_rows": row["terminal_total_rows"],
-        "duration_ms": row["terminal_duration_ms"],
-        "play_name": row["terminal_play_name"],
-        "completed_at": to_ms(row["completed_at"]),
-    }
-
-
-def _run_from_row(row: Mapping[str, Any]) -> shapes.Run:
-    """A run row in API shape (`GET /v1/runs/{run_id}`).
-
-    `producer_attempt`, `last_upload_seq` and `live_log_count` are what a reporter resuming the
-    attempt continues from: its next upload_seq and log position come after them.
-    """
-    return {
-        "run_id": row["run_id"],
-        "play_name": row["play_name"],
-        "status": row["status"],
-        "created_at": to_ms(row["created_at"]),
-        "updated_at": to_ms(row["updated_at"]),
-        "last_seq": row["last_seq"],
-        "producer_attempt": row["producer_attempt"],
-        "last_upload_seq": row["last_upload_seq"],
-        "live_log_count": row["live_log_count"],
-        "last_heartbeat_at": to_ms(row["last_heartbeat_at"]),
-        "terminal": terminal_from_row(row),
-        # Every step with its state (derived for one stored without, by an older ledger).
-        "live_node_progress": with_states(row["live_node_progress"]),
-    }
-
-
 # -- in-transaction building blocks --------------------------------------------------------------
 
 
@@ -218,7 +138,7 @@ async def open_run_in_transaction(
 ) -> None:
     """Create the run if it does not exist (idempotent); a later open may fill a missing play name."""
     params = {
-        "run_id": validate.new_run_id("run_id", run_id),
+        "run_id": validate_new_run_id(run_id),
         "play_name": validate.text("play_name", play_name, optional=True),
         "now": now,
     }
@@ -238,7 +158,7 @@ async def lock_run(
     Every write to a run's log goes through this lock: it is what makes seq gapless per run.
     Raises `NotFound` for an unknown run when not creating.
     """
-    validate_run_id(run_id)
+    run_id = validate_run_id(run_id)
     if create:
         await open_run_in_transaction(conn, run_id, play_name=play_name, now=now)
     cur = await conn.execute(_LOCK_RUN_SQL, {"run_id": run_id})
@@ -432,57 +352,6 @@ async def lock_stalled_runs(conn: Conn, cutoff: datetime, *, limit: int) -> list
     return [dict(row) for row in await cur.fetchall()]
 
 
-# -- reads ---------------------------------------------------------------------------------------------
-
-
-async def read_page(
-    conn: Conn, run_id: str, after: int | None, limit: int, *, created_at: datetime | None = None
-) -> tuple[SharedPage, datetime]:
-    """One page after the cursor (None = `now`): `{events, latest_seq, first_seq, terminal}` and
-    the cursor resolved (a `now` becomes the run's last seq), with the run's `created_at` (pass it
-    back as `created_at` to the run's next read).
-
-    Raises `NotFound` for an unknown run and `CursorExpired` for a cursor before `first_seq`.
-    """
-    if created_at is None:
-        cur = await conn.execute(_RUN_CREATED_AT_SQL, {"run_id": run_id})
-        run = await cur.fetchone()
-        if run is None:
-            raise NotFound(f"unknown run {run_id!r}")
-        created_at = run["created_at"]
-    params = {"run_id": run_id, "after": after, "limit": limit, "run_created_at": created_at}
-    cur = await conn.execute(_READ_KNOWN_PAGE_SQL, params)
-    rows: list[Row] = await cur.fetchall()
-    if not rows:
-        raise NotFound(f"unknown run {run_id!r}")
-    if rows[0]["created_at"] != created_at:
-        cur = await conn.execute(_READ_PAGE_SQL, params)
-        rows = await cur.fetchall()
-    if not rows:
-        raise NotFound(f"unknown run {run_id!r}")
-    head = rows[0]
-    if head["converting"]:
-        raise conversion.converting_error(run_id)
-    latest_seq = int(head["last_seq"])
-    first_seq = int(head["first_seq"]) if head["first_seq"] is not None else latest_seq + 1
-    resolved = latest_seq if after is None else after
-    if cursor_expired(resolved, first_seq):
-        raise CursorExpired(run_id, resolved, first_seq)
-    events: list[shapes.Event] = []
-    for row in rows:
-        if row["seq"] is not None:
-            ts_ms = to_ms(row["ts"])
-            assert ts_ms is not None
-            events.append(event_to_wire(int(row["seq"]), row["type"], ts_ms, row["payload"]))
-    page: shapes.EventPage = {
-        "events": events,
-        "latest_seq": latest_seq,
-        "first_seq": first_seq,
-        "terminal": terminal_from_row(head),
-    }
-    return SharedPage(page, resolved), head["created_at"]
-
-
 # -- the one-call-one-transaction API -----------------------------------------------------------
 
 
@@ -537,19 +406,19 @@ class RunLog:
 
     async def open_run(self, run_id: str, play_name: str | None = None) -> shapes.Run:
         """Open the run (idempotent) and return it."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         validate.text("play_name", play_name, optional=True)
         async with self.db.transaction() as conn:
             await open_run_in_transaction(conn, run_id, play_name=play_name, now=await self._now(conn))
             cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         assert row is not None
-        return _run_from_row(row)
+        return run_from_row(row)
 
     async def recent_log_lines(self, run_id: str, limit: int = validate.LIVE_LOG_TAIL_LIMIT) -> list[str]:
         """The text of the run's last `limit` ``log`` events, oldest first; `NotFound` if the run
         was never opened. (A reporter continuing an attempt rebuilds its live tail from them.)"""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         limit = check_limit(limit)
         async with self.db.connection() as conn:
             cur = await conn.execute(_RUN_FOR_LOG_LINES_SQL, {"run_id": run_id})
@@ -567,17 +436,17 @@ class RunLog:
 
     async def get_run(self, run_id: str) -> shapes.Run:
         """The run in API shape; `NotFound` if it was never opened."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         async with self.db.connection() as conn:
             cur = await conn.execute(_GET_RUN_SQL, {"run_id": run_id})
             row = await cur.fetchone()
         if row is None:
             raise NotFound(f"unknown run {run_id!r}")
-        return _run_from_row(row)
+        return run_from_row(row)
 
     async def append(self, run_id: str, events: Sequence[Mapping[str, Any]]) -> list[shapes.Event]:
         """Append events in one transaction (one round trip); returns them with their seq and ts."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         parsed = parse_events(events)  # bad input is rejected before anything is sent
         if parsed[-1].type == "terminal":
             return await self._append_ending(run_id, parsed)
@@ -633,7 +502,7 @@ class RunLog:
             },
             field="",
         )
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         # One transaction: the run's lock, its open steps settled, their events and the terminal.
         async with self.db.transaction() as conn:
             run_row = await lock_run(conn, run_id)
@@ -662,7 +531,7 @@ class RunLog:
     ) -> SharedPage:
         """`list_events`, answered with the page object shared by every reader the same read
         served (woken together, same cursor and limit): read it, never change it."""
-        validate_run_id(run_id)
+        run_id = validate_run_id(run_id)
         cursor = parse_after(after)
         timeout_s = clamp_timeout_ms(timeout_ms) / 1000
         limit = check_limit(limit)

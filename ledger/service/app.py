@@ -4,22 +4,26 @@ Why FastAPI: request bodies are declared once as pydantic models, which gives bo
 (mapped to our `{"error": "field: problem"}` answers) and the OpenAPI schema the contract promises,
 on Starlette's plain-ASGI core (streaming responses for SSE, lifespan for start/stop).
 
-The lifespan opens this process's connection pool, starts its single LISTEN connection and the
-watchdog, and on shutdown releases waiting readers first (`Drain`), then stops them in reverse.
+The lifespan (`lifespan`) opens this process's connection pool, starts its single LISTEN
+connection and the watchdog, and on shutdown releases waiting readers first (`Drain`), then stops
+them in reverse. The middleware wrap the routers in one declared order, `MIDDLEWARE_ORDER`
+(outermost first), which says why each stands where it does. Operation ids are FastAPI's own,
+made from the route handlers' names (`get_run` is `get_run_v1_runs__run_id__get`): a handler's
+name is part of the API.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from importlib.metadata import version
-from typing import Any
+from typing import Any, Final
 
 from fastapi import Depends, FastAPI
-from fastapi.routing import APIRoute
-from fastapi.utils import generate_unique_id
-from starlette.types import Scope
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Scope
 
 from ledger import tracing
 from ledger.db import Database
@@ -51,10 +55,47 @@ from ledger.tokens import Keyring, generate_key, parse_keyring
 
 __all__ = [
     "IDEMPOTENCY_KEY_PARAMETER",
+    "MIDDLEWARE_ORDER",
+    "ROUTERS",
     "create_app",
+    "lifespan",
+    "middleware",
 ]
 
 _log = logging.getLogger("ledger.service")
+
+
+# The middleware, outermost first; each one's place is what keeps it right:
+MIDDLEWARE_ORDER: Final[tuple[Callable[..., ASGIApp], ...]] = (
+    # Outermost: the protocol's security headers on every stream answer, errors included.
+    routes_streams.StreamHeadersMiddleware,
+    # The context (run id, metrics, access line) covers every answer below, the 413s and 422s of
+    # the run path and body checks included.
+    RequestContextMiddleware,
+    RunPathMiddleware,
+    # Stream payloads are bytes: the UTF-8 and depth checks are not theirs (JSON mode has its own).
+    BodyLimitMiddleware,
+    # Outside Idempotency-Key handling, which takes a pooled connection for the whole request: a
+    # request waiting for its run's turn holds none.
+    RunWriteGate,
+    # Sees a body already bounded and checked; what it stores is the answer of everything inside.
+    IdempotencyMiddleware,
+    # Innermost: valid appends are served without FastAPI's per-request work, inside everything
+    # above (so an append with an Idempotency-Key is stored and replayed like any request).
+    AppendRoute,
+)
+
+# Every router, in the order their routes are matched.
+ROUTERS: Final = (
+    routes_health.router,
+    routes_runs.router,
+    routes_events.router,
+    routes_ingest.router,
+    routes_pool.router,
+    routes_tokens.router,
+    routes_streams.router,
+    ui_router,
+)
 
 
 def create_app(
@@ -75,64 +116,14 @@ def create_app(
     # Before the pool opens: the database instrumentation wraps how connections are made.
     tracing.setup("run-ledger")
     metrics = ServiceMetrics()
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            db = Database(
-                database_url,
-                min_size=1,
-                max_size=settings.db_pool_size,
-                timeout_s=settings.db_pool_timeout_s,
-                lock_timeout_s=settings.db_lock_timeout_s,
-                statement_timeout_s=settings.db_statement_timeout_s,
-                transaction_pooling=settings.db_transaction_pooling,
-            )
-            await db.open()
-            stack.push_async_callback(db.close)
-            listener = Listener(listen_url or database_url)
-            await listener.start()
-            stack.push_async_callback(listener.stop)
-            runlog = RunLog(db, listener=listener, max_events_per_run=settings.max_events_per_run)
-            svc = Services(
-                settings=settings, db=db, metrics=metrics, listener=listener, runlog=runlog, pool=WarmPool(db)
-            )
-            watchdog = (
-                Watchdog(
-                    db,
-                    runlog,
-                    stall_after_s=settings.watchdog_stall_s,
-                    interval_s=settings.watchdog_interval_s,
-                    retention=settings.run_retention,
-                )
-                if settings.watchdog
-                else None
-            )
-            if watchdog is not None:
-                watchdog.start()
-                stack.push_async_callback(watchdog.stop)
-            # Pushed last, so it runs first on the way out: waiting readers return before anything
-            # they use closes (the server normally started the drain already, see `server.py`).
-            stack.callback(svc.drain.start)
-            metrics.bind_sources(
-                listener_reconnects=lambda: listener.reconnects,
-                listener_connected=lambda: float(listener.connected),
-                waiters=lambda: listener.waiter_count,
-                watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
-                event_reads=lambda: runlog.reads,
-                trace_spans_dropped=tracing.dropped_spans if tracing.active() else None,
-            )
-            app.state.services = svc
-            _log.info("service ready", extra={"pool_size": settings.db_pool_size})
-            yield
-            _log.info("service stopping: releasing waiters, stopping the watchdog and the listener")
-        _log.info("service stopped")
-
     app = FastAPI(
         title="Run Ledger",
         version=version("run-ledger"),
         summary="Warm pool, run ledger and status ingestion over HTTP/JSON.",
-        lifespan=lifespan,
+        lifespan=partial(
+            lifespan, settings=settings, database_url=database_url, listen_url=listen_url, metrics=metrics
+        ),
+        middleware=middleware(settings, metrics),
         openapi_url="/openapi.json" if settings.public_docs else None,
         docs_url="/docs" if settings.public_docs else None,
         redoc_url=None,
@@ -143,51 +134,114 @@ def create_app(
         # of the server's CPU when one append wakes a thousand long-polls. (Older FastAPI keeps an
         # unknown keyword as `app.extra`.)
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        generate_unique_id_function=_operation_id,
     )
     install_security(app, tuple(tokens), keyring or parse_keyring(generate_key()))
     app.state.metrics = metrics
     install_error_handlers(app)
-    for router in (
-        routes_health.router,
-        routes_runs.router,
-        routes_events.router,
-        routes_ingest.router,
-        routes_pool.router,
-        routes_tokens.router,
-        routes_streams.router,
-        ui_router,
-    ):
+    for router in ROUTERS:
         app.include_router(router)
     _document_middleware_contract(app)
     if not settings.public_docs:
-
-        @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
-        async def openapi() -> dict[str, Any]:
-            return app.openapi()
-
-    # Added last = outermost. Innermost, valid appends are served without FastAPI's per-request
-    # work, inside everything below (the route's answers to the rest are unchanged).
-    app.add_middleware(AppendRoute)
-    # Idempotency-Key handling sees a body already bounded and checked; the context (run id,
-    # metrics) also covers the 413 and 422 answers of the others.
-    app.add_middleware(IdempotencyMiddleware, database=_database, metrics=metrics)
-    # Outside Idempotency-Key handling, which takes a pooled connection for the whole request.
-    app.add_middleware(RunWriteGate, wait_s=settings.db_lock_timeout_s)
-    # Stream payloads are bytes: the UTF-8 and depth checks are not theirs (JSON mode has its own).
-    app.add_middleware(
-        BodyLimitMiddleware,
-        max_bytes=settings.max_body_bytes,
-        check=body_problem,
-        unchecked_paths=(routes_streams.PREFIX,),
-    )
-    app.add_middleware(RunPathMiddleware)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics)
-    # Outermost: the protocol's security headers on every stream answer, errors included.
-    app.add_middleware(routes_streams.StreamHeadersMiddleware)
+        _serve_openapi_to_tokens(app)
     # Around all of it, when the OTEL_* variables ask for traces: a request continues its caller's.
     tracing.instrument_app(app)
     return app
+
+
+def middleware(settings: ServiceSettings, metrics: ServiceMetrics) -> list[Middleware]:
+    """The service's middleware, in `MIDDLEWARE_ORDER` (outermost first), with their settings."""
+    options: dict[Callable[..., ASGIApp], dict[str, Any]] = {
+        routes_streams.StreamHeadersMiddleware: {},
+        RequestContextMiddleware: {"metrics": metrics},
+        RunPathMiddleware: {},
+        BodyLimitMiddleware: {
+            "max_bytes": settings.max_body_bytes,
+            "check": body_problem,
+            "unchecked_paths": (routes_streams.PREFIX,),
+        },
+        RunWriteGate: {"wait_s": settings.db_lock_timeout_s},
+        IdempotencyMiddleware: {"database": _database, "metrics": metrics},
+        AppendRoute: {},
+    }
+    return [Middleware(cls, **options[cls]) for cls in MIDDLEWARE_ORDER]
+
+
+@asynccontextmanager
+async def lifespan(
+    app: FastAPI,
+    *,
+    settings: ServiceSettings,
+    database_url: str,
+    listen_url: str | None,
+    metrics: ServiceMetrics,
+) -> AsyncIterator[None]:
+    """The service's life: its parts started in order, then stopped in reverse, waiting readers
+    released first."""
+    async with AsyncExitStack() as stack:
+        app.state.services = await _start_services(stack, settings, database_url, listen_url, metrics)
+        _log.info("service ready", extra={"pool_size": settings.db_pool_size})
+        yield
+        _log.info("service stopping: releasing waiters, stopping the watchdog and the listener")
+    _log.info("service stopped")
+
+
+async def _start_services(
+    stack: AsyncExitStack,
+    settings: ServiceSettings,
+    database_url: str,
+    listen_url: str | None,
+    metrics: ServiceMetrics,
+) -> Services:
+    """The pool, the LISTEN connection and the watchdog, started, each one's stop on `stack`."""
+    db = Database(
+        database_url,
+        min_size=1,
+        max_size=settings.db_pool_size,
+        timeout_s=settings.db_pool_timeout_s,
+        lock_timeout_s=settings.db_lock_timeout_s,
+        statement_timeout_s=settings.db_statement_timeout_s,
+        transaction_pooling=settings.db_transaction_pooling,
+    )
+    await db.open()
+    stack.push_async_callback(db.close)
+    listener = Listener(listen_url or database_url)
+    await listener.start()
+    stack.push_async_callback(listener.stop)
+    runlog = RunLog(db, listener=listener, max_events_per_run=settings.max_events_per_run)
+    svc = Services(
+        settings=settings, db=db, metrics=metrics, listener=listener, runlog=runlog, pool=WarmPool(db)
+    )
+    watchdog = None
+    if settings.watchdog:
+        watchdog = Watchdog(
+            db,
+            runlog,
+            stall_after_s=settings.watchdog_stall_s,
+            interval_s=settings.watchdog_interval_s,
+            retention=settings.run_retention,
+        )
+        watchdog.start()
+        stack.push_async_callback(watchdog.stop)
+    # Pushed last, so it runs first on the way out: waiting readers return before anything they
+    # use closes (the server normally started the drain already, see `server.py`).
+    stack.callback(svc.drain.start)
+    metrics.bind_sources(
+        listener_reconnects=lambda: listener.reconnects,
+        listener_connected=lambda: float(listener.connected),
+        waiters=lambda: listener.waiter_count,
+        watchdog_failures=(lambda: watchdog.failed_total) if watchdog is not None else None,
+        event_reads=lambda: runlog.reads,
+        trace_spans_dropped=tracing.dropped_spans if tracing.active() else None,
+    )
+    return svc
+
+
+def _serve_openapi_to_tokens(app: FastAPI) -> None:
+    """`/openapi.json` for a caller with a token, when the document is not public."""
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(require_token)])
+    async def openapi() -> dict[str, Any]:
+        return app.openapi()
 
 
 IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
@@ -229,12 +283,6 @@ def _document_middleware_contract(app: FastAPI) -> None:
         return app.openapi_schema or generate()
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-
-def _operation_id(route: APIRoute) -> str:
-    # The handlers are private to their modules (`_get_run`); the operation ids clients name their
-    # methods after stay those of the operation (`get_run_v1_runs__run_id__get`).
-    return generate_unique_id(route).removeprefix("_")
 
 
 def _database(scope: Scope) -> Database | None:

@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.service import routes_runs
-from ledger.service.middleware import read_body, replaying
+from ledger.service.middleware import checked_run_id, read_body, replaying
 from ledger.service.models import AppendEvents
 from ledger.service.security import bearer_credentials, require_token
 from ledger.service.state import Services
@@ -107,7 +107,7 @@ class AppendRoute:
         request = Request(scope, replaying(body, receive))
         try:
             await require_token(request, await bearer_credentials(request))
-            response: Response = await routes_runs.append_answer(svc, run_id, events)
+            response: Response = await routes_runs.append_answer(svc, checked_run_id(scope, run_id), events)
         except Exception as exc:
             response = await _handled(request, exc)
         await response(scope, receive, send)

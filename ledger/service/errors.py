@@ -12,11 +12,17 @@ names a more precise one; docs/errors.md lists them all.
 | `Conflict`                               | 409    | contradicts stored state; `code` says how   |
 | `CursorExpired`                          | 410    | answer also carries `first_seq`             |
 | `PayloadTooLarge`, body over the limit   | 413    |                                            |
-| Postgres data/constraint errors          | 422/409| backstop for input the library let through  |
-| `OverflowError` (a number out of range)  | 422    | backstop, likewise                          |
-| connection lost, pool timeout, lock or   | 503    | with `Retry-After`: a fault of the database,|
-| statement timeout, `DatabaseUnavailable` |        | not of the request; retrying may succeed    |
+| `OverflowError` (a number out of range)  | 422    | backstop for input the library let through  |
+| `LedgerUnavailable`: connection lost,    | 503    | with `Retry-After`: a fault of the database,|
+| pool timeout, lock or statement timeout  |        | not of the request; retrying may succeed    |
+| `SchemaMissing`                          | 503    | `schema_missing`, with `Retry-After`: the   |
+|                                          |        | database is not migrated (yet)             |
 | anything else                            | 500    | a bug: logged with its traceback            |
+
+Only the ledger's own errors are mapped: the stores translate the driver's where they meet it
+(`ledger.db.driver_errors`: a constraint the stored rows hold is a `Conflict`, a value the
+database refuses an `InvalidInput`, a lost connection `DatabaseUnavailable`), so a psycopg class
+that reaches this edge is a bug, answered 500 like any other.
 
 A 409 carries a machine-readable `code` where a client must act on it: `stale_attempt` (the
 producer attempt was superseded: stop), `terminal` (the run already ended; the answer also holds
@@ -35,7 +41,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 
 from ledger import shapes, tracing
-from ledger.db import DB_FAULTS
 from ledger.errors import (
     BadStreamRequest,
     Conflict,
@@ -43,10 +48,12 @@ from ledger.errors import (
     InstanceMapped,
     InvalidInput,
     LedgerError,
+    LedgerUnavailable,
     NotFound,
     PayloadTooLarge,
     ReadOnlyStream,
     RunTerminal,
+    SchemaMissing,
     StaleAttempt,
     StaleProducer,
     StreamGone,
@@ -58,11 +65,13 @@ __all__ = [
     "CODE_BY_STATUS",
     "ERROR_DESCRIPTIONS",
     "RETRY_AFTER_S",
+    "UNAVAILABLE_ERRORS",
     "describe_validation_error",
     "error_body",
     "error_responses",
     "install_error_handlers",
     "status_for",
+    "unavailable_code",
     "unavailable_message",
 ]
 
@@ -86,7 +95,8 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     "deep (`code`: `too_deep`), or the Idempotency-Key was used for another request. Nothing was "
     "written.",
     503: "The database is unavailable (connection lost, pool exhausted, lock or statement timeout), "
-    "or the run is busy (`code`: `unavailable` or `busy`): retry after `Retry-After` seconds. "
+    "the run is busy, or the database has no ledger schema yet (`code`: `unavailable`, `busy` or "
+    "`schema_missing`): retry after `Retry-After` seconds. "
     "Nothing was written.",
 }
 
@@ -158,9 +168,19 @@ def _error_response(status: int, message: str, code: str | None = None, **extra:
     return JsonAnswer(error_body(status, message, code, **extra), status_code=status)
 
 
+# The errors answered 503 with `Retry-After`: not served now, and the same request may succeed
+# later (once the database is back, or migrated).
+UNAVAILABLE_ERRORS: Final = (LedgerUnavailable, SchemaMissing)
+
+
+def unavailable_code(exc: BaseException) -> str:
+    """The `code` of the 503 answer to one of `UNAVAILABLE_ERRORS`."""
+    return "schema_missing" if isinstance(exc, SchemaMissing) else "unavailable"
+
+
 def _unavailable_response(exc: BaseException) -> JsonAnswer:
-    """The 503 answer to a database fault (`DB_FAULTS`)."""
-    response = _error_response(503, unavailable_message(exc))
+    """The 503 answer to one of `UNAVAILABLE_ERRORS`."""
+    response = _error_response(503, unavailable_message(exc), unavailable_code(exc))
     response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
@@ -270,7 +290,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(LedgerError, _ledger_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
-    for fault in DB_FAULTS:
+    for fault in UNAVAILABLE_ERRORS:
         app.add_exception_handler(fault, _unavailable)
     app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)

@@ -35,8 +35,8 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import idempotency
-from ledger.db import DB_FAULTS, Database
-from ledger.service.errors import RETRY_AFTER_S, unavailable_message
+from ledger.db import Database
+from ledger.service.errors import RETRY_AFTER_S, UNAVAILABLE_ERRORS, unavailable_code, unavailable_message
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import read_body, replaying, send_json_error
 from ledger.service.security import refusal_answer
@@ -274,7 +274,7 @@ class IdempotencyMiddleware:
             if captured.status is not None:
                 await captured.forward(send)
             return
-        except DB_FAULTS as exc:
+        except UNAVAILABLE_ERRORS as exc:
             if captured.complete and captured.status is not None and captured.status >= 500:
                 # The endpoint's own 503 (its database went away); the rollback failed with it.
                 self._count("not_stored")
@@ -290,6 +290,7 @@ class IdempotencyMiddleware:
                 send,
                 503,
                 unavailable_message(exc),
+                code=unavailable_code(exc),
                 headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
             )
             return

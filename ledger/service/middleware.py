@@ -11,12 +11,13 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger import validate
+from ledger.errors import InvalidInput
+from ledger.runlog.events import RunId, validate_run_id
 from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
 from ledger.service.jsontext import BodyRefusal
@@ -24,9 +25,12 @@ from ledger.service.logs import current_run_id
 from ledger.service.metrics import ServiceMetrics
 
 __all__ = [
+    "CHECKED_RUN_ID",
     "BodyLimitMiddleware",
     "RequestContextMiddleware",
     "RunPathMiddleware",
+    "checked_run_id",
+    "path_run_id",
     "path_run_id_problem",
     "read_body",
     "replaying",
@@ -91,11 +95,15 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def path_run_id_problem(scope: Scope) -> str | None:
-    """Why the run id in a `/v1/runs/{run_id}...` path is not one (None if it is, or if there is
-    none). Read from the raw path: a `%2F` there decodes to a `/` that would route the request to
-    another endpoint (`/v1/runs/x%2Fevents` to `x`'s events), so it must be refused before
-    routing."""
+# Where `RunPathMiddleware` leaves the run id it checked, for the route (`checked_run_id`).
+CHECKED_RUN_ID: Final = "ledger.run_id"
+
+
+def path_run_id(scope: Scope) -> RunId | None:
+    """The run id of a `/v1/runs/{run_id}...` path, checked (None when the path names none); raises
+    `InvalidInput` when it is not one. Read from the raw path: a `%2F` there decodes to a `/` that
+    would route the request to another endpoint (`/v1/runs/x%2Fevents` to `x`'s events), so it
+    must be refused before routing."""
     raw = scope.get("raw_path")
     if not isinstance(raw, bytes):
         raw = scope["path"].encode("utf-8", "surrogateescape")
@@ -105,26 +113,45 @@ def path_run_id_problem(scope: Scope) -> str | None:
     try:
         run_id = unquote_to_bytes(match.group(1)).decode("utf-8")
     except UnicodeDecodeError:
-        return "run_id: must be valid UTF-8 once percent-decoded"
+        raise InvalidInput("run_id", "must be valid UTF-8 once percent-decoded") from None
+    return validate_run_id(run_id)
+
+
+def path_run_id_problem(scope: Scope) -> str | None:
+    """Why the run id in a `/v1/runs/{run_id}...` path is not one (None if it is, or if there is
+    none)."""
     try:
-        validate.run_id("run_id", run_id)
-    except validate.InvalidInput as exc:
+        path_run_id(scope)
+    except InvalidInput as exc:
         return exc.message
     return None
 
 
+def checked_run_id(scope: Scope, run_id: str) -> RunId:
+    """The route's `run_id` as the typed value the stores trust: the one `RunPathMiddleware`
+    checked at the edge (checked here only for a request that did not pass it)."""
+    checked = scope.get(CHECKED_RUN_ID)
+    if type(checked) is RunId and checked == run_id:
+        return checked
+    return validate_run_id(run_id)
+
+
 class RunPathMiddleware:
-    """Refuse a path whose run id segment is not a valid run id with 422, before routing."""
+    """Refuse a path whose run id segment is not a valid run id with 422, before routing; a valid
+    one is left in the scope (`CHECKED_RUN_ID`), checked once for the whole request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            problem = path_run_id_problem(scope)
-            if problem is not None:
-                await send_json_error(send, 422, problem)
+            try:
+                run_id = path_run_id(scope)
+            except InvalidInput as exc:
+                await send_json_error(send, 422, exc.message)
                 return
+            if run_id is not None:
+                scope[CHECKED_RUN_ID] = run_id
         await self.app(scope, receive, send)
 
 

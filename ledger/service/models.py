@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import Path, Query
+from fastapi import Depends, Path, Query, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP, STEP_POSITION_KINDS, UPLOAD_STATUSES
 from ledger.runlog.events import INGESTION_TYPES, RESERVED_KEYS, TERMINAL_STATUSES
+from ledger.runlog.events import RunId as CheckedRunId
+from ledger.service.middleware import checked_run_id
 from ledger.validate import (
     INT32_MAX,
     INT64_MAX,
@@ -88,13 +90,23 @@ _RUN_ID_SCHEMA: Final[dict[str, Any]] = {
     "pattern": SEGMENT_PATTERN,
 }
 
-RunId = Annotated[
-    str,
-    Path(
-        description="1 to 512 characters, not blank, no '/' (nor %2F) or control characters",
-        json_schema_extra=_RUN_ID_SCHEMA,
-    ),
-]
+
+async def _path_run_id(
+    request: Request,
+    run_id: Annotated[
+        str,
+        Path(
+            description="1 to 512 characters, not blank, no '/' (nor %2F) or control characters",
+            json_schema_extra=_RUN_ID_SCHEMA,
+        ),
+    ],
+) -> CheckedRunId:
+    return checked_run_id(request.scope, run_id)
+
+
+# A route's `{run_id}`, as the typed value the stores trust: checked once, at the edge, by
+# `RunPathMiddleware` before routing.
+RunId = Annotated[CheckedRunId, Depends(_path_run_id)]
 Pool = Annotated[
     str,
     Path(description="the pool's name (not blank, no '/')", json_schema_extra={"pattern": SEGMENT_PATTERN}),

@@ -79,7 +79,7 @@ _PAGE = DEFAULT_LIST_LIMIT
     summary="Events after a cursor; waits up to timeout_ms (max 30 s) when there are none",
     response_model=shapes.EventPage,
 )
-async def _list_events(
+async def list_events(
     run_id: RunId, svc: _Svc, after: _After = "-1", timeout_ms: _TimeoutMs = 0, limit: _Limit = _PAGE
 ) -> Response:
     with tracing.span("events long-poll wait", run_id=run_id, after=after, timeout_ms=timeout_ms):
@@ -119,7 +119,7 @@ def _cursor(after: str, last_event_id: str) -> tuple[str, str]:
         204: {"description": "the run is finished and nothing is newer than the cursor"},
     },
 )
-async def _stream_events(
+async def stream_events(
     run_id: RunId,
     svc: _Svc,
     after: Annotated[

@@ -24,7 +24,7 @@ _READY_CHECK_TIMEOUT_S = 2.0
 
 
 @router.get("/healthz", summary="Liveness: the process is up (no token needed)")
-async def _healthz() -> shapes.Health:
+async def healthz() -> shapes.Health:
     return {"status": "ok"}
 
 
@@ -34,7 +34,7 @@ async def _healthz() -> shapes.Health:
     description="A client keeps its requests under these; a body over `max_body_bytes` is refused "
     "with 413 `too_large`, whose answer carries `max_body_bytes` too. They hold no data.",
 )
-async def _limits(svc: Annotated[Services, Depends(services)]) -> shapes.Limits:
+async def limits(svc: Annotated[Services, Depends(services)]) -> shapes.Limits:
     return {
         "max_body_bytes": svc.settings.max_body_bytes,
         "max_json_depth": validate.MAX_JSON_DEPTH,
@@ -64,7 +64,7 @@ async def _database_reachable(svc: Services) -> bool:
     response_model=shapes.Readiness,
     responses={503: {"model": shapes.NotReady, "description": "not ready; the body says which part is down"}},
 )
-async def _readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
+async def readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
     checks: dict[str, Any] = {
         "database": await _database_reachable(svc),
         "listener": bool(svc.listener.connected),
@@ -90,5 +90,5 @@ async def _readyz(svc: Annotated[Services, Depends(services)]) -> JSONResponse:
         **error_responses(401, 403),
     },
 )
-async def _metrics(svc: Annotated[Services, Depends(services)]) -> Response:
+async def metrics(svc: Annotated[Services, Depends(services)]) -> Response:
     return Response(svc.metrics.render(), media_type=CONTENT_TYPE)

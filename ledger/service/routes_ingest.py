@@ -125,7 +125,7 @@ async def _json_object_body(request: Request) -> dict[str, Any]:
     responses=error_responses(400, 409, 413),
     openapi_extra={"requestBody": _UPLOAD_REQUEST_BODY},
 )
-async def _status_upload(run_id: RunId, request: Request, svc: _Svc) -> shapes.UploadResult:
+async def status_upload(run_id: RunId, request: Request, svc: _Svc) -> shapes.UploadResult:
     applied = await apply_status_upload(
         svc.db,
         run_id,
@@ -151,7 +151,7 @@ async def _status_upload(run_id: RunId, request: Request, svc: _Svc) -> shapes.U
     summary="Record sheet row outcomes (upsert by table namespace and row key)",
     responses=_WITH_BODY,
 )
-async def _record_sheets(run_id: RunId, body: SheetRows, svc: _Svc) -> shapes.Recorded:
+async def record_sheets(run_id: RunId, body: SheetRows, svc: _Svc) -> shapes.Recorded:
     rows = [row.model_dump() for row in body.rows]
     return {"recorded": await record_sheet_rows(svc.db, run_id, rows)}
 
@@ -159,7 +159,7 @@ async def _record_sheets(run_id: RunId, body: SheetRows, svc: _Svc) -> shapes.Re
 @router.get(
     "/sheets", summary="Per table namespace: completed, failed and total rows", responses=error_responses(404)
 )
-async def _get_sheets(run_id: RunId, svc: _Svc) -> shapes.SheetOutcomes:
+async def get_sheets(run_id: RunId, svc: _Svc) -> shapes.SheetOutcomes:
     return {"outcomes": await sheet_outcomes(svc.db, run_id)}
 
 
@@ -168,10 +168,10 @@ async def _get_sheets(run_id: RunId, svc: _Svc) -> shapes.SheetOutcomes:
     summary="Record durable node observations (newest per invocation wins)",
     responses=_WITH_BODY,
 )
-async def _post_observations(run_id: RunId, body: Observations, svc: _Svc) -> shapes.Recorded:
+async def post_observations(run_id: RunId, body: Observations, svc: _Svc) -> shapes.Recorded:
     return {"recorded": await record_observations(svc.db, run_id, body.observations)}
 
 
 @router.get("/observations", summary="The run's node observations", responses=error_responses(404))
-async def _get_observations(run_id: RunId, svc: _Svc) -> shapes.ObservationList:
+async def get_observations(run_id: RunId, svc: _Svc) -> shapes.ObservationList:
     return {"observations": await list_observations(svc.db, run_id)}

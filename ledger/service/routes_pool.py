@@ -53,18 +53,18 @@ _MinReadyAge = Annotated[
     "pool)",
     responses=_PLACES,
 )
-async def _add_entries(pool: Pool, body: AddEntries, svc: _Svc) -> shapes.Added:
+async def add_entries(pool: Pool, body: AddEntries, svc: _Svc) -> shapes.Added:
     added = await svc.pool.add(pool, body.version, body.ids, body.ttl_ms, body.ready, body.ready_at)
     return {"added": added}
 
 
 @router.get("/entries", summary="List the live entries of a version")
-async def _list_entries(pool: Pool, version: Version, svc: _Svc) -> shapes.PoolEntries:
+async def list_entries(pool: Pool, version: Version, svc: _Svc) -> shapes.PoolEntries:
     return {"entries": await svc.pool.list(pool, version)}
 
 
 @router.delete("/entries", summary="Clear the pool (every version)")
-async def _clear_entries(pool: Pool, svc: _Svc) -> shapes.Deleted:
+async def clear_entries(pool: Pool, svc: _Svc) -> shapes.Deleted:
     return {"deleted": await svc.pool.clear(pool)}
 
 
@@ -82,7 +82,7 @@ async def _clear_entries(pool: Pool, svc: _Svc) -> shapes.Deleted:
         },
     ),
 )
-async def _claim(pool: Pool, body: Claim, svc: _Svc) -> shapes.ClaimResult:
+async def claim(pool: Pool, body: Claim, svc: _Svc) -> shapes.ClaimResult:
     tracing.annotate(pool=pool, version=body.version, run_id=body.run_id)
     # The claim maps the run: its id must be one the run paths can address.
     run_id = validate.run_id("run_id", body.run_id)
@@ -90,7 +90,7 @@ async def _claim(pool: Pool, body: Claim, svc: _Svc) -> shapes.ClaimResult:
 
 
 @router.get("/counts", summary="Available and warming entries of a version")
-async def _counts(
+async def counts(
     pool: Pool, version: Version, svc: _Svc, min_ready_age_ms: _MinReadyAge = 0
 ) -> shapes.PoolCountsBody:
     return await svc.pool.count(pool, version, min_ready_age_ms)
@@ -101,7 +101,7 @@ async def _counts(
     summary="Mark entries ready now (409 `instance_mapped` if one serves a live run)",
     responses=_READIES,
 )
-async def _promote(pool: Pool, body: VersionIds, svc: _Svc) -> shapes.Promoted:
+async def promote(pool: Pool, body: VersionIds, svc: _Svc) -> shapes.Promoted:
     return {"promoted": await svc.pool.promote(pool, body.version, body.ids)}
 
 
@@ -111,10 +111,10 @@ async def _promote(pool: Pool, body: VersionIds, svc: _Svc) -> shapes.Promoted:
     "run)",
     responses=_READIES,
 )
-async def _ready(pool: Pool, body: ReadyEntry, svc: _Svc) -> shapes.Readied:
+async def ready(pool: Pool, body: ReadyEntry, svc: _Svc) -> shapes.Readied:
     return {"ready": await svc.pool.ready(pool, body.version, body.id)}
 
 
 @router.post("/delete", summary="Delete entries of a version", responses=_WITH_BODY)
-async def _delete(pool: Pool, body: VersionIds, svc: _Svc) -> shapes.Deleted:
+async def delete(pool: Pool, body: VersionIds, svc: _Svc) -> shapes.Deleted:
     return {"deleted": await svc.pool.delete(pool, body.version, body.ids)}

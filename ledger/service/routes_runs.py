@@ -46,7 +46,7 @@ _Svc = Annotated[Services, Depends(services)]
 
 
 @router.post("", summary="Open a run (idempotent)", responses=error_responses(400, 413))
-async def _open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
+async def open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
     return await svc.runlog.open_run(body.run_id, body.play_name)
 
 
@@ -55,7 +55,7 @@ async def _open_run(body: OpenRun, svc: _Svc) -> shapes.Run:
     summary="The newest runs (the run_overview view), newest first, a page at a time, optionally only "
     "those of a status, a play or since a time; for `ledger runs`",
 )
-async def _list_runs(
+async def list_runs(
     svc: _Svc,
     limit: Annotated[
         int,
@@ -90,7 +90,7 @@ async def _list_runs(
     " the attempt's resume position",
     responses=error_responses(404),
 )
-async def _get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
+async def get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
     return await svc.runlog.get_run(run_id)
 
 
@@ -99,7 +99,7 @@ async def _get_run(run_id: RunId, svc: _Svc) -> shapes.Run:
     summary="The text of the run's last `tail` log lines, oldest first",
     responses=error_responses(404),
 )
-async def _get_logs(
+async def get_logs(
     run_id: RunId,
     svc: _Svc,
     tail: Annotated[
@@ -117,7 +117,7 @@ async def _get_logs(
     responses=error_responses(400, 404, 409, 413),
     response_model=shapes.AppendedEvents,
 )
-async def _append_events(run_id: RunId, body: AppendEvents, svc: _Svc) -> JsonAnswer:
+async def append_events(run_id: RunId, body: AppendEvents, svc: _Svc) -> JsonAnswer:
     # Valid appends are served by `ledger.service.append_route` with `append_answer`; this route
     # answers the rest (and is what the OpenAPI document describes).
     return await append_answer(svc, run_id, body.events)
@@ -138,7 +138,7 @@ async def append_answer(svc: Services, run_id: str, events: list[dict[str, Any]]
     " another is 409 `terminal`)",
     responses=error_responses(400, 404, 409, 413),
 )
-async def _set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.TerminalStateBody:
+async def set_terminal(run_id: RunId, body: SetTerminal, svc: _Svc) -> shapes.TerminalStateBody:
     return await svc.runlog.set_terminal(
         run_id,
         body.status,
@@ -160,7 +160,7 @@ CANCELLED_BY_OPERATOR = "cancelled by an operator"
     "has ended otherwise; cancelling a cancelled run again changes nothing)",
     responses=error_responses(400, 404, 409, 413),
 )
-async def _cancel_run(run_id: RunId, body: CancelRun, svc: _Svc) -> shapes.TerminalStateBody:
+async def cancel_run(run_id: RunId, body: CancelRun, svc: _Svc) -> shapes.TerminalStateBody:
     # Unlike PUT terminal (the operator's), the run's own token may cancel it: a worker giving up
     # on its run says so, with the reason a person reads on every face.
     stored = await svc.runlog.get_terminal(run_id)
@@ -174,7 +174,7 @@ async def _cancel_run(run_id: RunId, body: CancelRun, svc: _Svc) -> shapes.Termi
     summary="The terminal state, or null while the run is live",
     responses=error_responses(404),
 )
-async def _get_terminal(run_id: RunId, svc: _Svc) -> shapes.TerminalAnswer:
+async def get_terminal(run_id: RunId, svc: _Svc) -> shapes.TerminalAnswer:
     return {"state": await svc.runlog.get_terminal(run_id)}
 
 
@@ -193,7 +193,7 @@ async def _get_terminal(run_id: RunId, svc: _Svc) -> shapes.TerminalAnswer:
         },
     ),
 )
-async def _map_run(run_id: RunId, body: MapRun, svc: _Svc) -> shapes.MapResult:
+async def map_run(run_id: RunId, body: MapRun, svc: _Svc) -> shapes.MapResult:
     return await svc.pool.map_run(run_id, body.instance_id, body.version, body.started)
 
 
@@ -202,10 +202,10 @@ async def _map_run(run_id: RunId, body: MapRun, svc: _Svc) -> shapes.MapResult:
     summary="Block an instance from the run unless it started it",
     responses=error_responses(400, 413),
 )
-async def _block_run(run_id: RunId, body: BlockRun, svc: _Svc) -> shapes.BlockResult:
+async def block_run(run_id: RunId, body: BlockRun, svc: _Svc) -> shapes.BlockResult:
     return await svc.pool.block_run(run_id, body.instance_id, body.version)
 
 
 @router.get("/{run_id}/mapping", summary="The instance serving the run (same version only)")
-async def _resolve_run(run_id: RunId, version: Version, svc: _Svc) -> shapes.ResolvedMapping:
+async def resolve_run(run_id: RunId, version: Version, svc: _Svc) -> shapes.ResolvedMapping:
     return await svc.pool.resolve_run(run_id, version)

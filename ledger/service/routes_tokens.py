@@ -79,7 +79,7 @@ class MintedToken(BaseModel):
     summary="Mint a read or run token (admin only)",
     responses=error_responses(400, 403, 413, notes={403: "Only an admin token may mint."}),
 )
-async def _mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
+async def mint_token(body: MintToken, request: Request, response: Response) -> MintedToken:
     scope, run_id, max_attempt, ttl_s = tokens.check_request(
         body.scope, body.run_id, body.max_attempt, body.ttl_s
     )

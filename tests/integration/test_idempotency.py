@@ -114,9 +114,11 @@ async def append(
 
 
 class LostConnection:
-    """Stands in for `RunLog.append`: optionally appends for real, then loses the connection."""
+    """Stands in for `RunLog.append`: optionally appends for real, then loses the connection the
+    way a store does, the driver's error raised inside one of the database's blocks."""
 
-    def __init__(self, real: Any, *, write_first: bool) -> None:
+    def __init__(self, db: Database, real: Any, *, write_first: bool) -> None:
+        self.db = db
         self.real = real
         self.write_first = write_first
         self.calls = 0
@@ -125,7 +127,8 @@ class LostConnection:
         self.calls += 1
         if self.write_first:
             await self.real(run_id, events)
-        raise psycopg.OperationalError("server closed the connection unexpectedly")
+        async with self.db.connection():
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
 
 
 @pytest.mark.parametrize("write_first", [False, True])
@@ -134,7 +137,7 @@ async def test_a_503_is_never_stored_and_leaves_nothing_written(
 ) -> None:
     svc = services(app)
     await svc.runlog.open_run("r1")
-    failing = LostConnection(svc.runlog.append, write_first=write_first)
+    failing = LostConnection(svc.db, svc.runlog.append, write_first=write_first)
     monkeypatch.setattr(svc.runlog, "append", failing)
     refused = await append(client, "r1", "hello", "k1")
     assert refused.status_code == 503

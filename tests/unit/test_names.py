@@ -84,13 +84,26 @@ def declared_all(relative: str, tree: ast.Module) -> list[str] | None:
     return None
 
 
+ROUTE_DECORATORS = frozenset(
+    f"{owner}.{method}"
+    for owner in ("router", "app")
+    for method in ("get", "post", "put", "patch", "delete", "head", "options", "api_route")
+)
+
+
 def named_by_a_framework(node: ast.stmt) -> bool:
-    """pytest finds its hooks and the plugin's fixtures by their names: those names are their
-    interface, though nothing imports them."""
+    """pytest finds its hooks and the plugin's fixtures by their names, and FastAPI names each
+    operation of the OpenAPI document after its route handler (`get_run` is the operation id
+    `get_run_v1_runs__run_id__get`): those names are their interface, though nothing imports them."""
     if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
-    return node.name.startswith("pytest_") or any(
-        "fixture" in ast.unparse(decorator) for decorator in node.decorator_list
+    decorators = [
+        decorator.func if isinstance(decorator, ast.Call) else decorator for decorator in node.decorator_list
+    ]
+    return (
+        node.name.startswith("pytest_")
+        or any("fixture" in ast.unparse(decorator) for decorator in decorators)
+        or any(ast.unparse(decorator) in ROUTE_DECORATORS for decorator in decorators)
     )
 
 
@@ -154,10 +167,21 @@ def some_fixture() -> None:
 
 def pytest_configure(config: object) -> None:
     pass
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: str) -> None:
+    pass
+
+
+@router_helpers.get("/x")
+def not_a_route() -> None:
+    pass
 """
     assert public_by_accident("m.py", ast.parse(source)) == [
         "m.py: helper_limit is neither in __all__ nor private",
         "m.py: helper is neither in __all__ nor private",
+        "m.py: not_a_route is neither in __all__ nor private",
         "m.py: __all__ lists missing, which it does not define",
     ]
     assert public_by_accident("m.py", ast.parse("def f() -> None:\n    pass\n")) == ["m.py: no __all__"]

@@ -84,23 +84,23 @@ async def _refused(request: Request) -> Response | None:
 
 
 @router.get("/")
-async def _root() -> RedirectResponse:
+async def root() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
 
 
 @router.get("/favicon.ico")
-async def _favicon() -> Response:
+async def favicon() -> Response:
     # Browsers ask for it on every page; there is none, and a 404 would litter their consoles.
     return Response(status_code=204)
 
 
 @router.get("/ui")
-async def _ui_bare() -> RedirectResponse:
+async def ui_bare() -> RedirectResponse:
     return RedirectResponse("/ui/", status_code=307)
 
 
 @router.get("/ui/", response_model=None)
-async def _runs_page(request: Request) -> Response:
+async def runs_page(request: Request) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     options = "".join(
@@ -111,7 +111,7 @@ async def _runs_page(request: Request) -> Response:
 
 
 @router.get("/ui/runs/{run_id}", response_model=None)
-async def _run_page(run_id: str, request: Request, svc: _Svc) -> Response:
+async def run_page(run_id: str, request: Request, svc: _Svc) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     try:
@@ -131,7 +131,7 @@ async def _run_page(run_id: str, request: Request, svc: _Svc) -> Response:
 
 
 @router.get("/ui/pool", response_model=None)
-async def _pool_page(request: Request) -> Response:
+async def pool_page(request: Request) -> Response:
     if (refused := await _refused(request)) is not None:
         return refused
     return page(render("pool.html"), title="Warm pool", script="pool.js", nav=nav("pool"))
@@ -142,12 +142,12 @@ def _sign_in_form(error: str, back_to: str, status_code: int = 200) -> Response:
 
 
 @router.get("/ui/sign-in")
-async def _sign_in_page(request: Request) -> Response:
+async def sign_in_page(request: Request) -> Response:
     return _sign_in_form("", _safe_next(request.query_params.get("next")))
 
 
 @router.post("/ui/sign-in")
-async def _sign_in(request: Request) -> Response:
+async def sign_in(request: Request) -> Response:
     if not same_origin(request):
         error = "This form must be sent from this service's own page."
         return _sign_in_form(error, _HOME, 403)
@@ -167,14 +167,14 @@ async def _sign_in(request: Request) -> Response:
 
 
 @router.post("/ui/sign-out")
-async def _sign_out(request: Request) -> Response:
+async def sign_out(request: Request) -> Response:
     response = _to_sign_in()
     clear_session(response, request)
     return response
 
 
 @router.get("/ui/static/{name}")
-async def _static(name: str) -> Response:
+async def static(name: str) -> Response:
     suffix = name[name.rfind(".") :] if "." in name else ""
     resource = files("ledger.service.ui").joinpath("static", name)
     if suffix not in _STATIC_TYPES or "/" in name or name.startswith(".") or not resource.is_file():
@@ -187,13 +187,13 @@ async def _static(name: str) -> Response:
 
 
 @router.get("/ui/api/pools", dependencies=[Depends(require_token)])
-async def _pools(svc: _Svc) -> dict[str, Any]:
+async def pools(svc: _Svc) -> dict[str, Any]:
     return await data.pools(svc.db)
 
 
 # Last in this module, so every page above matches first: a route added below it would be shadowed.
 @router.get("/ui/{rest:path}", response_model=None, include_in_schema=False)
-async def _no_such_page(rest: str, request: Request) -> Response:
+async def no_such_page(rest: str, request: Request) -> Response:
     """A page a person mistyped (`/ui/pools`) is a page that says so and names the real ones; an
     unknown `/ui/api/…` is the API's JSON 404 like any other endpoint."""
     if rest.startswith("api/"):

@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger import validate
 from ledger.errors import InvalidInput
 from ledger.runlog.events import (
     EVENT_TYPES,
     MAX_RUN_ID_LENGTH,
+    RunId,
     TerminalState,
     check_limit,
     clamp_timeout_ms,
@@ -23,6 +25,7 @@ from ledger.runlog.events import (
     parse_events,
     parse_notify_payload,
     parse_terminal_state,
+    validate_new_run_id,
     validate_run_id,
 )
 
@@ -215,6 +218,42 @@ def test_run_ids() -> None:
         with pytest.raises(InvalidInput) as info:
             validate_run_id(bad)
         assert info.value.field == "run_id"
+
+
+def test_a_checked_run_id_is_typed_and_never_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = validate_run_id("run-1")
+    assert type(checked) is RunId and checked == "run-1"
+    with pytest.raises(InvalidInput) as info:
+        validate_run_id(" ", "run")
+    assert info.value.field == "run"
+    checks: list[object] = []
+    real = validate.run_id
+
+    def counted(field: str, value: object) -> str:
+        checks.append(value)
+        return real(field, value)
+
+    monkeypatch.setattr(validate, "run_id", counted)
+    assert validate_run_id(checked) is checked
+    assert validate_new_run_id(checked) is checked
+    assert checks == []
+    # A plain string (a library caller's) is checked, once.
+    assert type(validate_run_id("run-2")) is RunId
+    assert checks == ["run-2"]
+
+
+def test_a_new_run_id_is_not_a_dot_segment_even_when_checked() -> None:
+    assert type(validate_new_run_id("r")) is RunId
+    assert validate_new_run_id("...") == "..."
+    for dots in (".", ".."):
+        assert validate_run_id(dots) == dots  # a stored run so named stays readable
+        for value in (dots, validate_run_id(dots)):
+            with pytest.raises(InvalidInput) as info:
+                validate_new_run_id(value, "id")
+            assert info.value.field == "id"
+    with pytest.raises(InvalidInput) as info:
+        validate_new_run_id("a/b")
+    assert info.value.field == "run_id"
 
 
 def test_wire_shape_is_flat() -> None:

@@ -1,0 +1,96 @@
+"""A run id is checked once, where it enters: the HTTP edge checks the path's run id and hands the
+routes a `RunId`, which the ingest store and the run log take as it is; a library caller's plain
+string is checked once by the store it calls.
+
+The service runs in process (httpx's ASGI transport, with its lifespan); every call of the rule
+(`ledger.validate.run_id`) is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from ledger import validate
+from ledger.db import Database
+from ledger.ingest.store import apply_status_upload
+from ledger.service.app import create_app
+from ledger.service.settings import ServiceSettings
+
+TOKEN = "in-process-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+async def client(clean_database_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    app: FastAPI = create_app(ServiceSettings(watchdog=False), clean_database_url, [TOKEN])
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://in-process", headers=AUTH) as http:
+            yield http
+
+
+@pytest.fixture
+def run_id_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
+    checked: list[object] = []
+    real = validate.run_id
+
+    def counted(field: str, value: object) -> str:
+        checked.append(value)
+        return real(field, value)
+
+    monkeypatch.setattr(validate, "run_id", counted)
+    yield checked
+
+
+UPLOAD = {
+    "status": "completed",
+    "upload_seq": 1,
+    "live_logs": ["one"],
+    "live_log_total_count": 1,
+    "live_node_progress": {"n1": {"state": "running"}},
+}
+
+
+async def test_a_status_upload_checks_its_run_id_once(
+    client: httpx.AsyncClient, run_id_checks: list[object]
+) -> None:
+    # The first upload opens the run, appends, and ends it: every layer of the run log is crossed.
+    answer = await client.post("/v1/runs/r-once/status", json=UPLOAD)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["terminal_set"] is True
+    assert run_id_checks == ["r-once"]
+    run_id_checks.clear()
+    # A read and an append, likewise.
+    assert (await client.get("/v1/runs/r-once")).status_code == 200
+    assert run_id_checks == ["r-once"]
+
+
+async def test_an_append_served_by_the_fast_route_checks_its_run_id_once(
+    client: httpx.AsyncClient, run_id_checks: list[object]
+) -> None:
+    assert (await client.post("/v1/runs", json={"run_id": "r-append"})).status_code in (200, 201)
+    run_id_checks.clear()
+    answer = await client.post("/v1/runs/r-append/events", json={"events": [{"type": "log", "line": "x"}]})
+    assert answer.status_code == 200, answer.text
+    assert run_id_checks == ["r-append"]
+
+
+async def test_the_edge_still_refuses_a_bad_run_id_and_a_dot_segment(client: httpx.AsyncClient) -> None:
+    bad = await client.post("/v1/runs/a%2Fb/status", json=UPLOAD)
+    assert (bad.status_code, bad.json()["error"]) == (422, "run_id: must not contain '/'")
+    # `%2E%2E` reaches the route as `..`: a run so named could never be addressed again.
+    dots = await client.post("/v1/runs/%2E%2E/status", json=UPLOAD)
+    assert (dots.status_code, dots.json()["error"]) == (
+        422,
+        "run_id: must not be '.' or '..' (a URL path cannot address it)",
+    ), dots.text
+
+
+async def test_a_library_caller_s_string_is_checked_once(db: Database, run_id_checks: list[object]) -> None:
+    answer = await apply_status_upload(db, "r-lib", dict(UPLOAD))
+    assert answer["terminal_set"] is True
+    assert run_id_checks == ["r-lib"]
