@@ -80,7 +80,7 @@ async def test_an_append_is_one_statement(statements: Statements) -> None:
 
 
 @pytest.mark.parametrize("changed", [1, NODES])
-async def test_an_upload_is_the_position_read_then_one_transaction_of_four_statements(
+async def test_an_upload_is_the_position_read_then_a_transaction_of_three_statements(
     statements: Statements, changed: int
 ) -> None:
     # The position read (autocommit), then BEGIN, the run's lock, the append, the state, COMMIT.
