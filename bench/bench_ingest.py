@@ -11,7 +11,8 @@ client per run:
 - 1,000 new log lines per upload (a full tail, no node progress),
 - a late duplicate of a 1,000-node upload (absorbed: one read of the run's upload position, the
   body is not validated), without and with the heartbeat (`last_checkpoint_at`: one more write),
-- all 50 nodes of a 50-node upload change.
+- all 50 nodes of a 50-node upload change,
+- one node of a 50-node upload changes (a progress tick: the shape a worker sends most).
 
 Then how the cost of an upload grows with its node count (every node changed, 10 / 100 / 1,000
 nodes: `node_growth`), and, unless `--no-http`, the 50-node upload and the late duplicate over
@@ -195,6 +196,7 @@ async def measure(url: str, seconds: float) -> list[tuple[str, str, str, str]]:
             ("late duplicate of a 1,000-node upload", "dup", duplicate, (1, 4)),
             ("the same with its heartbeat", "dupbeat", duplicate_with_heartbeat, (1, 4)),
             ("50 nodes, all changed", "n50", progress(50, nodes=50), (1, 4)),
+            ("50 nodes, 1 changed (a progress tick)", "tick", progress(1, nodes=50), (1, 4)),
         ):
             for clients in widths:
                 uploads, events = await scenario(db, name, build, clients, seconds)

@@ -179,6 +179,19 @@ class Suite:
                 )
             )
             ours, _ = await bench_ingest.scenario(db, "n50", bench_ingest.progress(50, nodes=50), 1, seconds)
+            tick, _ = await bench_ingest.scenario(db, "tick", bench_ingest.progress(1, nodes=50), 1, seconds)
+        # The upload shape a worker sends most: one node of its map moved (one step.progress event).
+        raw_tick = await asyncio.to_thread(baselines.append_rate, self.bin_dir, self.url, 1, 1, seconds)
+        self.add(
+            Measure(
+                "ingestion: progress tick, 1 of 50 nodes changed",
+                "uploads/s",
+                "rate",
+                tick,
+                raw_tick,
+                "pgbench: one-statement append with NOTIFY",
+            )
+        )
         raw = await asyncio.to_thread(baselines.append_rate, self.bin_dir, self.url, 1, 50, seconds)
         self.n50_raw = raw / 50
         self.add(

@@ -57,7 +57,7 @@ from ledger.ingest.rules import (
     plan_upload,
     upload_key,
 )
-from ledger.runlog.events import TerminalState, validate_run_id
+from ledger.runlog.events import NewEvent, TerminalState, validate_run_id
 from ledger.runlog.steps import settle_steps
 from ledger.runlog.store import (
     DEFAULT_MAX_EVENTS_PER_RUN,
@@ -177,7 +177,12 @@ async def apply_status_upload(
             if plan.duplicate:
                 return _answer(plan, run, terminal_set=False)
             if plan.events:
-                await append_in_transaction(conn, run, plan.events, max_events_per_run=max_events_per_run)
+                # The plan's events are built from the upload checked above: appended as they are.
+                batch = [
+                    NewEvent(event["type"], {key: value for key, value in event.items() if key != "type"})
+                    for event in plan.events
+                ]
+                await append_in_transaction(conn, run, batch, max_events_per_run=max_events_per_run)
             await _store_state(conn, run_id, plan, parsed.status)
             # The plan settled the steps the upload leaves open; the terminal path finds none.
             run["live_node_progress"] = plan.state.live_node_progress

@@ -25,6 +25,7 @@ EXPECTED = (
     "commit → wake, 100 waiters on one run, p50",
     "commit → wake, 100 waiters on one run, p99",
     "ingestion: late duplicate of a 1,000-node upload",
+    "ingestion: progress tick, 1 of 50 nodes changed",
     "ingestion: 50-node upload, every node changed",
     "HTTP append, 8 clients (one event per request)",
     "HTTP append, 8 clients, bare asyncio client",
