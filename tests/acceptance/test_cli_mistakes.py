@@ -250,7 +250,7 @@ def test_an_unreachable_ledger_says_so_at_once_then_gives_up_at_the_deadline(
     assert result.returncode == EXIT_LEDGER
     assert "Traceback" not in result.stderr
     first, last = result.stderr.strip().splitlines()
-    assert first.startswith(f"ledger {args[0]}")
+    assert first.startswith(f"Error: ledger {args[0]}: ")
     assert f"cannot reach the ledger service at {url}" in first and "LEDGER_URL" in first
     assert "retrying for up to 1 s (--deadline)" in first
     assert last.startswith("Error: gave up after 1 s:") and url in last
@@ -309,9 +309,9 @@ def test_report_to_an_unreachable_ledger_says_so_at_once_and_exits_5_at_the_dead
     assert result.returncode == EXIT_UPLOAD_FAILED
     assert "Traceback" not in result.stderr
     first, last = result.stderr.strip().splitlines()
-    assert first.startswith(f"ledger report: cannot reach the ledger at {url}") and "LEDGER_URL" in first
+    assert first.startswith(f"Error: cannot reach the ledger at {url}") and "LEDGER_URL" in first
     assert "--deadline" in first
-    assert last.startswith("ledger report: the final upload for run")
+    assert last.startswith("Error: the final upload for run")
 
 
 def test_report_prints_the_first_failure_while_it_keeps_retrying(tmp_path: Path, closed_port: int) -> None:

@@ -100,7 +100,7 @@ def test_a_run_without_a_result_says_why_then_sums_up(
     assert done.returncode == EXIT_NO_RESULT, done.stderr
     said = done.stderr.splitlines()
     assert said == [
-        f"ledger report: no result line: run {run_id} was reported failed",
+        f"Error: no result line: run {run_id} was reported failed",
         f"ledger report: run {run_id} failed: 0 of 2 steps completed (1 failed, 1 not run); "
         "every line was used",
     ]
