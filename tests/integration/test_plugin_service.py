@@ -4,7 +4,10 @@ settings and tokens `ledger serve` would take from the environment, stopped for 
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -72,3 +75,21 @@ def test_with_an_empty_token_list_the_token_is_the_one_stored_in_its_data_dir(
             assert http.get("/v1/runs").status_code == 200
     finally:
         service.stop()
+
+
+def test_a_worker_in_a_subprocess_reports_to_the_plugins_service(
+    ledger_service: Service, ledger_client: LedgerClient, tmp_path: Path
+) -> None:
+    # docs/testing.md's example, as written there: the worker gets the service's address and token
+    # in the variables every `ledger` command reads.
+    env = {**os.environ, "LEDGER_URL": ledger_service.url, "LEDGER_TOKEN": ledger_service.token}
+    events = [{"type": "log", "line": "hello"}, {"type": "result", "status": "completed"}]
+    subprocess.run(
+        [sys.executable, "-m", "ledger.cli", "report", "--run-id", "plugin-worker-1"],
+        input="".join(json.dumps(event) + "\n" for event in events),
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    )
+    assert ledger_client.get_terminal("plugin-worker-1")["status"] == "completed"
