@@ -34,6 +34,12 @@ the runner may still be writing.
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
 
+What it prints on stderr: a line that says why it fails (an exit code above, but 11 and 130), and
+the first failure to reach the ledger, starts with `Error:`; the others, notices, with
+`ledger report:` (`report_words.Failing` tells them apart). Its input is read in
+`ledger.cli.report_input`, its words are in `ledger.cli.report_words`, its signals in
+`ledger.cli.report_signals`.
+
 The exit code is what the ledger holds: when the final upload's outcome is unknown at the deadline
 (no answer yet), no further request starts, the one in flight is waited for (at most
 `reporter.uploader.IN_FLIGHT_WAIT_S`, then cancelled) and the ledger is asked how the run stands
