@@ -177,9 +177,17 @@ def serve_in_process(database_url: str, work_dir: Path, **env_overrides: str) ->
         thread=thread,
         handler=handler,
     )
+
+    def gone() -> str | None:
+        if thread.is_alive():
+            return None
+        # uvicorn logs a failed start (the database unreachable, say) rather than raising it.
+        how = f" ({failures[0]!r})" if failures else ""
+        return f"it stopped{how}; its log:\n{service.log()}"
+
     thread.start()
     try:
-        _wait_ready(service.url, lambda: None if thread.is_alive() else f"it stopped ({failures!r})")
+        _wait_ready(service.url, gone)
     except BaseException:
         service.stop()
         raise
