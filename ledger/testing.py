@@ -16,10 +16,11 @@ template database migrated to head per schema version, cloned into one database 
 and dropped at the end.
 
 Fixtures: `pg_admin_url` (may create databases), `database_url` (this worker's migrated database),
-`clean_database_url` (the same, every ledger table emptied first), `ledger_service` (a real
-`ledger serve` on that database, one per session: `.url`, `.token`), `ledger_client` (a
-`ledger.client.LedgerClient` on it); `ledger_service_env` is the service's extra environment, for
-a project to override. Marker: `own_postgres`.
+`clean_database_url` (the same, every ledger table emptied first), `ledger_service` (the real
+service on that database, one per session, served from the test process: `.url`, `.token`;
+`ledger.testing_service` says why and has `start_server` for a `ledger serve` subprocess),
+`ledger_client` (a `ledger.client.LedgerClient` on it); `ledger_service_env` is the service's
+extra environment, for a project to override. Marker: `own_postgres`.
 
 `BackendUnavailable` stays here rather than in `ledger.errors`: only this plugin raises it, at
 session start, where it becomes pytest's usage error.
@@ -30,12 +31,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -43,13 +38,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
-import httpx
 import psycopg
 import pytest
 from psycopg import sql
 
 from ledger.config import validate_database_url
 from ledger.errors import ConfigError
+from ledger.testing_service import (
+    InProcessService,
+    Server,
+    Service,
+    free_port,
+    serve_in_process,
+    start_server,
+    stop_server,
+)
 from ledger.text import one_line
 
 if TYPE_CHECKING:
@@ -66,7 +69,9 @@ __all__ = [
     "BackendUnavailable",
     "Container",
     "ContainerFactory",
+    "InProcessService",
     "Server",
+    "Service",
     "check_url",
     "choose_backend",
     "clone_database",
@@ -83,6 +88,7 @@ __all__ = [
     "psycopg_url",
     "redact",
     "reused_server_dir",
+    "serve_in_process",
     "start_server",
     "stop_server",
     "with_database",
@@ -325,16 +331,14 @@ def with_database(url: str, database: str) -> str:
 
 
 def _schema_fingerprint() -> str:
-    from alembic.script import ScriptDirectory
-
-    from ledger import migrate
-
-    versions = Path(ScriptDirectory.from_config(migrate.alembic_config("")).versions)
+    package = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    # The migrations load the functions and views from `ledger/sql/`: those are the schema too.
+    # The migrations (read where `ledger.migrate` points Alembic, without importing Alembic: a
+    # session whose template exists never needs it) and the functions and views they load from
+    # `ledger/sql/`: those are the schema too.
     for path in [
-        *sorted(versions.glob("*.py")),
-        *sorted((Path(__file__).resolve().parent / "sql").glob("*.sql")),
+        *sorted((package / "migrations" / "versions").glob("*.py")),
+        *sorted((package / "sql").glob("*.sql")),
     ]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
@@ -342,8 +346,6 @@ def _schema_fingerprint() -> str:
 
 def ensure_template(admin_url: str) -> str:
     """A database migrated to head, made once per schema version and reused across runs."""
-    from ledger import migrate
-
     name = f"ledger_tpl_{_schema_fingerprint()}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         # Serialise xdist workers (and concurrent sessions) building the same template.
@@ -354,6 +356,8 @@ def ensure_template(admin_url: str) -> str:
                 building = name + "_building"
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(building)))
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+                from ledger import migrate
+
                 migrate.upgrade(with_database(admin_url, building))
                 conn.execute(
                     sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
@@ -394,110 +398,6 @@ def delete_all_rows(url: str) -> None:
     with psycopg.connect(url) as conn:
         for table in ALL_TABLES:
             conn.execute(f"DELETE FROM {table.fullname}")
-
-
-# --- a running service ------------------------------------------------------------------------
-
-_SERVER_START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass(kw_only=True)
-class Server:
-    """A `ledger serve` subprocess: where it listens, the token it accepts, its log."""
-
-    process: subprocess.Popen[bytes]
-    url: str
-    token: str
-    log_path: Path
-
-    @property
-    def base_url(self) -> str:
-        """The same as `url`."""
-        return self.url
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-    def client(self, **kwargs: Any) -> httpx.Client:
-        """A plain httpx client with the token (for requests `LedgerClient` would not send)."""
-        kwargs.setdefault("timeout", 30)
-        return httpx.Client(base_url=self.url, headers=self.headers, **kwargs)
-
-    def async_client(self, **kwargs: Any) -> httpx.AsyncClient:
-        kwargs.setdefault("timeout", 30)
-        return httpx.AsyncClient(base_url=self.url, headers=self.headers, **kwargs)
-
-    def log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-
-def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Server:
-    """Start `python -m ledger.cli serve` on a free port and wait until `/readyz` answers 200.
-
-    The service gets a token of its own in `LEDGER_API_TOKENS` unless `env_overrides` sets that
-    variable; set to "" the service generates one, which is read from its data dir
-    (`work_dir/data`). The process's output goes to `work_dir/server.log`.
-    """
-    from ledger.auth import API_TOKENS_VAR, configured_tokens, read_token_file, token_file
-
-    port = free_port()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    log_path = work_dir / "server.log"
-    env = {
-        **os.environ,
-        "LEDGER_DATABASE_URL": database_url,
-        "LEDGER_DATA_DIR": str(work_dir / "data"),
-        API_TOKENS_VAR: secrets.token_urlsafe(24),
-        **env_overrides,
-    }
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-            cwd=work_dir,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-    tokens = configured_tokens(env)
-    server = Server(
-        process=process, url=f"http://127.0.0.1:{port}", token=tokens[0] if tokens else "", log_path=log_path
-    )
-    deadline = time.monotonic() + _SERVER_START_TIMEOUT_S
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"ledger serve exited with {process.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(server.url + "/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            stop_server(server)
-            raise RuntimeError(f"ledger serve not ready after {_SERVER_START_TIMEOUT_S}s:\n{server.log()}")
-        time.sleep(0.1)
-    if not server.token:
-        server.token = read_token_file(token_file(work_dir / "data")) or ""
-    return server
-
-
-def stop_server(server: Server, timeout: float = 20.0) -> int:
-    """SIGTERM (graceful shutdown), then SIGKILL if it does not exit in time; the exit code."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-    return server.process.returncode
 
 
 def _worker_id() -> str:
@@ -624,25 +524,26 @@ def clean_database_url(database_url: str) -> str:
 
 @pytest.fixture(scope="session")
 def ledger_service_env() -> dict[str, str]:
-    """Extra environment of the `ledger_service` process (e.g. `LEDGER_SSE_KEEPALIVE_S`);
-    override this fixture in a conftest to change it. Empty by default."""
+    """Extra environment of the `ledger_service` (e.g. `LEDGER_SSE_KEEPALIVE_S`), over this
+    process's; override this fixture in a conftest to change it. Empty by default."""
     return {}
 
 
 @pytest.fixture(scope="session")
 def ledger_service(
     database_url: str, ledger_service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    """A running `ledger serve` on this worker's database, one per session: `.url`, `.token`."""
-    server = start_server(database_url, tmp_path_factory.mktemp("ledger-service"), **ledger_service_env)
+) -> Iterator[Service]:
+    """The ledger service on this worker's database, one per session, served from the test
+    process (`serve_in_process`): `.url`, `.token`."""
+    service = serve_in_process(database_url, tmp_path_factory.mktemp("ledger-service"), **ledger_service_env)
     try:
-        yield server
+        yield service
     finally:
-        stop_server(server)
+        service.stop()
 
 
 @pytest.fixture
-def ledger_client(ledger_service: Server) -> Iterator[LedgerClient]:
+def ledger_client(ledger_service: Service) -> Iterator[LedgerClient]:
     """A `LedgerClient` on `ledger_service`, closed after the test."""
     from ledger.client import LedgerClient
 

@@ -280,7 +280,7 @@ class EventFolder:
                 "completed_rows": completed,
                 "artifact_table_namespace": ref.artifact_table_namespace,
                 "started_at": current.started_at if current.started_at is not None else self.state.now_ms(),
-                "message": rows_processed_message(completed, effective_total),
+                "message": rows_processed_message(settled, effective_total),
             },
         )
 
@@ -308,7 +308,7 @@ class EventFolder:
             (waiting if waiting > 0 else 0) if total > 0 else None,
             completed,
             None,
-            calls_in_flight_message(active, completed, total),
+            calls_in_flight_message(active, settled, total),
         )
 
     # -- execution events -------------------------------------------------------------------------
@@ -474,9 +474,8 @@ class EventFolder:
         settled = done + facts.failed
         total = facts.total
         self.lifecycle.on_map_started(facts.node_id)
-        message = (
-            "Preparing durable table..." if kind == "map.preparing" else rows_processed_message(done, total)
-        )
+        preparing = kind == "map.preparing"
+        message = "Preparing durable table..." if preparing else rows_processed_message(settled, total)
         self.state.set_node_progress(
             facts.node_id,
             {
@@ -503,7 +502,7 @@ class EventFolder:
                 "total": facts.total,
                 "completed_rows": completed,
                 "artifact_table_namespace": facts.namespace,
-                "message": rows_processed_message(completed, facts.total),
+                "message": rows_processed_message(completed + facts.failed, facts.total),
             },
         )
 
@@ -549,7 +548,7 @@ class EventFolder:
             waiting if progress_total > 0 else None,
             completed,
             namespace,
-            rows_processed_message(completed, progress_total),
+            rows_processed_message(settled, progress_total),
         )
 
 

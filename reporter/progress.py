@@ -183,22 +183,24 @@ def settled_map_patch(
         "active_rows": 0,
         "waiting_rows": 0,
         "completed_rows": completed,
-        "message": rows_processed_message(completed, total if total > 0 else None),
+        "message": rows_processed_message(completed + failed, total if total > 0 else None),
     }
 
 
-def rows_processed_message(completed: int, total: int | None) -> str | None:
-    """``1,234 / 10,000 rows processed``; None when there is no positive total."""
+def rows_processed_message(processed: int, total: int | None) -> str | None:
+    """``1,234 / 10,000 rows processed``, the rows processed being those that completed and those
+    that failed (every face says the failed ones apart); None when there is no positive total."""
     if total is None or total <= 0:
         return None
-    return f"{grouped(completed if completed > 0 else 0)} / {grouped(total)} rows processed"
+    return f"{grouped(processed if processed > 0 else 0)} / {grouped(total)} rows processed"
 
 
-def calls_in_flight_message(active_rows: int, completed_rows: int, total_rows: int) -> str:
-    """``8 calls in flight · 1,234 / 10,000 rows processed`` (the tail only with a total)."""
+def calls_in_flight_message(active_rows: int, processed_rows: int, total_rows: int) -> str:
+    """``8 calls in flight · 1,234 / 10,000 rows processed`` (the tail only with a total; processed:
+    completed or failed)."""
     head = f"{grouped(active_rows)} calls in flight"
     if total_rows > 0:
-        return f"{head} · {grouped(completed_rows)} / {grouped(total_rows)} rows processed"
+        return f"{head} · {grouped(processed_rows)} / {grouped(total_rows)} rows processed"
     return head
 
 

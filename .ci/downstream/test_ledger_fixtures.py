@@ -5,11 +5,11 @@ from __future__ import annotations
 import psycopg
 
 from ledger.client import LedgerClient
-from ledger.testing import Server
+from ledger.testing import Service
 
 
 def test_a_run_through_the_plugins_service(
-    ledger_client: LedgerClient, ledger_service: Server, database_url: str
+    ledger_client: LedgerClient, ledger_service: Service, database_url: str
 ) -> None:
     ledger_client.open_run("downstream-1", play_name="smoke")
     ledger_client.append_events("downstream-1", [{"type": "log", "line": "hello"}])

@@ -21,12 +21,12 @@ import click
 from rich.console import Console
 
 from ledger import tokens
-from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
 from ledger.cli import render
-from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError
+from ledger.cli.exits import EXIT_LEDGER, EXIT_TOKEN, CliError, token_refused
 from ledger.cli.shown import shown
 from ledger.client import URL_VAR, LedgerClient, RetryPolicy, service_url
 from ledger.errors import LedgerError, LedgerUnavailable, NotFound, Unauthorized
+from ledger.text import one_line
 
 __all__ = [
     "COMMANDS",
@@ -47,8 +47,7 @@ def _now_ms() -> int:
 def _one_line(exc: BaseException) -> str:
     """The error's text with its notes (the HTTP status and request), on one line."""
     notes = getattr(exc, "__notes__", None) or []
-    text = f"{exc} ({'; '.join(notes)})" if notes else str(exc)
-    return " ".join(text.split())
+    return one_line(f"{exc} ({'; '.join(notes)})" if notes else exc)
 
 
 def _unreachable_hint(exc: BaseException) -> str:
@@ -71,20 +70,6 @@ def deadline_option(default: float = _DEFAULT_DEADLINE_S) -> Callable[[_F], _F]:
     )
 
 
-def _token_refused(exc: Unauthorized, url: str, needs: str) -> CliError:
-    """The one line for a refused token: what the service said, and which token would do."""
-    if exc.status == 403:
-        # The service's reason names the token's scope and what this request needs instead.
-        advice = f"set {CLIENT_TOKEN_VAR} to such a token"
-    else:
-        advice = (
-            f"this command needs {needs}: set {CLIENT_TOKEN_VAR} to one (an admin token is one of "
-            f"the service's {API_TOKENS_VAR} or its api-token file; `ledger token create` mints the others)"
-        )
-    refused = f"the ledger service at {url} refused the API token ({_one_line(exc)})"
-    return CliError(f"{refused}; {advice}", EXIT_TOKEN)
-
-
 @contextmanager
 def _client(
     deadline_s: float = _DEFAULT_DEADLINE_S, *, needs: str = "a read token or an admin token"
@@ -101,7 +86,7 @@ def _client(
             printed.append(exc)
             click.echo(
                 shown(
-                    f"{name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to "
+                    f"Error: {name}: {_one_line(exc)}{_unreachable_hint(exc)}; retrying for up to "
                     f"{deadline_s:g} s (--deadline)",
                     markup=False,
                 ),
@@ -112,7 +97,8 @@ def _client(
         with LedgerClient.from_env(retry=RetryPolicy.until(deadline_s, first_failure)) as client:
             yield client
     except Unauthorized as exc:
-        raise _token_refused(exc, url, needs) from None
+        refused = token_refused(_one_line(exc), exc.status, url=url, needs=needs, command="this command")
+        raise CliError(refused, EXIT_TOKEN) from None
     except LedgerUnavailable as exc:
         given_up = f"gave up after {deadline_s:g} s: " if printed else ""
         raise CliError(given_up + _one_line(exc) + _unreachable_hint(exc), EXIT_LEDGER) from None

@@ -11,6 +11,7 @@ from typing import Final
 import click
 
 from ledger.cli.shown import shown
+from ledger.text import one_line
 
 __all__ = [
     "EXIT_ADDRESS",
@@ -26,6 +27,7 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "first_line",
+    "token_refused",
     "usage_line",
 ]
 
@@ -60,17 +62,33 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
         # The message may quote the ledger's data or a runner's text: printed as `shown` says.
-        super().__init__(" ".join(shown(message, markup=False).split()))
+        super().__init__(one_line(shown(message, markup=False)))
         # click declares it a class variable; each error here has its own.
         self.exit_code = exit_code  # type: ignore[misc]
 
 
 def first_line(exc: BaseException) -> str:
     """The first line of the error's text (libpq's answers add a hint on a second line)."""
-    text = str(exc).strip()
-    return (text.splitlines() or [type(exc).__name__])[0].strip()
+    return one_line((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def usage_line(message: str) -> str:
     """A usage mistake's message on one line (click's may span several)."""
-    return " ".join(message.split())
+    return one_line(message)
+
+
+def token_refused(said: str, status: int | None, *, url: str | None, needs: str, command: str) -> str:
+    """The line for a token the ledger (at `url`, when known) refused: what it said (`said`, its
+    answer's text), and which token would do. A 403's answer names that itself; otherwise `command`
+    needs `needs`."""
+    from ledger.auth import API_TOKENS_VAR, CLIENT_TOKEN_VAR
+
+    if status == 403:
+        advice = f"set {CLIENT_TOKEN_VAR} to such a token"
+    else:
+        advice = (
+            f"{command} needs {needs}: set {CLIENT_TOKEN_VAR} to one (an admin token is one of the "
+            f"service's {API_TOKENS_VAR} or its api-token file; `ledger token create` mints the others)"
+        )
+    where = "the ledger service" if url is None else f"the ledger service at {url}"
+    return f"{where} refused the API token ({one_line(said)}); {advice}"

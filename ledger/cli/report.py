@@ -34,6 +34,12 @@ the runner may still be writing.
 An unreachable ledger (`LEDGER_URL`) is printed at once, as one line, the first time a request
 fails; uploads keep being retried, quietly, until `--deadline` seconds after the input ends.
 
+What it prints on stderr: a line that says why it fails (an exit code above, but 11 and 130), and
+the first failure to reach the ledger, starts with `Error:`; the others, notices, with
+`ledger report:` (`report_words.Failing` tells them apart). Its input is read in
+`ledger.cli.report_input`, its words are in `ledger.cli.report_words`, its signals in
+`ledger.cli.report_signals`.
+
 The exit code is what the ledger holds: when the final upload's outcome is unknown at the deadline
 (no answer yet), no further request starts, the one in flight is waited for (at most
 `reporter.uploader.IN_FLIGHT_WAIT_S`, then cancelled) and the ledger is asked how the run stands
@@ -46,30 +52,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
-import os
-import shlex
-import signal
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import click
-import httpx
 
 from ledger import tracing
-from ledger.auth import CLIENT_TOKEN_VAR, client_token
+from ledger.auth import client_token
 from ledger.cli.exits import (
-    EXIT_INTERRUPTED,
     EXIT_NEEDS_RESUME,
     EXIT_REPORT_INTERRUPTED,
     EXIT_TOKEN,
     EXIT_USAGE,
     CliError,
+    token_refused,
+)
+from ledger.cli.report_input import feed, read_lines
+from ledger.cli.report_signals import resume_command, signals
+from ledger.cli.report_words import (
+    Failing,
+    FirstFailure,
+    ReporterLog,
+    reporter_log,
+    summary_line,
+    upload_failure,
 )
 from ledger.cli.shown import shown
 from ledger.client import URL_VAR, service_url
@@ -77,11 +86,11 @@ from ledger.errors import (
     DuplicateUpload,
     LedgerError,
     LedgerFailure,
-    LedgerUnavailable,
     RunTerminal,
     StaleAttempt,
     Unauthorized,
 )
+from ledger.text import one_line
 from reporter import HttpTransport, ProgressReporter
 from reporter.lines import decode_line
 from reporter.pipeline import contract_problem
@@ -126,142 +135,10 @@ TRUTH_WAIT_S = 5.0
 _TRUTH_POLL_S = 0.5
 # How long an interrupted reporter has to land what it holds before it exits anyway.
 INTERRUPT_GRACE_S = 5.0
-# Between two yields of the input loop to the uploads (lines arriving faster than they are read
-# would otherwise hold the event loop until the input pauses).
-_YIELD_EVERY = 256
-# How many unreadable lines `ledger report` describes one by one before it only counts them.
-_DESCRIBED_SKIPS = 3
 _T = TypeVar("_T")
 NO_RESULT_LINE = (
     "[ledger report] the runner's event stream ended without a result; the run is reported failed"
 )
-
-
-class _FirstFailure:
-    """Says the first failure to reach the ledger at once, as one line, and keeps the retries
-    after it quiet: the person watching learns of a wrong `LEDGER_URL` now, not at the deadline."""
-
-    def __init__(self, url: str, deadline_s: float, warn: Callable[[str], None]) -> None:
-        self.url, self.deadline_s, self.warn = url, deadline_s, warn
-        self.said = False
-
-    def __call__(self, problem: BaseException) -> None:
-        if self.said:
-            return
-        self.said = True
-        cause = problem.__cause__
-        if isinstance(problem, LedgerUnavailable) and problem.status is not None:
-            what = f"the ledger at {self.url} answered {problem.status}"
-        elif isinstance(cause, httpx.HTTPError):
-            what = f"cannot reach the ledger at {self.url} ({type(cause).__name__}: {cause})"
-        else:
-            what = " ".join(str(problem).split())
-        self.warn(
-            f"{what}; check {URL_VAR}. Retrying until {self.deadline_s:g} s after the input ends (--deadline)"
-        )
-
-
-class _ReporterLog(logging.Handler):
-    """The reporter's warnings as `ledger report:` lines, the retries of an unreachable ledger
-    only through `_FirstFailure` (once)."""
-
-    def __init__(self, warn: Callable[[str], None], first_failure: _FirstFailure) -> None:
-        super().__init__(logging.WARNING)
-        self.warn, self.first_failure = warn, first_failure
-
-    def emit(self, record: logging.LogRecord) -> None:
-        args = record.args if isinstance(record.args, tuple) else ()
-        fault = next((a for a in args if isinstance(a, LedgerUnavailable)), None)
-        if fault is not None:
-            self.first_failure(fault)
-        else:
-            self.warn(record.getMessage())
-
-
-@contextlib.contextmanager
-def _reporter_log(handler: logging.Handler) -> Iterator[None]:
-    logger = logging.getLogger("reporter")
-    propagate = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
-
-
-async def _read_lines(stream: IO[str], *, buffered: int = 10_000) -> AsyncIterator[str]:
-    """Lines of a blocking text stream, read on a thread so the event loop keeps uploading.
-
-    At most `buffered` lines wait in memory (the reader blocks beyond that); when the consumer
-    stops early (the ``result`` line came), the reader thread winds down on its own.
-    """
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-    slots = threading.Semaphore(buffered)
-    stop = threading.Event()
-    failures: list[Exception] = []
-
-    def post(item: str | None) -> bool:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            return False
-        return True
-
-    def pump() -> None:
-        try:
-            for line in stream:
-                while not slots.acquire(timeout=0.2):
-                    if stop.is_set():
-                        return
-                if stop.is_set() or not post(line):
-                    return
-        except (OSError, ValueError) as exc:  # ValueError covers undecodable input
-            failures.append(exc)
-        finally:
-            post(None)
-
-    threading.Thread(target=pump, name="ledger-report-stdin", daemon=True).start()
-    try:
-        while (line := await queue.get()) is not None:
-            slots.release()
-            yield line
-    finally:
-        stop.set()
-    if failures:
-        raise OSError(f"cannot read the input: {failures[0]}")
-
-
-async def _feed(
-    reporter: ProgressReporter, lines: AsyncIterator[str], warn: Callable[[str], None], skipped: list[int]
-) -> dict[str, Any] | None:
-    """Fold every event line into `reporter`; return the ``result`` event (None if there was none).
-    The first `_DESCRIBED_SKIPS` lines that are not JSON objects are described, the rest counted in
-    `skipped` (the summary line says how many): a runner printing junk cannot flood the terminal."""
-    number = 0
-    async for raw in lines:
-        number += 1
-        if number % _YIELD_EVERY == 0:
-            await asyncio.sleep(0)
-        text = raw.strip()
-        if not text:
-            continue
-        event, problem = decode_line(text)
-        if problem is None and not isinstance(event, dict):
-            problem = "not a JSON object"
-        if problem is not None:
-            skipped[0] += 1
-            if skipped[0] <= _DESCRIBED_SKIPS:
-                more = " (the others are only counted)" if skipped[0] == _DESCRIBED_SKIPS else ""
-                warn(f"line {number}: {problem}; skipped{more}")
-            continue
-        assert isinstance(event, dict)
-        if event.get("type") == "result":
-            return event
-        reporter.on_runner_event(event)
-    return None
 
 
 async def _until(
@@ -314,7 +191,7 @@ async def report(
             _, signal_name = await _until(reporter.resume(deadline_s=deadline_s), interrupted, stopped)
         if signal_name is None and not reporter.stopped:
             try:
-                feeding = _feed(reporter, lines, warn, skipped)
+                feeding = feed(reporter, lines, warn, skipped)
                 result, signal_name = await _until(feeding, interrupted, stopped)
             except OSError as exc:
                 warn(str(exc))
@@ -341,22 +218,27 @@ async def report(
                 return EXIT_REPORT_INTERRUPTED
         return ending.result()
     except StaleAttempt as exc:
-        warn(f"a newer attempt owns run {reporter.run_id}: {exc}")
+        warn(Failing(f"a newer attempt owns run {reporter.run_id}: {exc}"))
         return EXIT_STALE
     except RunTerminal as exc:
-        warn(terminal_message(reporter.run_id, exc.terminal) if exc.terminal else str(exc))
+        warn(Failing(terminal_message(reporter.run_id, exc.terminal) if exc.terminal else str(exc)))
         return EXIT_TERMINAL
     except Unauthorized as exc:
-        warn(_token_refused(reporter.run_id, exc))
+        url = reporter.transport.base_url if isinstance(reporter.transport, HttpTransport) else None
+        needs = f"a run token for run {reporter.run_id} or an admin token"
+        refused = token_refused(str(exc), exc.status, url=url, needs=needs, command="ledger report")
+        warn(Failing(f"{refused}. Nothing more was read"))
         return EXIT_TOKEN
     except DuplicateUpload as exc:
         if await _run_status(reporter) == "interrupted":
             warn(
-                f"run {reporter.run_id} was interrupted and waits for a reporter that resumes it; "
-                f"continue it with: {resume_command}"
+                Failing(
+                    f"run {reporter.run_id} was interrupted and waits for a reporter that resumes it; "
+                    f"continue it with: {resume_command}"
+                )
             )
             return EXIT_NEEDS_RESUME
-        warn(str(exc))
+        warn(Failing(str(exc)))
         return EXIT_UPLOAD_FAILED
     except (LedgerFailure, TimeoutError) as exc:
         failure = exc
@@ -371,7 +253,8 @@ async def report(
     # Only a failed upload gets here (every other way out returned): its outcome may be unknown.
     assert failure is not None
     if not await _ended_as_reported(reporter, decided.reported, failure):
-        warn(f"the final upload for run {reporter.run_id} failed: {_reason(failure, deadline_s)}")
+        why = upload_failure(failure, deadline_s)
+        warn(Failing(f"the final upload for run {reporter.run_id} failed: {why}"))
         return EXIT_UPLOAD_FAILED
     return _verdict(reporter, decided, warn)
 
@@ -430,61 +313,14 @@ def _verdict(reporter: ProgressReporter, decided: _Ending, warn: Callable[[str],
     end as the runner said, then the one summary line."""
     code = EXIT_OK
     if decided.missing:
-        warn(f"no result line: run {reporter.run_id} was reported failed")
+        warn(Failing(f"no result line: run {reporter.run_id} was reported failed"))
         code = EXIT_NO_RESULT
     elif decided.problem is not None:
         takes = ", ".join(RESULT_STATUSES)
-        warn(f"{decided.problem} (it takes {takes}): run {reporter.run_id} was reported failed")
+        warn(Failing(f"{decided.problem} (it takes {takes}): run {reporter.run_id} was reported failed"))
         code = _EXIT_BAD_RESULT
-    warn(_summary_line(reporter, decided.reported or "running", decided.skipped[0]))
+    warn(summary_line(reporter, decided.reported or "running", decided.skipped[0]))
     return code
-
-
-def _summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> str:
-    """`run R completed: 4 of 6 steps completed (1 failed, 1 not run), 5,939 / 6,000 rows (61
-    failed); 2 lines could not be used`: how the run ended as this reporter reported it, by the
-    states it sent, and how many runner lines it could not use (unreadable, or not of the runner
-    protocol; the first ones were described as they came)."""
-    nodes = reporter.state.nodes
-    # The contract's steps (those never started included), else the steps the runner named.
-    steps_of_run = list(reporter.step_states()) or list(nodes)
-    states = Counter(
-        (node.state if node is not None and node.state else "pending")
-        for node in (nodes.get(node_id) for node_id in steps_of_run)
-    )
-    others = [
-        f"{states[state]:,} {said}"
-        for state, said in (("failed", "failed"), ("cancelled", "cancelled"), ("running", "running"))
-        if states[state]
-    ]
-    not_run = sum(states[state] for state in ("pending", "skipped"))
-    if not_run:
-        others.append(f"{not_run:,} not run")
-    steps = (
-        f"{states['completed']:,} of {len(steps_of_run):,} steps completed" if steps_of_run else "no steps"
-    )
-    if others:
-        steps += f" ({', '.join(others)})"
-    counted = [node for node in nodes.values() if node.total is not None]
-    if counted:
-        completed = sum(node.completed or 0 for node in counted)
-        failed = sum(node.failed or 0 for node in counted)
-        total = sum(node.total or 0 for node in counted)
-        steps += f", {completed:,} / {total:,} rows" + (f" ({failed:,} failed)" if failed else "")
-    unused = unreadable + reporter.uploader.sanitizer.counts["runner line"]
-    unused += reporter.uploader.sanitizer.counts["line or frame naming a step outside the contract"]
-    lines = "every line was used"
-    if unused:
-        lines = f"{unused:,} line{'' if unused == 1 else 's'} could not be used"
-    return f"run {reporter.run_id} {status}: {steps}; {lines}"
-
-
-def _reason(failure: BaseException, deadline_s: float) -> str:
-    """Why an upload failed, never empty (a deadline's `TimeoutError` says nothing itself)."""
-    said = " ".join(str(failure).split())
-    if isinstance(failure, TimeoutError):
-        return f"{said or 'no answer'}: the deadline ({deadline_s:g} s, --deadline) passed first"
-    return said or type(failure).__name__
 
 
 async def _ended_as_reported(
@@ -523,7 +359,7 @@ async def _interrupted(
     except (StaleAttempt, RunTerminal, Unauthorized):
         raise
     except (LedgerFailure, TimeoutError) as exc:
-        why = " ".join(str(exc).split()) or "deadline passed"
+        why = one_line(exc) or "deadline passed"
         warn(
             f"interrupted ({signal_name}): what had arrived could not be landed within {grace_s:g} s "
             f"({why}); run {reporter.run_id} stays as the ledger had it (the watchdog fails it if "
@@ -542,18 +378,6 @@ async def _interrupted(
     return EXIT_REPORT_INTERRUPTED
 
 
-def _token_refused(run_id: str, exc: Unauthorized) -> str:
-    """The one line for a refused token: what the ledger said, and which token would do (a 403's
-    answer names it already)."""
-    said = " ".join(str(exc).split())
-    if exc.status == 403:
-        advice = f"set {CLIENT_TOKEN_VAR} to such a token"
-    else:
-        needs = f"a run token for run {run_id} or an admin token"
-        advice = f"ledger report needs {needs}: set {CLIENT_TOKEN_VAR} to one"
-    return f"the ledger refused the API token ({said}); {advice}. Nothing more was read"
-
-
 async def _run_status(reporter: ProgressReporter) -> str | None:
     """The run's status as the ledger has it, or None when it cannot say."""
     try:
@@ -562,43 +386,6 @@ async def _run_status(reporter: ProgressReporter) -> str | None:
         return None
     status = run.get("status") if isinstance(run, dict) else None
     return status if isinstance(status, str) else None
-
-
-def _resume_command(run_id: str, contract: Path | None, attempt: int, mode: str) -> str:
-    """The command line that continues this reporter's attempt after an interruption."""
-    words = ["ledger", "report", "--run-id", run_id, "--resume"]
-    if contract is not None:
-        words += ["--contract", str(contract)]
-    if attempt != 1:
-        words += ["--attempt", str(attempt)]
-    if mode != "progress_reporter":
-        words += ["--mode", mode]
-    return shlex.join(words)
-
-
-@contextlib.contextmanager
-def _signals(interrupted: asyncio.Future[str], warn: Callable[[str], None], run_id: str) -> Iterator[None]:
-    """The first SIGINT or SIGTERM resolves `interrupted` with its name; a second one exits at once."""
-    loop = asyncio.get_running_loop()
-    heard: list[str] = []
-
-    def on_signal(name: str) -> None:
-        heard.append(name)
-        if len(heard) == 1:
-            if not interrupted.done():
-                interrupted.set_result(name)
-            return
-        warn(f"a second signal ({name}): exiting at once; run {run_id} is left as the ledger had it")
-        os._exit(EXIT_INTERRUPTED)
-
-    kinds = (signal.SIGINT, signal.SIGTERM)
-    for kind in kinds:
-        loop.add_signal_handler(kind, on_signal, kind.name)
-    try:
-        yield
-    finally:
-        for kind in kinds:
-            loop.remove_signal_handler(kind)
 
 
 def _load_contract(path: Path | None) -> object:
@@ -635,7 +422,7 @@ async def _main(
     play_name: str | None = None,
 ) -> int:
     url = service_url()
-    first_failure = _FirstFailure(url, deadline_s, warn)
+    first_failure = FirstFailure(url, deadline_s, warn)
     # One request's own retries stay within the deadline; the reporter retries the request after.
     retry = dataclasses.replace(
         DEFAULT_RETRY_POLICY,
@@ -646,12 +433,12 @@ async def _main(
     # the service continues each one: the run's story in one trace, the worker's if it passed one.
     tracing.setup("ledger-report")
     with (
-        _reporter_log(_ReporterLog(warn, first_failure)),
+        reporter_log(ReporterLog(warn, first_failure)),
         tracing.joined_from_environment(),
         tracing.span("ledger report", run_id=run_id, producer_attempt=attempt),
     ):
         interrupted: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        with _signals(interrupted, warn, run_id):
+        with signals(interrupted, warn, run_id):
             async with HttpTransport(url, client_token(), retry_policy=retry) as transport:
                 reporter = ProgressReporter(
                     run_id,
@@ -669,7 +456,7 @@ async def _main(
                 )
                 code = await report(
                     reporter,
-                    _read_lines(stream),
+                    read_lines(stream),
                     warn,
                     resume=resume,
                     finalize=finalize,
@@ -693,7 +480,7 @@ async def _name_play(transport: HttpTransport, run_id: str, play_name: str) -> s
     try:
         await transport.client.open_run(run_id, play_name=play_name)
     except (LedgerFailure, TimeoutError) as exc:
-        return " ".join(str(exc).split()) or type(exc).__name__
+        return one_line(exc) or type(exc).__name__
     return None
 
 
@@ -784,7 +571,8 @@ def report_command(
         raise click.BadParameter("must not be empty", param_hint="--run-id")
 
     def warn(message: str) -> None:
-        click.echo(shown(f"ledger report: {message}", markup=False), err=True)
+        said = f"Error: {message}" if isinstance(message, Failing) else f"ledger report: {message}"
+        click.echo(shown(said, markup=False), err=True)
 
     code = asyncio.run(
         _main(
@@ -798,7 +586,7 @@ def report_command(
             finalize=not no_finalize,
             deadline_s=deadline_s,
             on_interrupt=on_interrupt,
-            resume_command=_resume_command(run_id, contract, attempt, mode),
+            resume_command=resume_command(run_id, contract, attempt, mode),
             play_name=play_name,
         )
     )

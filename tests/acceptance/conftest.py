@@ -1,5 +1,6 @@
-"""The real `ledger serve`, driven over HTTP: the plugin's `ledger_service` (`ledger.testing`) with
-this suite's settings, shared by the session as `server`.
+"""The real `ledger serve`, driven over HTTP: a subprocess with this suite's settings, shared by the
+session as `server` (the plugin's `ledger_service`, overridden: these tests read the process's log
+and data dir, and the plugin's own serves from the test process).
 
 Tests use their own run ids and pool names (uuid), so they share one server and one database
 without cleaning between tests. A module that needs other settings starts its own with
@@ -39,6 +40,20 @@ def start_server(database_url: str, work_dir: Path, **env_overrides: str) -> Ser
 @pytest.fixture(scope="session")
 def ledger_service_env() -> dict[str, str]:
     return ACCEPTANCE_ENV
+
+
+@pytest.fixture(scope="session")
+def ledger_service(
+    database_url: str, ledger_service_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """`ledger serve` on this worker's database, one per session."""
+    running = testing.start_server(
+        database_url, tmp_path_factory.mktemp("ledger-service"), **ledger_service_env
+    )
+    try:
+        yield running
+    finally:
+        stop_server(running)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,14 +159,13 @@ def test_a_refused_database_is_one_line_naming_the_variable(
         "LEDGER_DATA_DIR": str(tmp_path),
         "LEDGER_API_TOKENS": "t",
     }
-    started = time.monotonic()
     result = run_ledger(*args, env=env, timeout=POOL_OPEN_WAIT_S * 4)
-    took = time.monotonic() - started
     assert result.returncode == EXIT_DATABASE, result.stdout + result.stderr
     line = one_line(result)
     assert line.startswith("Error: cannot reach the database at LEDGER_DATABASE_URL")
     assert str(closed_port) in line and "secret" not in line
-    assert took < POOL_OPEN_WAIT_S
+    # The refusal itself is the answer: the probe's, not the pool's wait for a first connection.
+    assert "Connection refused" in line and "couldn't get a connection" not in line
 
 
 def test_a_database_that_never_answers_is_one_line_within_the_connect_timeout(
@@ -177,12 +175,12 @@ def test_a_database_that_never_answers_is_one_line_within_the_connect_timeout(
         "LEDGER_DATABASE_URL": f"postgresql://ledger@127.0.0.1:{silent_port}/ledger",
         "LEDGER_DATA_DIR": str(tmp_path),
     }
-    started = time.monotonic()
     result = run_ledger("gc", "--dry-run", env=env, timeout=POOL_OPEN_WAIT_S * 4)
-    took = time.monotonic() - started
     assert result.returncode == EXIT_DATABASE
-    assert "LEDGER_DATABASE_URL" in one_line(result)
-    assert took < POOL_OPEN_WAIT_S
+    line = one_line(result)
+    assert "LEDGER_DATABASE_URL" in line
+    # libpq's connect timeout ended the wait, not the pool's own (longer) wait for a connection.
+    assert "timeout expired" in line and "couldn't get a connection" not in line
 
 
 @pytest.mark.parametrize("args", [["gc", "--dry-run"], ["db", "current"], ["serve", "--port", "0"]])
@@ -250,7 +248,7 @@ def test_an_unreachable_ledger_says_so_at_once_then_gives_up_at_the_deadline(
     assert result.returncode == EXIT_LEDGER
     assert "Traceback" not in result.stderr
     first, last = result.stderr.strip().splitlines()
-    assert first.startswith(f"ledger {args[0]}")
+    assert first.startswith(f"Error: ledger {args[0]}")
     assert f"cannot reach the ledger service at {url}" in first and "LEDGER_URL" in first
     assert "retrying for up to 1 s (--deadline)" in first
     assert last.startswith("Error: gave up after 1 s:") and url in last
@@ -309,9 +307,9 @@ def test_report_to_an_unreachable_ledger_says_so_at_once_and_exits_5_at_the_dead
     assert result.returncode == EXIT_UPLOAD_FAILED
     assert "Traceback" not in result.stderr
     first, last = result.stderr.strip().splitlines()
-    assert first.startswith(f"ledger report: cannot reach the ledger at {url}") and "LEDGER_URL" in first
+    assert first.startswith(f"Error: cannot reach the ledger at {url}") and "LEDGER_URL" in first
     assert "--deadline" in first
-    assert last.startswith("ledger report: the final upload for run")
+    assert last.startswith("Error: the final upload for run")
 
 
 def test_report_prints_the_first_failure_while_it_keeps_retrying(tmp_path: Path, closed_port: int) -> None:

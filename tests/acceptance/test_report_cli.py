@@ -87,6 +87,6 @@ def test_a_run_someone_else_ended_exits_4_naming_who_and_how(
     )
     assert done.returncode == 4, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        f"ledger report: run {run_id} had already ended as failed: {WATCHDOG_ERROR}"
+        f"Error: run {run_id} had already ended as failed: {WATCHDOG_ERROR}"
     )
     assert log_lines(client, run_id) == []

@@ -336,7 +336,7 @@ def test_reporting_an_ended_run_again_exits_4_with_one_line_saying_how_it_ended(
     before = run_of(client, run_id)
     again = report(server, tmp_path, run_id, stream)
     assert again.returncode == 4, again.stderr
-    assert stderr_lines(again) == [f"ledger report: run {run_id} had already ended as completed"]
+    assert stderr_lines(again) == [f"Error: run {run_id} had already ended as completed"]
     assert "Idempotency-Key" not in again.stderr
     after = run_of(client, run_id)
     assert (after["last_upload_seq"], after["last_seq"]) == (before["last_upload_seq"], before["last_seq"])
@@ -354,7 +354,7 @@ def test_a_longer_stream_reported_to_an_ended_run_exits_4_and_changes_nothing(
     ]
     again = report(server, tmp_path, run_id, stream)
     assert again.returncode == 4, again.stderr
-    assert stderr_lines(again)[-1].startswith(f"ledger report: run {run_id} had already ended as completed")
+    assert stderr_lines(again)[-1].startswith(f"Error: run {run_id} had already ended as completed")
     assert run_of(client, run_id) == before
 
 

@@ -179,7 +179,7 @@ def test_reporting_an_interrupted_run_again_without_resume_says_how_to_continue_
     )
     assert again.returncode == EXIT_NEEDS_RESUME, again.stderr
     assert again.stderr.strip().splitlines() == [
-        f"ledger report: run {run_id} was interrupted and waits for a reporter that resumes it; "
+        f"Error: run {run_id} was interrupted and waits for a reporter that resumes it; "
         f"continue it with: ledger report --run-id {run_id} --resume"
     ]
     assert "another reporter" not in again.stderr
@@ -234,7 +234,7 @@ def test_a_refused_token_stops_the_reporter_while_the_runner_still_writes(
         write(process, {"type": "log", "line": "one"})
         code, said = ended(process)  # stdin is still open: the runner has not finished
     assert code == EXIT_TOKEN
-    assert len(said) == 1 and said[0].startswith("ledger report: the ledger refused the API token"), said
+    assert len(said) == 1 and said[0].startswith("Error: the ledger service at http://127.0.0.1:"), said
     assert "LEDGER_TOKEN" in said[0]
     assert client.get(f"/v1/runs/{run_id}").status_code == 404
 

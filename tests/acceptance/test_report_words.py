@@ -100,10 +100,43 @@ def test_a_run_without_a_result_says_why_then_sums_up(
     assert done.returncode == EXIT_NO_RESULT, done.stderr
     said = done.stderr.splitlines()
     assert said == [
-        f"ledger report: no result line: run {run_id} was reported failed",
+        f"Error: no result line: run {run_id} was reported failed",
         f"ledger report: run {run_id} failed: 0 of 2 steps completed (1 failed, 1 not run); "
         "every line was used",
     ]
     run = client.get(f"/v1/runs/{run_id}").json()
     assert run["terminal"]["status"] == "failed"
     assert run["live_node_progress"]["greet"]["state"] == "failed"
+
+
+def test_rows_processed_counts_the_failed_rows_too(server: Server, tmp_path: Path) -> None:
+    # 989 rows completed and 11 failed: all 1,000 were processed, and each face says so the same way.
+    run_id = new_id("processed")
+    contract = tmp_path / "map-contract.json"
+    contract.write_text(
+        json.dumps(
+            {"staticPipeline": {"substeps": [{"type": "dataset", "id": "enrich", "tableNamespace": "leads"}]}}
+        )
+    )
+    counts = {"artifactTableNamespace": "leads", "totalRows": 1000}
+    stdin = lines_of(
+        {"type": "execution_event", "event": {"type": "map.started", **counts, "completedRows": 0}},
+        {
+            "type": "execution_event",
+            "event": {"type": "map.progress", **counts, "completedRows": 989, "failedRows": 11},
+        },
+    )
+    # Without a result the batch ends open (--no-finalize): the live counts are what the faces show.
+    done = report(server, tmp_path, run_id, stdin, "--contract", str(contract), "--no-finalize")
+    assert done.returncode == EXIT_OK, done.stderr
+    env = client_env(server, tmp_path)
+    as_json = ledger("run", run_id, "--json", env=env)
+    step = json.loads(as_json.stdout)["live_node_progress"]["enrich"]
+    assert (step["completed"], step["failed"], step["total"]) == (989, 11, 1000)
+    assert step["message"] == "1,000 / 1,000 rows processed"
+    shown = ledger("run", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "1,000 / 1,000 rows processed" in shown.stdout
+    # The completed ones of the total, the failed ones beside them.
+    assert "989 / 1,000 (11 failed)" in shown.stdout
+    assert "989 / 1,000 rows processed" not in shown.stdout

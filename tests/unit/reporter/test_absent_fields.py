@@ -136,7 +136,7 @@ def test_map_resumed_without_completed_rows_does_not_send_the_bar_back() -> None
     fold.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=7, failedRows=1))
     fold.on_runner_event(ex(type="map.resumed", mapNodeId="enrich", totalRows=10))
     wire = node(fold, "enrich")
-    assert (wire["completed"], wire["failed"], wire["message"]) == (7, 1, "7 / 10 rows processed")
+    assert (wire["completed"], wire["failed"], wire["message"]) == (7, 1, "8 / 10 rows processed")
     assert (wire["started_rows"], wire["waiting_rows"]) == (8, 2)
 
 

@@ -229,7 +229,8 @@ async def test_a_refused_token_stops_the_reading_at_the_first_refusal() -> None:
     code = await report_cli.report(make(transport), endless([line]), warnings.append)
     assert code == report_cli.EXIT_TOKEN == 10
     [said] = warnings
-    assert said.startswith("the ledger refused the API token (unknown token)") and "LEDGER_TOKEN" in said
+    assert said.startswith("the ledger service refused the API token (unknown token)")
+    assert "LEDGER_TOKEN" in said
 
 
 async def test_a_duplicate_on_an_interrupted_run_says_to_resume_it() -> None:

@@ -201,7 +201,7 @@ def test_tool_batch_marks_calls_in_flight_on_the_active_map_only() -> None:
     assert wire["active_rows"] == 15  # capped by what is left
     assert wire["started_rows"] == 100
     assert wire["waiting_rows"] == 0
-    assert wire["message"] == "15 calls in flight · 80 / 100 rows processed"
+    assert wire["message"] == "15 calls in flight · 85 / 100 rows processed"
     folder.on_runner_event({"type": "log", "line": "Executing tool batch b:3: 0 calls"})
     assert node(folder, "enrich")["active_rows"] == 15
 
@@ -277,7 +277,7 @@ def test_map_suspended_updates_counts_without_settling() -> None:
         ex(type="map.suspended", mapNodeId="enrich", totalRows=10, completedRows=4, failedRows=1)
     )
     wire = node(folder, "enrich")
-    assert (wire["completed"], wire["failed"], wire["message"]) == (4, 1, "4 / 10 rows processed")
+    assert (wire["completed"], wire["failed"], wire["message"]) == (4, 1, "5 / 10 rows processed")
     assert "completed_at" not in wire
     assert folder.lifecycle.state("enrich") is StepState.STARTED
 

@@ -64,7 +64,7 @@ def test_map_progress_records_counts_namespace_and_message() -> None:
     )
     wire = node(folder, "enrich")
     assert (wire["completed_rows"], wire["artifact_table_namespace"]) == (6, "leads_7")
-    assert wire["message"] == "6 / 10 rows processed"
+    assert wire["message"] == "7 / 10 rows processed"
     folder.on_runner_event(
         ex(type="map.progress", mapNodeId="enrich", totalRows=10, completedRows=10, failedRows=0)
     )

@@ -63,7 +63,8 @@ async def test_a_simulated_run_ends_with_the_truth_and_terminal_status() -> None
     assert final["status"] == "completed"
     enrich = final["live_node_progress"]["enrich"]
     assert (enrich["completed"], enrich["failed"], enrich["total"]) == (900, 100, 1000)
-    assert enrich["message"] == "900 / 1,000 rows processed"
+    # Processed: the completed rows and the failed ones.
+    assert enrich["message"] == "1,000 / 1,000 rows processed"
     assert "completed_at" in enrich
     assert reporter.step_states() == {
         "load": StepState.COMPLETED,
