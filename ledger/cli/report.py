@@ -83,6 +83,7 @@ from ledger.errors import (
     Unauthorized,
 )
 from reporter import HttpTransport, ProgressReporter
+from reporter.folding import JUNK_OUTSIDE_CONTRACT, JUNK_RUNNER_LINE
 from reporter.lines import decode_line
 from reporter.pipeline import contract_problem
 from reporter.reporter import (
@@ -471,8 +472,8 @@ def _summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> s
         failed = sum(node.failed or 0 for node in counted)
         total = sum(node.total or 0 for node in counted)
         steps += f", {completed:,} / {total:,} rows" + (f" ({failed:,} failed)" if failed else "")
-    unused = unreadable + reporter.uploader.sanitizer.counts["runner line"]
-    unused += reporter.uploader.sanitizer.counts["line or frame naming a step outside the contract"]
+    junk = reporter.uploader.sanitizer.counts
+    unused = unreadable + junk[JUNK_RUNNER_LINE] + junk[JUNK_OUTSIDE_CONTRACT]
     lines = "every line was used"
     if unused:
         lines = f"{unused:,} line{'' if unused == 1 else 's'} could not be used"

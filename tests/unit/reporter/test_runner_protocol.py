@@ -7,6 +7,7 @@ ones `ledger.validate` and the service apply, and it ships with the package.
 
 from __future__ import annotations
 
+import ast
 import json
 import tomllib
 from collections.abc import Iterator
@@ -114,10 +115,45 @@ def test_the_result_statuses_are_the_ledgers_terminal_ones_and_suspended() -> No
 
 def test_the_parser_knows_exactly_the_schemas_kinds() -> None:
     kinds = set(line_kinds())
-    assert (set(lines.LINE_CHECKS) - {"execution_event"}) | set(lines.EXECUTION_EVENT_CHECKS) == kinds
+    assert (set(lines.LINE_CHECKS) - {"execution_event"}) | lines.EXECUTION_EVENT_KINDS == kinds
+    assert set(lines.EXECUTION_EVENT_CHECKS) == lines.EXECUTION_EVENT_KINDS
     folder = make_folder()
     folded = set(folder._execution_handlers)  # the kinds the fold acts on
-    assert folded == set(lines.EXECUTION_EVENT_CHECKS)
+    assert folded == lines.EXECUTION_EVENT_KINDS
+
+
+def _collections_of_kinds(tree: ast.AST) -> Iterator[tuple[int, list[str]]]:
+    """Each literal tuple, list, set or dict (its keys) holding two or more execution event kinds."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        else:
+            continue
+        named = [
+            item.value
+            for item in items
+            if isinstance(item, ast.Constant) and item.value in lines.EXECUTION_EVENT_KINDS
+        ]
+        if len(named) >= 2:
+            yield node.lineno, named
+
+
+def test_the_execution_event_kinds_are_registered_once() -> None:
+    """One registry of the execution event kinds, `reporter.lines`': the parser's checks and the
+    fold's handlers are built from its names, and no other module of the reporter lists kinds of
+    its own (a second list drifts: a kind checked but never folded, or folded without its check).
+    The ledger's event log has types of its own, some of the same name: they are not these."""
+    registry = ROOT / "reporter" / "lines.py"
+    assert list(_collections_of_kinds(ast.parse(registry.read_text("utf-8"))))  # the probe sees lists
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {named}"
+        for path in sorted((ROOT / "reporter").rglob("*.py"))
+        if path != registry
+        for line, named in _collections_of_kinds(ast.parse(path.read_text("utf-8")))
+    ]
+    assert found == []
 
 
 def test_ledger_report_schema_prints_the_shipped_schema() -> None:
