@@ -165,6 +165,8 @@ GOOD = [
     {"type": "row_update", "tableNamespace": "t", "rowKey": None},
     {"type": "row_update", "tableNamespace": Text("t"), "rowKey": Text("k")},
     {"type": "result"},
+    {"type": Text("log"), "line": "x"},
+    {"type": "execution_event", "event": {"type": Text("map.started")}},
     {"type": "result", "status": "exploded"},  # a status is judged where the run ends
     event("map.started"),
     event("map.preparing", mapNodeId=None, totalRows=None, completedRows=None, failedRows=None),
@@ -224,6 +226,20 @@ def test_the_hot_path_answers_a_well_formed_progress_line_alone(monkeypatch: pyt
         assert junk_reason(full) is None
         bare = event("map.progress", completedRows=completed, totalRows=total, failedRows=failed)
         assert junk_reason(bare) is None
+
+
+def test_an_exact_count_in_range_is_answered_without_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual count, an int from 0 to 2^63-1, is taken as it is; only another value (a float
+    JavaScript sent, a value out of range) is converted."""
+
+    def as_count(value: object) -> int | None:
+        raise AssertionError(f"{value!r} was converted")
+
+    monkeypatch.setattr(lines, "as_count", as_count)
+    for count in (0, 1, INT64_MAX):
+        for kind in (*lines.MAP_START_KINDS, *lines.MAP_COUNT_KINDS):
+            line = event(kind, completedRows=count, totalRows=count, failedRows=count)
+            assert lines._general(line) is None
 
 
 @pytest.mark.parametrize(
@@ -316,6 +332,59 @@ def test_a_line_at_the_bound_with_more_brackets_than_levels_decodes(depth: int) 
 def test_objects_and_arrays_nested_past_the_bound_are_junk(depth: int) -> None:
     text = '{"a":[' * (depth // 2) + '{"a":1}' * (depth % 2) + "]}" * (depth // 2)
     assert decode_line(text) == (None, f"nests deeper than {MAX_LINE_DEPTH} levels")
+
+
+def test_a_line_with_no_more_brackets_than_the_bound_is_answered_by_counting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nesting needs a bracket a level: a line with at most `MAX_LINE_DEPTH` of them is not walked
+    (a walk costs the hot path as much as the decoding)."""
+
+    def json_depth(value: object) -> int:
+        raise AssertionError("walked")
+
+    monkeypatch.setattr(lines, "json_depth", json_depth)
+    text = "[" * MAX_LINE_DEPTH + "]" * MAX_LINE_DEPTH
+    assert decode_line(text) == (json.loads(text), None)
+
+
+class _NoAbcCheck(type):
+    def __instancecheck__(cls, instance: object) -> bool:
+        if type(instance) is dict:
+            raise AssertionError(f"an ABC check of a plain dict: {instance!r}")
+        return isinstance(instance, dict)
+
+
+class _Mapping(metaclass=_NoAbcCheck):
+    pass
+
+
+def test_a_plain_object_takes_no_abc_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoded JSON is plain dicts: they are objects without the (slow) `Mapping` check."""
+    monkeypatch.setattr(lines, "Mapping", _Mapping)
+    for line in ({"type": "row_update"}, event("dataset.lifecycle"), event("activity.observed")):
+        lines._general(line)
+
+
+def test_a_plain_string_takes_no_isinstance_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoded JSON text is plain `str`: a kind, a name or a source is text by its type alone (the
+    subclass check is for other callers). The log line's own text is the one value checked."""
+    text = "a log line"
+
+    def checked(value: object, cls: type | tuple[type, ...]) -> bool:
+        if type(value) is str and cls is str and value != text:
+            raise AssertionError(f"an isinstance check of a plain string: {value!r}")
+        return isinstance(value, cls)
+
+    monkeypatch.setattr(lines, "isinstance", checked, raising=False)
+    plain = [
+        {"type": "log", "line": text, "source": "stderr"},
+        {"type": "row_update", "tableNamespace": "t", "rowKey": "k"},
+        event("map.started", mapNodeId="m", artifactTableNamespace="a", logicalNamespace="l"),
+        event("dataset.lifecycle", tableNamespace="t", phase="p"),
+    ]
+    for line in plain:
+        assert lines._general(line) is None
 
 
 def test_a_line_too_deep_for_the_decoder_is_junk_with_the_same_reason() -> None:
