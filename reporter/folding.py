@@ -409,7 +409,7 @@ class EventFolder:
             error = event.get("error")
             # The error is how the ledger tells a failed node: one without its text still failed.
             node_io["error"] = error if isinstance(error, str) and error.strip() else "docflow node failed"
-        node_io = _kept_io(node_io, current_io) if current_io else node_io
+        node_io = _kept_io(node_io, current_io)
         if kind == "docflow.node.started":
             node_io.pop("outputs", None)
             node_io.pop("outputs_truncated", None)
