@@ -27,7 +27,17 @@ from typing import Any, cast
 from ledger import validate
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition, transition_patch
-from reporter.lines import junk_reason
+from reporter.lines import (
+    ACTIVITY_KIND,
+    DATASET_LIFECYCLE_KIND,
+    DOCFLOW_HIT_KIND,
+    DOCFLOW_NODE_KINDS,
+    MAP_COUNT_KINDS,
+    MAP_START_KINDS,
+    TOOL_CALL_SETTLED_KIND,
+    TOOL_CALL_STARTED_KIND,
+    junk_reason,
+)
 from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
 from reporter.sanitize import Sanitizer, bounded
@@ -35,16 +45,18 @@ from reporter.state import ProgressState
 from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_sequence, is_durable_log
 
 __all__ = [
+    "JUNK_OUTSIDE_CONTRACT",
+    "JUNK_RUNNER_LINE",
     "EventFolder",
 ]
 
 _log = logging.getLogger("reporter")
 
-_MAP_STARTS = ("map.preparing", "map.started", "map.resumed")
-_MAP_EVENT_KINDS = frozenset((*_MAP_STARTS, "map.progress", "map.suspended", "map.completed", "map.failed"))
-_DOCFLOW_EVENT_KINDS = frozenset(
-    ("docflow.node.hit", "docflow.node.started", "docflow.node.completed", "docflow.node.failed")
-)
+# The kinds of junk the sanitizer counts (`ledger report` sums them into the lines it could not use):
+# a line the runner protocol refuses, and a line or checkpoint frame naming a step the contract does
+# not list.
+JUNK_RUNNER_LINE = "runner line"
+JUNK_OUTSIDE_CONTRACT = "line or frame naming a step outside the contract"
 # Unsent log lines past which a line asks for an upload at once (half the live tail).
 _LOG_BACKLOG = validate.LIVE_LOG_TAIL_LIMIT // 2
 # How many steps outside the contract are named in warnings (the rest are counted).
@@ -208,7 +220,7 @@ class EventFolder:
                     return
         problem = junk_reason(event)
         if problem is not None:
-            self.sanitizer.note("runner line", validate.InvalidInput("line", problem))
+            self.sanitizer.note(JUNK_RUNNER_LINE, validate.InvalidInput("line", problem))
             return
         event = cast("Mapping[str, Any]", event)  # junk_reason made sure
         kind = event.get("type")
@@ -315,15 +327,14 @@ class EventFolder:
 
     def _execution_handler_table(self) -> dict[str, Callable[[str, Mapping[str, Any]], None]]:
         """Which method folds which execution event type; any other type is ignored."""
-        table: dict[str, Callable[[str, Mapping[str, Any]], None]] = dict.fromkeys(
-            _MAP_EVENT_KINDS, self._fold_map_event
-        )
-        table.update(dict.fromkeys(_DOCFLOW_EVENT_KINDS, self._fold_docflow_event))
-        table["tool.call.started"] = self._tool_call_started
-        table["tool.call.settled"] = self._tool_call_settled
-        table["activity.observed"] = self._activity_observed
-        table["dataset.lifecycle"] = self._dataset_lifecycle
-        return table
+        return {
+            **dict.fromkeys((*MAP_START_KINDS, *MAP_COUNT_KINDS), self._fold_map_event),
+            **dict.fromkeys((DOCFLOW_HIT_KIND, *DOCFLOW_NODE_KINDS), self._fold_docflow_event),
+            TOOL_CALL_STARTED_KIND: self._tool_call_started,
+            TOOL_CALL_SETTLED_KIND: self._tool_call_settled,
+            ACTIVITY_KIND: self._activity_observed,
+            DATASET_LIFECYCLE_KIND: self._dataset_lifecycle,
+        }
 
     def _tool_call_started(self, kind: str, event: Mapping[str, Any]) -> None:
         tool_id = event.get("toolId")
@@ -367,11 +378,9 @@ class EventFolder:
         at = as_epoch_ms(event.get("at"))
         if at is None:
             at = self.state.now_ms()
-        if kind == "docflow.node.hit":
+        if kind == DOCFLOW_HIT_KIND:
             self.state.set_node_progress(node_id, {"started_at": at, "completed_at": at})
             self.schedule(True)
-            return
-        if kind not in ("docflow.node.started", "docflow.node.completed", "docflow.node.failed"):
             return
         attempt = as_int(event.get("attempt"))
         if attempt is None:
@@ -400,7 +409,7 @@ class EventFolder:
             error = event.get("error")
             # The error is how the ledger tells a failed node: one without its text still failed.
             node_io["error"] = error if isinstance(error, str) and error.strip() else "docflow node failed"
-        node_io = _kept_io(node_io, current_io) if current_io else node_io
+        node_io = _kept_io(node_io, current_io)
         if kind == "docflow.node.started":
             node_io.pop("outputs", None)
             node_io.pop("outputs_truncated", None)
@@ -420,7 +429,6 @@ class EventFolder:
         naming another step is junk, counted, and the step named in a warning once."""
         if not self.pipeline.nodes or self.lifecycle.state(node_id) is not None:
             return True
-        kind = "line or frame naming a step outside the contract"
         if node_id not in self._outside_steps and len(self._outside_steps) < _NAMED_OUTSIDE_STEPS:
             self._outside_steps.add(node_id)
             _log.warning(
@@ -429,7 +437,7 @@ class EventFolder:
                 what,
                 node_id,
             )
-        self.sanitizer.counts[kind] += 1
+        self.sanitizer.counts[JUNK_OUTSIDE_CONTRACT] += 1
         return False
 
     def _fold_map_event(self, kind: str, event: Mapping[str, Any]) -> None:
@@ -437,7 +445,7 @@ class EventFolder:
         if node_id is None or not self._in_contract(node_id, f"a {kind} event"):
             return
         completed = as_count(event.get("completedRows"))
-        if completed is None and kind not in _MAP_STARTS:
+        if completed is None and kind not in MAP_START_KINDS:
             return  # a count-carrying event without its counts says nothing
         total = as_count(event.get("totalRows"))
         current = self.state.nodes.get(node_id)
@@ -462,7 +470,7 @@ class EventFolder:
         facts = _MapFacts(
             node_id=node_id, total=total, completed=completed, failed=failed, namespace=namespace
         )
-        if kind in _MAP_STARTS:
+        if kind in MAP_START_KINDS:
             self._map_started(kind, facts)
         elif kind == "map.suspended":
             self._map_suspended(facts)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, TypeGuard
 
 from ledger.validate import INT64_MAX, MAX_JSON_DEPTH, is_number, json_depth
@@ -26,9 +27,18 @@ from reporter.pipeline import storable
 from reporter.wire import as_count, as_epoch_ms, as_int
 
 __all__ = [
+    "ACTIVITY_KIND",
+    "DATASET_LIFECYCLE_KIND",
+    "DOCFLOW_HIT_KIND",
+    "DOCFLOW_NODE_KINDS",
     "EXECUTION_EVENT_CHECKS",
+    "EXECUTION_EVENT_KINDS",
     "LINE_CHECKS",
+    "MAP_COUNT_KINDS",
+    "MAP_START_KINDS",
     "MAX_LINE_DEPTH",
+    "TOOL_CALL_SETTLED_KIND",
+    "TOOL_CALL_STARTED_KIND",
     "decode_line",
     "junk_reason",
 ]
@@ -146,16 +156,32 @@ def _lifecycle(event: Mapping[str, Any]) -> str | None:
     return _text_or_null(event, ("tableNamespace", "phase"))
 
 
-EXECUTION_EVENT_CHECKS: dict[str, _Check] = {
-    **dict.fromkeys(("map.preparing", "map.started", "map.resumed"), _map_start),
-    **dict.fromkeys(("map.progress", "map.suspended", "map.completed", "map.failed"), _map_counts),
-    "docflow.node.hit": _docflow_hit,
-    **dict.fromkeys(("docflow.node.started", "docflow.node.completed", "docflow.node.failed"), _docflow_node),
-    "tool.call.started": _tool_call,
-    "tool.call.settled": _tool_call,
-    "activity.observed": _activity,
-    "dataset.lifecycle": _lifecycle,
-}
+# The execution event kinds of the runner protocol, in the families the fold reads them by: the one
+# registry of them. The checks below and the fold's handlers (`reporter.folding`) are built from
+# these names, so a kind is added here or nowhere.
+MAP_START_KINDS: Final = ("map.preparing", "map.started", "map.resumed")
+MAP_COUNT_KINDS: Final = ("map.progress", "map.suspended", "map.completed", "map.failed")
+DOCFLOW_HIT_KIND: Final = "docflow.node.hit"
+DOCFLOW_NODE_KINDS: Final = ("docflow.node.started", "docflow.node.completed", "docflow.node.failed")
+TOOL_CALL_STARTED_KIND: Final = "tool.call.started"
+TOOL_CALL_SETTLED_KIND: Final = "tool.call.settled"
+ACTIVITY_KIND: Final = "activity.observed"
+DATASET_LIFECYCLE_KIND: Final = "dataset.lifecycle"
+
+EXECUTION_EVENT_CHECKS: Final[Mapping[str, _Check]] = MappingProxyType(
+    {
+        **dict.fromkeys(MAP_START_KINDS, _map_start),
+        **dict.fromkeys(MAP_COUNT_KINDS, _map_counts),
+        DOCFLOW_HIT_KIND: _docflow_hit,
+        **dict.fromkeys(DOCFLOW_NODE_KINDS, _docflow_node),
+        TOOL_CALL_STARTED_KIND: _tool_call,
+        TOOL_CALL_SETTLED_KIND: _tool_call,
+        ACTIVITY_KIND: _activity,
+        DATASET_LIFECYCLE_KIND: _lifecycle,
+    }
+)
+# Every execution event kind: the keys of the one registry.
+EXECUTION_EVENT_KINDS: Final = frozenset(EXECUTION_EVENT_CHECKS)
 
 
 def _log(line: Mapping[str, Any]) -> str | None:

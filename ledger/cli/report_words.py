@@ -14,6 +14,7 @@ from ledger.client import URL_VAR
 from ledger.errors import LedgerUnavailable
 from ledger.text import one_line
 from reporter import ProgressReporter
+from reporter.folding import JUNK_OUTSIDE_CONTRACT, JUNK_RUNNER_LINE
 
 __all__ = [
     "Failing",
@@ -120,8 +121,8 @@ def summary_line(reporter: ProgressReporter, status: str, unreadable: int) -> st
         failed = sum(node.failed or 0 for node in counted)
         total = sum(node.total or 0 for node in counted)
         steps += f", {completed:,} / {total:,} rows" + (f" ({failed:,} failed)" if failed else "")
-    unused = unreadable + reporter.uploader.sanitizer.counts["runner line"]
-    unused += reporter.uploader.sanitizer.counts["line or frame naming a step outside the contract"]
+    junk = reporter.uploader.sanitizer.counts
+    unused = unreadable + junk[JUNK_RUNNER_LINE] + junk[JUNK_OUTSIDE_CONTRACT]
     lines = "every line was used"
     if unused:
         lines = f"{unused:,} line{'' if unused == 1 else 's'} could not be used"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter.lifecycle import StepState
 from tests.unit.reporter.test_folding import ex, make, node
 
@@ -509,3 +510,59 @@ def test_only_a_log_line_is_kept_as_a_log_line() -> None:
     folder.on_runner_event({"type": "row_update", "tableNamespace": "t", "rowKey": "1", "line": "not a log"})
     folder.on_runner_event({"type": "result", "line": "nor this"})
     assert folder.state.log_total_count == 0 and list(folder.state.logs) == []
+
+
+# -- rules the fold's own checks hold at their edges ---------------------------------------------------
+
+
+def test_a_started_line_clears_the_outputs_even_of_its_own_invocation() -> None:
+    """A start begins a clean node: outputs and their truncation flag belong to an earlier end, even
+    one the runner sent under the same attempt and invocation."""
+    folder, _, _ = make()
+    same = {"nodeId": "doc", "attempt": 0, "invocationId": "i:1"}
+    folder.on_runner_event(ex(type="docflow.node.started", inputs={"q": 1}, **same))
+    folder.on_runner_event(ex(type="docflow.node.completed", outputs={"a": 2}, outputsTruncated=True, **same))
+    folder.on_runner_event(ex(type="docflow.node.started", **same))
+    node_io = node(folder, "doc")["node_io"]
+    assert "outputs" not in node_io and "outputs_truncated" not in node_io
+    assert node_io["inputs"] == {"q": 1}  # what the same invocation already showed stays
+
+
+def test_a_map_start_without_counts_keeps_the_nodes_counts() -> None:
+    """Absent is unchanged: a map.resumed that leaves out its rows and its total keeps the ones the
+    node has, none (0 rows) included."""
+    folder, _, _ = make()
+    for completed in (0, 4):
+        folder.on_runner_event(
+            ex(type="map.progress", mapNodeId="enrich", totalRows=9, completedRows=completed)
+        )
+        folder.on_runner_event(ex(type="map.resumed", mapNodeId="enrich"))
+        wire = node(folder, "enrich")
+        assert (wire["completed"], wire["total"], wire["waiting_rows"]) == (completed, 9, 9 - completed)
+        assert wire["message"] == f"{completed} / 9 rows processed"
+    folder.on_runner_event(ex(type="map.resumed", mapNodeId="enrich", completedRows=6))
+    wire = node(folder, "enrich")
+    assert (wire["total"], wire["waiting_rows"], wire["message"]) == (9, 3, "6 / 9 rows processed")
+    folder.on_runner_event(ex(type="map.resumed", mapNodeId="enrich", totalRows=12))
+    assert node(folder, "enrich")["total"] == 12
+
+
+def test_at_most_twenty_steps_outside_the_contract_are_named(caplog: pytest.LogCaptureFixture) -> None:
+    """The warnings name the first 20 steps outside the contract; the rest are only counted."""
+    folder, _, _ = make()
+    for i in range(22):
+        folder.on_runner_event(ex(type="map.progress", mapNodeId=f"ghost-{i}", completedRows=1))
+    named = [r.getMessage() for r in caplog.records if "does not list" in r.getMessage()]
+    assert len(named) == 20 and "'ghost-19'" in named[-1]
+    assert folder.sanitizer.counts["line or frame naming a step outside the contract"] == 22
+
+
+def test_a_log_line_of_another_mapping_asks_for_an_upload_at_half_the_tail() -> None:
+    """Lines faster than the uploads: from half the live tail unsent, each line asks for an upload
+    at once, whatever mapping the line comes as."""
+    folder, scheduled, _ = make()
+    half = LIVE_LOG_TAIL_LIMIT // 2
+    for i in range(half + 1):
+        folder.on_runner_event(MappingProxyType({"type": "log", "line": f"line {i}"}))
+    assert folder.state.unsent_log_lines == half + 1
+    assert scheduled[-3:] == [False, True, True]

@@ -12,6 +12,7 @@ import tomllib
 from collections.abc import Iterator
 from fnmatch import fnmatch
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import jsonschema
@@ -114,10 +115,46 @@ def test_the_result_statuses_are_the_ledgers_terminal_ones_and_suspended() -> No
 
 def test_the_parser_knows_exactly_the_schemas_kinds() -> None:
     kinds = set(line_kinds())
-    assert (set(lines.LINE_CHECKS) - {"execution_event"}) | set(lines.EXECUTION_EVENT_CHECKS) == kinds
+    assert (set(lines.LINE_CHECKS) - {"execution_event"}) | lines.EXECUTION_EVENT_KINDS == kinds
+    assert set(lines.EXECUTION_EVENT_CHECKS) == lines.EXECUTION_EVENT_KINDS
     folder = make_folder()
     folded = set(folder._execution_handlers)  # the kinds the fold acts on
-    assert folded == set(lines.EXECUTION_EVENT_CHECKS)
+    assert folded == lines.EXECUTION_EVENT_KINDS
+
+
+def _collections_of_kinds(code: CodeType) -> Iterator[tuple[int, list[str]]]:
+    """Each constant collection in `code` (and the code within it) naming two or more execution
+    event kinds: a literal tuple, list, set or dict of them compiles to one. Read from the compiled
+    code, not from an `ast.parse` (which trips CPython 3.11 under mutmut's tracing)."""
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _collections_of_kinds(const)
+        elif isinstance(const, tuple | frozenset):
+            named = sorted(
+                item for item in const if isinstance(item, str) and item in lines.EXECUTION_EVENT_KINDS
+            )
+            if len(named) >= 2:
+                yield code.co_firstlineno, named
+
+
+def _compiled(path: Path) -> CodeType:
+    return compile(path.read_text("utf-8"), str(path), "exec", dont_inherit=True)
+
+
+def test_the_execution_event_kinds_are_registered_once() -> None:
+    """One registry of the execution event kinds, `reporter.lines`': the parser's checks and the
+    fold's handlers are built from its names, and no other module of the reporter lists kinds of
+    its own (a second list drifts: a kind checked but never folded, or folded without its check).
+    The ledger's event log has types of its own, some of the same name: they are not these."""
+    registry = ROOT / "reporter" / "lines.py"
+    assert list(_collections_of_kinds(_compiled(registry)))  # the probe sees the registry's lists
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {named}"
+        for path in sorted((ROOT / "reporter").rglob("*.py"))
+        if path != registry
+        for line, named in _collections_of_kinds(_compiled(path))
+    ]
+    assert found == []
 
 
 def test_ledger_report_schema_prints_the_shipped_schema() -> None:
