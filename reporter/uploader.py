@@ -93,6 +93,8 @@ __all__ = [
 Status = Literal["running", "interrupted", "completed", "failed", "cancelled"]
 # How a merged request's status is chosen: the later in this order wins.
 _STATUS_RANK: Final[dict[str, int]] = {"running": 0, "interrupted": 1}
+# The statuses that leave the run in flight (every other one ends it).
+_IN_FLIGHT: Final = frozenset(_STATUS_RANK)
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 _MIN_BODY_BYTES = 4_096
 # The 413s one upload may draw before the uploader stops: each at least halves the limit, and from
@@ -230,6 +232,10 @@ class CoalescingUploader:
         # Set by `aclose` once its time is up: no request starts from then on.
         self.halted = False
         self.cancelled_in_flight = False
+        # Set once an upload of ours that ends the run has landed: the ledger takes nothing after
+        # it, so a running request that came meanwhile (a trailing flush while the transport was
+        # still retrying the final upload) is not sent after it.
+        self.ended = False
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -433,6 +439,9 @@ class CoalescingUploader:
             if self._unacked and await self._resend_covers(request):
                 _settle(request, None)
                 return
+            if self.ended and request.status in _IN_FLIGHT:
+                _settle(request, None)
+                return
             if await self._current_attempt():
                 snapshot = self.state.snapshot(whole_tail=request.whole_tail)
                 body = self.payload(request, snapshot, self.upload_seq + 1)
@@ -502,6 +511,7 @@ class CoalescingUploader:
                 continue
             self._unacked.pop(0)
             self.uploads_made += 1
+            self.ended = self.ended or first.body["status"] not in _IN_FLIGHT
             if "pipeline_steps" in first.body:
                 self.pipeline_steps_landed = True
 

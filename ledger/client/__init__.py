@@ -32,7 +32,11 @@ This module is the whole public surface; the parts live in private modules, one 
   and kept across its retries; a status upload's is `<producer_attempt>:<upload_seq>:<key_scope>`),
   so a retried write whose first answer was lost is answered from the service's store instead of
   being applied twice. The one write without a key (minting a token) is sent again only when the
-  service surely did not handle it.
+  service surely did not handle it. A caller with a deadline of its own passes it down (the
+  client's `deadline(seconds)` block): every call in it is tried until then, however many tries
+  that is, and never past it; nobody retries around the policy. What a retry means for an answer
+  is a typed field, not a key added to the service's JSON (`deliver_status` answers a
+  `StatusDelivery`, `redelivered` when the upload was sent more than once).
 - `_sse`: **the tail resumes.** `tail` reconnects after a dropped stream with `Last-Event-ID`, so
   nothing is lost or repeated, until `max_reconnects` failures in a row (or a deadline).
 - `_transport`: the request each call becomes, and what both faces share.
@@ -43,7 +47,7 @@ This module is the whole public surface; the parts live in private modules, one 
 from __future__ import annotations
 
 from ledger.client._async_client import AsyncLedgerClient
-from ledger.client._operations import DEFAULT_URL, URL_VAR, segment, service_url
+from ledger.client._operations import DEFAULT_URL, URL_VAR, StatusDelivery, segment, service_url
 from ledger.client._policy import RetryPolicy
 from ledger.client._sync_client import LedgerClient
 
@@ -53,12 +57,13 @@ __all__ = [
     "AsyncLedgerClient",
     "LedgerClient",
     "RetryPolicy",
+    "StatusDelivery",
     "segment",
     "service_url",
 ]
 
 # The public names are this module's, wherever they are written (as httpx does): what `help`,
 # tracebacks and pickles show does not depend on the private layout.
-for _name in ("AsyncLedgerClient", "LedgerClient", "RetryPolicy", "segment", "service_url"):
+for _name in ("AsyncLedgerClient", "LedgerClient", "RetryPolicy", "StatusDelivery", "segment", "service_url"):
     globals()[_name].__module__ = __name__
 del _name

@@ -9,6 +9,7 @@ blocking and the async face cannot drift apart: only sending differs. Nothing he
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "Call",
     "EventPager",
     "Operations",
+    "StatusDelivery",
     "as_text",
     "operation",
     "run_path",
@@ -378,22 +380,23 @@ class Operations:
         Its key is `<producer_attempt>:<upload_seq>:<key_scope>`: the upload's place, then a part
         of the caller's own, random per call unless given (a reporter keeps one, so an upload it
         sends again carries the key of its first delivery; two reporters of one attempt never
-        share one). The run is in the path, which scopes the key. An answer that came after a
-        retry says ``redelivered: True``: a ``duplicate`` in it may be this very upload's."""
-        if idempotency_key is None and upload.get("upload_seq") is not None:
-            scope = key_scope or _new_key()
-            idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{scope}"
-        key = idempotency_key or _new_key()
-        path = run_path(run_id, "/status")
-        return Call(
-            method="POST",
-            path=path,
-            parse=_whole,
-            body=dict(upload),
-            idempotency_key=key,
-            run_id=run_id,
-            redelivered=_redelivered,
-        )
+        share one). The run is in the path, which scopes the key. `deliver_status` says as well
+        whether the client sent it more than once."""
+        return _status_call(run_id, upload, idempotency_key, key_scope, _whole)
+
+    @operation
+    def deliver_status(
+        run_id: str,
+        upload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        key_scope: str | None = None,
+    ) -> Call[StatusDelivery]:
+        """`upload_status`, its answer in a `StatusDelivery`: `redelivered` when the client sent
+        the upload more than once (a retry after a lost answer), so that a ``duplicate`` in the
+        answer may be this very upload's."""
+        call = _status_call(run_id, upload, idempotency_key, key_scope, _delivery)
+        return dataclasses.replace(call, redelivered=_redelivered)
 
     @operation
     def record_sheet_rows(
@@ -535,8 +538,41 @@ class Operations:
         return Call(method="POST", path="/v1/tokens", parse=_whole, body=body)
 
 
-def _redelivered(answer: Any) -> Any:
-    return {**answer, "redelivered": True} if isinstance(answer, dict) else answer
+@dataclass(frozen=True)
+class StatusDelivery:
+    """A status upload's answer as the service wrote it, and whether the client sent the upload
+    more than once to get it (`deliver_status`)."""
+
+    answer: shapes.UploadResult
+    redelivered: bool = False
+
+
+def _delivery(response: httpx.Response) -> StatusDelivery:
+    return StatusDelivery(_body(response))
+
+
+def _redelivered(delivery: StatusDelivery) -> StatusDelivery:
+    return dataclasses.replace(delivery, redelivered=True)
+
+
+def _status_call(
+    run_id: str,
+    upload: Mapping[str, Any],
+    idempotency_key: str | None,
+    key_scope: str | None,
+    parse: Callable[[httpx.Response], _T],
+) -> Call[_T]:
+    if idempotency_key is None and upload.get("upload_seq") is not None:
+        scope = key_scope or _new_key()
+        idempotency_key = f"{upload.get('producer_attempt', '')}:{upload['upload_seq']}:{scope}"
+    return Call(
+        method="POST",
+        path=run_path(run_id, "/status"),
+        parse=parse,
+        body=dict(upload),
+        idempotency_key=idempotency_key or _new_key(),
+        run_id=run_id,
+    )
 
 
 # -- readers that span requests -------------------------------------------------------------------

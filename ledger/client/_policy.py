@@ -6,6 +6,8 @@ give it a clock and the client a sleep that move only when they say.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,6 +48,10 @@ class RetryPolicy:
     could create something twice (a write without an `Idempotency-Key`, see `Call.replayable`)
     is sent again only after a failure that proves the service did not handle it (`handled`).
 
+    A caller with a deadline of its own passes it down (`by`, or the client's `deadline` block)
+    rather than retrying around the policy: `deadline` is an instant on `clock` past which no wait
+    starts, and with it no count applies: the call is tried until then, however many tries that is.
+
     `on_first_failure` hears of a call's first failure at once, before its retries: a person
     waiting on a command learns that the service is unreachable now, not at the deadline. The
     deadline is measured on `clock` (tests give one that moves only when they say)."""
@@ -56,11 +62,28 @@ class RetryPolicy:
     max_wait_s: float = 5.0
     on_first_failure: Callable[[Exception], None] | None = None
     clock: Callable[[], float] = time.monotonic
+    deadline: float | None = None
 
     @classmethod
     def until(cls, deadline_s: float, on_first_failure: Callable[[Exception], None] | None = None) -> Self:
         """Retries for as long as `deadline_s` allows, however many that is."""
         return cls(max_attempts=None, max_total_s=deadline_s, on_first_failure=on_first_failure)
+
+    def by(self, deadline: float) -> Self:
+        """This policy (its waits, clock and first-failure hook) until the instant `deadline` on
+        its clock, however many tries that is (`math.inf`: until the call succeeds or is refused)."""
+        return dataclasses.replace(self, max_attempts=None, max_total_s=math.inf, deadline=deadline)
+
+    def within(self, seconds: float | None) -> Self:
+        """`by` the instant `seconds` from now (None: no deadline, until the call succeeds or is
+        refused): what a caller with that much time left passes down."""
+        return self.by(self.clock() + (math.inf if seconds is None else max(0.0, seconds)))
+
+    def seconds_left(self) -> float:
+        """The time a call may still spend by this policy, from now: its deadline's, else its total."""
+        if self.deadline is None:
+            return self.max_total_s
+        return max(0.0, min(self.max_total_s, self.deadline - self.clock()))
 
     def first_failure(self, error: BaseException | None) -> None:
         """Tell `on_first_failure` of `error` (the first failure of a call or of a stream)."""
@@ -79,11 +102,11 @@ class RetryPolicy:
         return backoff
 
     def _options(self, replayable: bool = True) -> dict[str, Any]:
-        started = self.clock()
+        ends = self.clock() + self.seconds_left()
 
         def out_of_time(state: RetryCallState) -> bool:
             # No wait starts that would end past the deadline.
-            return self.clock() - started + (state.upcoming_sleep or 0.0) >= self.max_total_s
+            return self.clock() + (state.upcoming_sleep or 0.0) >= ends
 
         stops: list[Any] = [out_of_time]
         if self.max_attempts is not None:

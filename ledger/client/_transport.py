@@ -5,7 +5,8 @@ becomes, and the options of the face's httpx client (which is the seam: a test p
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Self
 
 import httpx
@@ -57,8 +58,22 @@ class ClientBase(Operations):
 
     def _tail_state(self, run_id: str, after: int | str) -> TailState:
         # A policy that retries until a deadline holds the tail's reconnects to it as well.
-        deadline_s = self.retry.max_total_s if self.retry.max_attempts is None else None
+        deadline_s = self.retry.seconds_left() if self.retry.max_attempts is None else None
         return TailState(self.base_url, run_id, after, self.max_reconnects, deadline_s, self.retry.clock)
+
+    @contextmanager
+    def deadline(self, seconds: float | None) -> Iterator[None]:
+        """Within the block, every call (of any task) that fails with `LedgerUnavailable` is tried
+        again until `seconds` from now, however many tries that is (None: until it succeeds or is
+        refused), and no wait starts that would end past it: a caller's deadline passed down to
+        the one retry policy, instead of a loop of the caller's around it. Blocks nest; the
+        policy is the client's own again after the block."""
+        policy = self.retry
+        self.retry = policy.within(seconds)
+        try:
+            yield
+        finally:
+            self.retry = policy
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:

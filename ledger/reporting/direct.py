@@ -4,7 +4,9 @@ For a worker that runs next to the ledger (and for tests against the real ledger
 server). Uploads go through `ledger.ingest.store.apply_status_upload`; the errors are the
 library's own, as the HTTP transport raises them: a refusal is a `LedgerError` (`StaleAttempt`,
 `RunTerminal`, ...), a lost or unreachable database (the outcome of the call is then unknown) a
-`DatabaseUnavailable`, which the reporter retries. The transport itself never retries.
+`DatabaseUnavailable`. Within the reporter's `deadline` block a call is tried again after one until
+the deadline, by the ledger's one retry policy (`reporter.transports.protocol.DeadlineRetries`);
+outside one, once. `upload_once` is one delivery, without retries.
 
 Sheet outcomes and node observations are read by two injectable async readers (``run_id`` →
 list of dicts); by default they come from the ledger's own read functions (`ledger.ingest.sheets`,
@@ -16,22 +18,26 @@ imports the ledger's database stack.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Any, TypeVar
 
+from ledger.client import RetryPolicy
 from ledger.db import DB_FAULTS, Database
 from ledger.errors import DatabaseUnavailable, NotFound
 from ledger.ingest.observations import list_observations
 from ledger.ingest.sheets import sheet_outcomes
 from ledger.ingest.store import apply_status_upload
 from ledger.runlog.store import RunLog
+from reporter.transports.protocol import DeadlineRetries
 
 __all__ = [
     "DirectTransport",
 ]
 
 _Reader = Callable[[str], Awaitable[list[dict[str, Any]]]]
+_T = TypeVar("_T")
 
 
 class DirectTransport:
@@ -43,17 +49,45 @@ class DirectTransport:
         *,
         sheet_reader: _Reader | None = None,
         observation_reader: _Reader | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.db = db
         self._sheet_reader = sheet_reader
         self._observation_reader = observation_reader
+        self.retries = DeadlineRetries(retry, sleep)
+
+    def deadline(self, seconds: float | None) -> AbstractContextManager[None]:
+        return self.retries.deadline(seconds)
+
+    async def _retried(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        answer, _ = await self.retries.run(call)
+        return answer
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        answer, again = await self.retries.run(lambda: self.upload_once(payload))
+        # The seam's word for an answer that came after a retry (`Transport.upload`).
+        return {**answer, "redelivered": True} if again else answer
+
+    async def upload_once(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """One delivery of the upload, without retries."""
         async with _unavailable():
             return dict(await apply_status_upload(self.db, str(payload["run_id"]), payload))
         raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
 
     async def run_state(self, run_id: str) -> dict[str, Any] | None:
+        return await self._retried(lambda: self._run_state(run_id))
+
+    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+        return await self._retried(lambda: self._recent_log_lines(run_id, limit))
+
+    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+        return await self._retried(lambda: self._sheet_outcomes(run_id))
+
+    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+        return await self._retried(lambda: self._node_observations(run_id))
+
+    async def _run_state(self, run_id: str) -> dict[str, Any] | None:
         async with _unavailable():
             try:
                 return dict(await RunLog(self.db).get_run(run_id))
@@ -61,7 +95,7 @@ class DirectTransport:
                 return None
         raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
 
-    async def recent_log_lines(self, run_id: str, limit: int) -> list[str]:
+    async def _recent_log_lines(self, run_id: str, limit: int) -> list[str]:
         async with _unavailable():
             try:
                 return await RunLog(self.db).recent_log_lines(run_id, limit)
@@ -69,7 +103,7 @@ class DirectTransport:
                 return []
         raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
 
-    async def sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
+    async def _sheet_outcomes(self, run_id: str) -> list[dict[str, Any]]:
         async with _unavailable():
             if self._sheet_reader is not None:
                 return await self._sheet_reader(run_id)
@@ -79,7 +113,7 @@ class DirectTransport:
                 return []  # no rows recorded for the run: nothing to reconcile from
         raise AssertionError("unreachable: _unavailable re-raises")  # pragma: no cover
 
-    async def node_observations(self, run_id: str) -> list[dict[str, Any]]:
+    async def _node_observations(self, run_id: str) -> list[dict[str, Any]]:
         async with _unavailable():
             if self._observation_reader is not None:
                 return await self._observation_reader(run_id)

@@ -52,6 +52,7 @@ CLIENT_EXPORTS = [
     "AsyncLedgerClient",
     "LedgerClient",
     "RetryPolicy",
+    "StatusDelivery",
     "segment",
     "service_url",
 ]
