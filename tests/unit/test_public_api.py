@@ -136,13 +136,10 @@ def test_ledger_client_exports() -> None:
     # One public surface over private modules: every other name of the package starts with `_`
     # (its modules included), and the public names are the package's, wherever they are written.
     # (Names that are no identifiers are pytest's, when it rewrites the package's asserts.)
-    public = {
-        name
-        for name in vars(ledger.client)
-        if name.isidentifier() and not name.startswith("_") and name != "annotations"
-    }
+    names = {name: value for name, value in vars(ledger.client).items() if name.isidentifier()}
+    public = {name for name in names if not name.startswith("_") and name != "annotations"}
     assert public == set(CLIENT_EXPORTS)
-    modules = {name for name, value in vars(ledger.client).items() if inspect.ismodule(value)}
+    modules = {name for name, value in names.items() if inspect.ismodule(value)}
     assert modules and all(name.startswith("_") for name in modules)
     for name in CLIENT_EXPORTS:
         value = getattr(ledger.client, name)
