@@ -181,6 +181,11 @@ class _Unacked:
 class CoalescingUploader:
     """Sends `ProgressState` snapshots through a `Transport`, one at a time."""
 
+    # Set once the ledger answered an upload of ours that ends the run: it takes nothing after it,
+    # so a running request that came meanwhile (a trailing flush while the transport was still
+    # retrying the final upload) is not sent after it.
+    ended = False
+
     def __init__(
         self,
         *,
@@ -232,10 +237,6 @@ class CoalescingUploader:
         # Set by `aclose` once its time is up: no request starts from then on.
         self.halted = False
         self.cancelled_in_flight = False
-        # Set once an upload of ours that ends the run has landed: the ledger takes nothing after
-        # it, so a running request that came meanwhile (a trailing flush while the transport was
-        # still retrying the final upload) is not sent after it.
-        self.ended = False
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -370,6 +371,9 @@ class CoalescingUploader:
         try:
             while self._pending is not None and not self.halted:
                 request, self._pending = self._pending, None
+                if self.ended and request.status in _IN_FLIGHT:
+                    _settle(request, None)
+                    continue
                 await self._upload(request)
         finally:
             self._pump_task = None
@@ -437,9 +441,6 @@ class CoalescingUploader:
         try:
             await self.learn_body_limit()
             if self._unacked and await self._resend_covers(request):
-                _settle(request, None)
-                return
-            if self.ended and request.status in _IN_FLIGHT:
                 _settle(request, None)
                 return
             if await self._current_attempt():
@@ -511,7 +512,6 @@ class CoalescingUploader:
                 continue
             self._unacked.pop(0)
             self.uploads_made += 1
-            self.ended = self.ended or first.body["status"] not in _IN_FLIGHT
             if "pipeline_steps" in first.body:
                 self.pipeline_steps_landed = True
 
@@ -540,6 +540,7 @@ class CoalescingUploader:
 
     async def _deliver(self, payload: dict[str, Any], *, redelivery: bool) -> None:
         answer = await self.transport.upload(payload)
+        self.ended = self.ended or payload["status"] not in _IN_FLIGHT
         if redelivery or answer.get("redelivered"):
             return  # an earlier delivery of this very upload may be what the answer found
         terminal = answer.get("terminal")
