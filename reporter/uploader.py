@@ -373,8 +373,8 @@ class CoalescingUploader:
                 request, self._pending = self._pending, None
                 if self.ended and request.status in _IN_FLIGHT:
                     _settle(request, None)
-                    continue
-                await self._upload(request)
+                else:
+                    await self._upload(request)
         finally:
             self._pump_task = None
             idle, self._idle_waiters = self._idle_waiters, []
