@@ -40,6 +40,7 @@ __all__ = [
     "TOOL_CALL_SETTLED_KIND",
     "TOOL_CALL_STARTED_KIND",
     "decode_line",
+    "general_junk_reason",
     "junk_reason",
 ]
 
@@ -247,10 +248,12 @@ def junk_reason(line: object) -> str | None:
                 and (event.get("logicalNamespace") is None or type(event["logicalNamespace"]) is str)
             ):
                 return None
-    return _general(line)
+    return general_junk_reason(line)
 
 
-def _general(line: object) -> str | None:
+def general_junk_reason(line: object) -> str | None:
+    """`junk_reason` by its general path alone: every rule, without the hot path's shortcut (which
+    must answer as this does)."""
     if not _is_object(line):
         return "a line must be a JSON object"
     kind = line.get("type")

@@ -18,8 +18,10 @@ A result's status is one of the ledger's terminal statuses (``completed``, ``fai
 
 The end of a run is where faults cost the most, so there the reporter does not give up on a fault
 it can outlast: a lost connection, a timeout or a 503 is retried (with backoff) until the finalize
-deadline, for the final upload and for the reads of the terminal truth alike. What the ledger
-refuses stops it at once: a newer attempt (`StaleAttempt`), a run someone else ended
+deadline, for the final upload and for the reads of the terminal truth alike. The retrying is the
+transport's, by the ledger's one retry policy: the reporter passes its deadline down
+(`Transport.deadline`) and keeps no loop of its own, so one try never outlasts the deadline. What
+the ledger refuses stops it at once: a newer attempt (`StaleAttempt`), a run someone else ended
 (`RunTerminal`), another reporter's uploads of this attempt (`DuplicateUpload`).
 
 Typical use::
@@ -36,12 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
-from ledger.client import RetryPolicy
 from ledger.errors import LedgerError, LedgerFailure, RunTerminal, StaleAttempt
 from ledger.validate import LIVE_LOG_TAIL_LIMIT, TERMINAL_STATUSES
 from reporter.folding import EventFolder
@@ -67,11 +67,6 @@ __all__ = [
 _log = logging.getLogger("reporter")
 
 DEFAULT_FINALIZE_DEADLINE_S = 120.0
-# Between two tries of a call that failed with an unknown outcome: doubling up to the cap.
-_RETRY_FIRST_WAIT_S = 0.25
-_RETRY_MAX_WAIT_S = 5.0
-
-_T = TypeVar("_T")
 
 # How an interrupted reporter may end its run instead of leaving it resumable, and the status each
 # gives the run.
@@ -152,8 +147,6 @@ class ProgressReporter:
             trailing_flush=trailing_flush,
             pipeline_steps=[node.node_id for node in self.pipeline.nodes],
         )
-        self._clock = clock
-        self._sleep = sleep
         self._sheet_outcomes: list[Mapping[str, Any]] = []
         self.folder = EventFolder(
             self.state,
@@ -196,7 +189,8 @@ class ProgressReporter:
         """
         if self.uploader.busy or self.uploader.upload_seq or self.uploader.has_unacked:
             raise RuntimeError("resume() must come before this reporter uploads anything")
-        run = await self._retrying("read the run", lambda: self.transport.run_state(self.run_id), deadline_s)
+        with self.transport.deadline(deadline_s):
+            run = await self.transport.run_state(self.run_id)
         if run is None:
             return
         attempt = int(run.get("producer_attempt") or 0)
@@ -222,11 +216,8 @@ class ProgressReporter:
         self.folder.restore(run.get("live_node_progress"))
         if delivered:
             # The live tail as the first reporter left it: the terminal replay drops what it holds.
-            tail = await self._retrying(
-                "read the log tail",
-                lambda: self.transport.recent_log_lines(self.run_id, min(delivered, LIVE_LOG_TAIL_LIMIT)),
-                deadline_s,
-            )
+            with self.transport.deadline(deadline_s):
+                tail = await self.transport.recent_log_lines(self.run_id, min(delivered, LIVE_LOG_TAIL_LIMIT))
             self.state.restore_logs(tail, delivered)
 
     async def load_terminal_truth(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
@@ -235,31 +226,11 @@ class ProgressReporter:
         Failed reads are retried until `deadline_s`; if they still fail, this raises rather than
         let `finalize` reconcile from partial truth.
         """
-        outcomes = await self._retrying(
-            "read sheet outcomes", lambda: self.transport.sheet_outcomes(self.run_id), deadline_s
-        )
-        observations = await self._retrying(
-            "read node observations", lambda: self.transport.node_observations(self.run_id), deadline_s
-        )
+        with self.transport.deadline(deadline_s):
+            outcomes = await self.transport.sheet_outcomes(self.run_id)
+            observations = await self.transport.node_observations(self.run_id)
         self.apply_terminal_sheet_outcomes(outcomes)
         self.apply_durable_observations(observations)
-
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]], deadline_s: float | None) -> _T:
-        """`call()`, tried again after a `LedgerUnavailable` (unknown outcome) until `deadline_s`
-        (None: for as long as it takes) by the ledger's one retry policy; a refusal (`LedgerError`)
-        is final and raised at once."""
-        policy = RetryPolicy(
-            max_attempts=None,
-            max_total_s=math.inf if deadline_s is None else deadline_s,
-            initial_wait_s=_RETRY_FIRST_WAIT_S,
-            max_wait_s=_RETRY_MAX_WAIT_S,
-            clock=self._clock,
-        )
-
-        def heard(exc: BaseException, wait: float) -> None:
-            _log.warning("run %s: cannot %s (%s); trying again in %.2f s", self.run_id, what, exc, wait)
-
-        return await policy.run(call, self._sleep, before_retry=heard)
 
     def reconcile_terminal(self, result: Mapping[str, Any] | None) -> None:
         """Rewrite map nodes from the checkpoint frames, then from the sheet outcomes (they win)."""
@@ -273,11 +244,8 @@ class ProgressReporter:
     async def end_batch(self, *, deadline_s: float | None = DEFAULT_FINALIZE_DEADLINE_S) -> None:
         """End this reporter's batch without finalizing the run: one forced running upload that
         must land (retried until `deadline_s`). A later reporter continues with `resume`."""
-        await self._retrying(
-            "upload the batch's progress",
-            lambda: self.uploader.flush(force=True, required=True, whole_tail=True),
-            deadline_s,
-        )
+        with self.transport.deadline(deadline_s):
+            await self.uploader.flush(force=True, required=True, whole_tail=True)
 
     async def finalize(
         self,
@@ -299,13 +267,12 @@ class ProgressReporter:
         not cancelled by the deadline.
         """
         finalizing = self._finalize(
-            result, status, required, replay_all_terminal_logs, skip_terminal_log_replay, deadline_s, error
+            result, status, required, replay_all_terminal_logs, skip_terminal_log_replay, error
         )
-        if deadline_s is None:
-            await finalizing
-            return
-        async with asyncio.timeout(deadline_s):
-            await finalizing
+        # The transport's retries end by the deadline; the timeout ends a call that hangs.
+        with self.transport.deadline(deadline_s):
+            async with asyncio.timeout(deadline_s):
+                await finalizing
 
     async def _finalize(
         self,
@@ -314,7 +281,6 @@ class ProgressReporter:
         required: bool,
         replay_all: bool,
         skip_replay: bool,
-        deadline_s: float | None,
         error: str | None,
     ) -> None:
         result_status = result.get("status") if isinstance(result, Mapping) else None
@@ -330,11 +296,7 @@ class ProgressReporter:
             # The ledger records a step that first shows completed in a *failed* upload as failed.
             # Steps that finished before the run failed (or that reconciliation shows settled)
             # must land in a running upload first.
-            await self._retrying(
-                "upload the settled steps",
-                lambda: self.uploader.flush(force=True, required=required),
-                deadline_s,
-            )
+            await self.uploader.flush(force=True, required=required)
         replay = None
         logs = result.get("logs") if isinstance(result, Mapping) else None
         if not skip_replay and isinstance(logs, list):
@@ -349,17 +311,13 @@ class ProgressReporter:
         try:
             # Even a running finalize outlasts faults within the deadline: it is the last upload
             # this reporter makes, and an unacknowledged one would never be sent again.
-            await self._retrying(
-                "make the final upload",
-                lambda: self.uploader.flush(
-                    force=True,
-                    status=final,
-                    required=True,
-                    terminal_log_replay=replay,
-                    error=error,
-                    whole_tail=True,
-                ),
-                deadline_s,
+            await self.uploader.flush(
+                force=True,
+                status=final,
+                required=True,
+                terminal_log_replay=replay,
+                error=error,
+                whole_tail=True,
             )
         except LedgerFailure as exc:
             if required or isinstance(exc, LedgerError):
@@ -379,17 +337,14 @@ class ProgressReporter:
                 {"type": "result", "status": INTERRUPT_ENDS[end]}, error=reason, deadline_s=deadline_s
             )
             return
-        async with asyncio.timeout(deadline_s):
-            await self._retrying(
-                "land what arrived",
-                lambda: self.uploader.flush(
+        with self.transport.deadline(deadline_s):
+            async with asyncio.timeout(deadline_s):
+                await self.uploader.flush(
                     force=True,
                     status="interrupted",
                     required=True,
                     interruption={"reason": reason, "signal": signal_name},
-                ),
-                deadline_s,
-            )
+                )
 
     async def aclose(self, *, timeout_s: float | None = None) -> None:
         """Stop the trailing timer and wait for the upload in flight (at most `timeout_s`, then it

@@ -93,6 +93,8 @@ __all__ = [
 Status = Literal["running", "interrupted", "completed", "failed", "cancelled"]
 # How a merged request's status is chosen: the later in this order wins.
 _STATUS_RANK: Final[dict[str, int]] = {"running": 0, "interrupted": 1}
+# The statuses that leave the run in flight (every other one ends it).
+_IN_FLIGHT: Final = frozenset(_STATUS_RANK)
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 _MIN_BODY_BYTES = 4_096
 # The 413s one upload may draw before the uploader stops: each at least halves the limit, and from
@@ -178,6 +180,11 @@ class _Unacked:
 
 class CoalescingUploader:
     """Sends `ProgressState` snapshots through a `Transport`, one at a time."""
+
+    # Set once the ledger answered an upload of ours that ends the run: it takes nothing after it,
+    # so a running request that came meanwhile (a trailing flush while the transport was still
+    # retrying the final upload) is not sent after it.
+    ended = False
 
     def __init__(
         self,
@@ -364,7 +371,10 @@ class CoalescingUploader:
         try:
             while self._pending is not None and not self.halted:
                 request, self._pending = self._pending, None
-                await self._upload(request)
+                if self.ended and request.status in _IN_FLIGHT:
+                    _settle(request, None)
+                else:
+                    await self._upload(request)
         finally:
             self._pump_task = None
             idle, self._idle_waiters = self._idle_waiters, []
@@ -530,6 +540,7 @@ class CoalescingUploader:
 
     async def _deliver(self, payload: dict[str, Any], *, redelivery: bool) -> None:
         answer = await self.transport.upload(payload)
+        self.ended = self.ended or payload["status"] not in _IN_FLIGHT
         if redelivery or answer.get("redelivered"):
             return  # an earlier delivery of this very upload may be what the answer found
         terminal = answer.get("terminal")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from ledger.cli.client import _client, deadline_option
+from ledger.cli.client import command_client, deadline_option
 from ledger.cli.exits import CliError
 from ledger.errors import RunTerminal
 
@@ -25,7 +25,7 @@ __all__ = [
 @deadline_option()
 def cancel(run_id: str, reason: str | None, deadline_s: float) -> None:
     """End a live run as cancelled (needs an admin token or the run's own token)."""
-    with _client(deadline_s, needs="an admin token or the run's own run token") as client:
+    with command_client(deadline_s, needs="an admin token or the run's own run token") as client:
         try:
             ended = client.cancel_run(run_id, reason)
         except RunTerminal as exc:

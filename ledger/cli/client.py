@@ -30,6 +30,7 @@ from ledger.text import one_line
 
 __all__ = [
     "COMMANDS",
+    "command_client",
     "deadline_option",
 ]
 
@@ -71,7 +72,7 @@ def deadline_option(default: float = _DEFAULT_DEADLINE_S) -> Callable[[_F], _F]:
 
 
 @contextmanager
-def _client(
+def command_client(
     deadline_s: float = _DEFAULT_DEADLINE_S, *, needs: str = "a read token or an admin token"
 ) -> Iterator[LedgerClient]:
     """A client of `LEDGER_URL` that retries an unreachable service until `deadline_s`, printing
@@ -172,7 +173,7 @@ def _runs(
     deadline_s: float,
 ) -> None:
     """List the newest runs: status, age, last event, steps by state, rows, why a run ended."""
-    with _client(deadline_s) as client:
+    with command_client(deadline_s) as client:
         page = client.runs_page(limit, before, status=status, play=play, since_ms=since_ms)
     if as_json:
         _echo_json(page)
@@ -204,7 +205,7 @@ def _runs(
 @deadline_option()
 def _run(run_id: str, as_json: bool, deadline_s: float) -> None:
     """Show one run: its steps with progress bars, counts, states and reasons, and how it ended."""
-    with _client(deadline_s) as client:
+    with command_client(deadline_s) as client:
         body = client.get_run(run_id)
     if as_json:
         _echo_json(body)
@@ -256,7 +257,7 @@ def _wait_for_run(client: LedgerClient, run_id: str, wait_s: float) -> None:
 @deadline_option()
 def _events(run_id: str, follow: bool, after: str, wait_s: float, as_json: bool, deadline_s: float) -> None:
     """Print a run's events, one line each; with --follow, tail them live until the run ends."""
-    with _client(deadline_s) as client:
+    with command_client(deadline_s) as client:
         if follow:
             _wait_for_run(client, run_id, wait_s)
         stream = client.tail(run_id, after) if follow else client.iter_events(run_id, after)
@@ -279,7 +280,7 @@ def _events(run_id: str, follow: bool, after: str, wait_s: float, as_json: bool,
 @deadline_option()
 def _pool(version: str, pool_name: str, as_json: bool, deadline_s: float) -> None:
     """Warm-pool availability of VERSION: available and warming counts, and the entries."""
-    with _client(deadline_s) as client:
+    with command_client(deadline_s) as client:
         counts = client.counts(pool_name, version)
         entries = client.list_entries(pool_name, version)
     if as_json:

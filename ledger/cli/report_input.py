@@ -20,7 +20,7 @@ __all__ = [
 
 # Between two yields of the input loop to the uploads (lines arriving faster than they are read
 # would otherwise hold the event loop until the input pauses).
-YIELD_EVERY = 256
+_YIELD_EVERY = 256
 # How many unreadable lines `ledger report` describes one by one before it only counts them.
 DESCRIBED_SKIPS = 3
 
@@ -77,7 +77,7 @@ async def feed(
     number = 0
     async for raw in lines:
         number += 1
-        if number % YIELD_EVERY == 0:
+        if number % _YIELD_EVERY == 0:
             await asyncio.sleep(0)
         text = raw.strip()
         if not text:

@@ -12,7 +12,7 @@ import json
 import click
 
 from ledger import auth, tokens
-from ledger.cli.client import _client, deadline_option
+from ledger.cli.client import command_client, deadline_option
 from ledger.config import load_settings
 from ledger.errors import ConfigError
 from ledger.validate import INT32_MAX
@@ -57,7 +57,7 @@ def _create(
         raise click.UsageError("--scope run needs --run-id and --max-attempt")
     if scope == "read" and (run_id is not None or max_attempt is not None):
         raise click.UsageError("--run-id and --max-attempt are for --scope run only")
-    with _client(deadline_s, needs="an admin token") as client:
+    with command_client(deadline_s, needs="an admin token") as client:
         minted = client.mint_token(scope, run_id=run_id, max_attempt=max_attempt, ttl_s=ttl)
     click.echo(json.dumps(minted) if as_json else minted["token"])
 

@@ -1,7 +1,8 @@
 """The HTTP transport: a thin adapter of `ledger.client.AsyncLedgerClient` to the `Transport` seam.
 
 Everything about talking HTTP is the client's: the retry policy (`ledger.client.RetryPolicy`, here
-with `DEFAULT_RETRY_POLICY`'s longer budget), the `Retry-After` reading, the mapping of answers to
+with `DEFAULT_RETRY_POLICY`'s longer budget, and within a `deadline` block the reporter's
+deadline instead), the `Retry-After` reading, the mapping of answers to
 the library's errors (`ledger.errors`) and the upload's `Idempotency-Key`
 (``<producer_attempt>:<upload_seq>:<key_id>``, the same on every retry and every resend of one
 upload; `key_id` is random per transport, so two reporters of one attempt never send one key for
@@ -22,6 +23,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any, Final, TypeVar
 
 import httpx
@@ -88,11 +90,17 @@ class HttpTransport:
             producer_attempt=payload.get("producer_attempt"),
             upload_seq=payload.get("upload_seq"),
         ):
-            answer: Any = await self.client.upload_status(run_id, payload, key_scope=self.key_id)
+            delivery = await self.client.deliver_status(run_id, payload, key_scope=self.key_id)
+            answer: Any = delivery.answer
             if not isinstance(answer, dict):
                 return {}
             tracing.annotate(duplicate=answer.get("duplicate"))
-            return answer
+            # The seam's word for an answer that came after a retry (`Transport.upload`).
+            return {**answer, "redelivered": True} if delivery.redelivered else dict(answer)
+
+    def deadline(self, seconds: float | None) -> AbstractContextManager[None]:
+        """The client's own deadline block: its one policy retries each request until then."""
+        return self.client.deadline(seconds)
 
     async def body_limit(self) -> int | None:
         """The service's request body limit (``GET /v1/limits``); None when it does not say (a

@@ -22,14 +22,17 @@ Both record every payload the ledger received, for the redelivery check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
+from ledger.client import RetryPolicy
 from ledger.errors import LedgerUnavailable
-from reporter.transports.protocol import Transport
+from reporter.transports.protocol import DeadlineRetries, Transport
 
 
 class FaultPlan:
@@ -50,13 +53,27 @@ class FaultPlan:
 
 
 class DirectFaults:
-    """A `Transport` around another one (the direct transport) that injects the plan's faults."""
+    """A `Transport` around another one (the direct transport) that injects the plan's faults.
+
+    Its faults are below its retries, as a real transport's are: within the reporter's deadline
+    block an injected fault is tried again by the ledger's one policy (`DeadlineRetries`), and the
+    inner transport's reads retry within the same block."""
 
     def __init__(self, inner: Transport, plan: FaultPlan) -> None:
         self.inner = inner
         self.plan = plan
+        self.retries = DeadlineRetries(RetryPolicy(max_attempts=1, initial_wait_s=0.001))
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float | None) -> Iterator[None]:
+        with self.retries.deadline(seconds), self.inner.deadline(seconds):
+            yield
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        answer, again = await self.retries.run(lambda: self.upload_once(payload))
+        return {**answer, "redelivered": True} if again else answer
+
+    async def upload_once(self, payload: dict[str, Any]) -> dict[str, Any]:
         fault = self.plan.next()
         if fault == "lost_before":
             raise LedgerUnavailable("injected: the request was lost before it reached the ledger")

@@ -8,10 +8,13 @@ against the real service.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,8 +23,7 @@ from ledger.client import (
     AsyncLedgerClient,
     LedgerClient,
     RetryPolicy,
-    _parse_retry_after,
-    _TailState,
+    StatusDelivery,
     service_url,
 )
 from ledger.errors import (
@@ -71,9 +73,10 @@ def stream_response(chunks: list[bytes], *, drop: bool = False) -> httpx.Respons
     )
 
 
-def make_client(handler: Handler, sleeps: list[float] | None = None, **kw: int) -> LedgerClient:
+def make_client(handler: Handler, sleeps: list[float] | None = None, **kw: Any) -> LedgerClient:
     record = sleeps if sleeps is not None else []
-    return LedgerClient(BASE, "tok", transport=httpx.MockTransport(handler), sleep=record.append, **kw)
+    kw.setdefault("sleep", record.append)
+    return LedgerClient(BASE, "tok", transport=httpx.MockTransport(handler), **kw)
 
 
 def make_async_client(handler: Handler, sleeps: list[float]) -> AsyncLedgerClient:
@@ -360,14 +363,21 @@ def test_a_413_names_the_limit_its_answer_gives() -> None:
     assert err.value.max_body_bytes == 1_048_576
 
 
-def test_a_retried_status_upload_says_it_was_redelivered() -> None:
-    answers = [httpx.Response(503, json={"error": "down"}), httpx.Response(200, json={"duplicate": True})]
-    with make_client(lambda r: answers.pop(0)) as client:
-        answer = client.upload_status("r", {"upload_seq": 1, "producer_attempt": 1, "status": "running"})
-    assert answer == {"duplicate": True, "redelivered": True}
+def test_a_retried_status_delivery_says_it_was_redelivered_and_the_answer_stays_the_service_s() -> None:
+    upload = {"upload_seq": 1, "producer_attempt": 1, "status": "running"}
+
+    def after_a_lost_answer() -> Handler:
+        answers = [httpx.Response(503, json={"error": "down"}), httpx.Response(200, json={"duplicate": True})]
+        return lambda r: answers.pop(0)
+
+    with make_client(after_a_lost_answer()) as client:
+        delivery = client.deliver_status("r", upload)
+    assert delivery == StatusDelivery({"duplicate": True}, redelivered=True)  # type: ignore[typeddict-item]
     with make_client(lambda r: httpx.Response(200, json={"duplicate": True})) as client:
-        once = client.upload_status("r", {"upload_seq": 1, "producer_attempt": 1, "status": "running"})
-    assert once == {"duplicate": True}
+        assert client.deliver_status("r", upload).redelivered is False
+    # The service's JSON as it came, with nothing added, however it was delivered.
+    with make_client(after_a_lost_answer()) as client:
+        assert client.upload_status("r", upload) == {"duplicate": True}
 
 
 def test_a_status_upload_keeps_the_callers_key_scope() -> None:
@@ -506,18 +516,26 @@ def test_no_time_to_retry_means_one_try_and_no_first_failure_notice() -> None:
 
 def test_a_tail_under_a_deadline_reconnects_until_the_deadline_not_the_count() -> None:
     now = [0.0]
-    state = _TailState(BASE, "r", -1, max_reconnects=2, deadline_s=10.0, clock=lambda: now[0])
-    problem = LedgerUnavailable("down")
-    waited = 0.0
-    for _ in range(5):  # more than max_reconnects
-        delay = state.failed(problem)
-        now[0] += delay
-        waited += delay
-    assert waited < 10
-    with pytest.raises(LedgerUnavailable, match="lost the event stream of run r"):
-        for _ in range(100):
-            now[0] += state.failed(problem)
-    assert now[0] <= 10
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(503, json={"error": "down", "code": "unavailable"})
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    # The policy's clock is the tail's too: the deadline counts on it.
+    policy = RetryPolicy(max_attempts=None, max_total_s=10.0, clock=lambda: now[0])
+    with (
+        LedgerClient(
+            BASE, "tok", transport=httpx.MockTransport(handler), sleep=sleep, retry=policy, max_reconnects=2
+        ) as client,
+        pytest.raises(LedgerUnavailable, match="lost the event stream of run r"),
+    ):
+        list(client.tail("r"))
+    assert len(calls) > 2 + 1  # more reconnects than max_reconnects
+    assert 0 < now[0] <= 10
 
 
 def test_a_tail_tells_its_first_failure_once_naming_the_service() -> None:
@@ -538,12 +556,36 @@ def test_a_tail_tells_its_first_failure_once_naming_the_service() -> None:
     assert len(heard) == 1 and "cannot reach the ledger service at http://ledger.test" in str(heard[0])
 
 
-def test_parse_retry_after() -> None:
-    assert _parse_retry_after("7") == 7.0
-    assert _parse_retry_after(None) is None
-    assert _parse_retry_after("soon") is None
-    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
-    assert _parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412490.0) == 0.0
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("7", 7.0),
+        (None, None),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date gone by: no wait
+    ],
+)
+def test_retry_after_is_read_as_seconds_or_a_date(header: str | None, seconds: float | None) -> None:
+    headers = {} if header is None else {"Retry-After": header}
+    answer = httpx.Response(503, json={"error": "busy", "code": "busy"}, headers=headers)
+    with (
+        make_client(lambda r: answer, retry=RetryPolicy(max_attempts=1)) as client,
+        pytest.raises(LedgerUnavailable) as err,
+    ):
+        client.get_run("r")
+    assert err.value.retry_after == seconds
+
+
+def test_retry_after_as_a_date_to_come_is_the_seconds_until_it() -> None:
+    in_an_hour = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    answer = httpx.Response(503, json={"error": "busy"}, headers={"Retry-After": in_an_hour})
+    with (
+        make_client(lambda r: answer, retry=RetryPolicy(max_attempts=1)) as client,
+        pytest.raises(LedgerUnavailable) as err,
+    ):
+        client.get_run("r")
+    # The header's resolution is a second; the margin is the test's own time.
+    assert err.value.retry_after is not None and 3000 < err.value.retry_after <= 3600
 
 
 async def test_a_policy_runs_work_that_spans_requests_until_its_deadline_on_its_clock() -> None:
@@ -591,3 +633,71 @@ async def test_a_policy_run_returns_what_the_work_returns_once_it_succeeds() -> 
 
     assert await RetryPolicy().run(work, sleep) == "done"
     assert sleeps and sleeps[0] >= 2.0  # the Retry-After is the minimum wait
+
+
+# -- a caller's deadline, passed down ---------------------------------------------------------------
+
+
+def test_within_a_deadline_block_a_call_is_tried_past_the_count_until_the_deadline_never_past_it() -> None:
+    now = [0.0]
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(now[0])
+        return httpx.Response(503, json={"error": "down", "code": "unavailable"})
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    policy = RetryPolicy(max_attempts=2, max_total_s=1.0, clock=lambda: now[0])
+    with make_client(handler, sleep=sleep, retry=policy) as client:
+        with pytest.raises(LedgerUnavailable):
+            client.get_run("r")
+        assert len(calls) == 2  # the policy's own count, outside a block
+        calls.clear()
+        started = now[0]
+        with client.deadline(30.0), pytest.raises(LedgerUnavailable):
+            client.get_run("r")
+        # Neither the count of two nor the total of one second: the caller's 30 s, never past them.
+        assert len(calls) > 2 and now[0] - started > 1.0
+        assert calls[-1] - started <= 30.0 and now[0] - started <= 30.0
+        assert client.retry is policy  # the client's own policy again after the block
+
+
+def test_a_deadline_block_passes_its_time_down_to_the_calls_made_later_in_it() -> None:
+    now = [0.0]
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(now[0])
+        return httpx.Response(503, json={"error": "down"})
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    policy = RetryPolicy(clock=lambda: now[0])
+    with (
+        make_client(handler, sleep=sleep, retry=policy) as client,
+        client.deadline(10.0),
+    ):
+        with pytest.raises(LedgerUnavailable):
+            client.get_run("r")
+        spent = now[0]
+        calls.clear()
+        # A second call in the same block has only what the first left of the ten seconds.
+        with pytest.raises(LedgerUnavailable):
+            client.get_run("r")
+        assert now[0] <= 10.0 and len(calls) >= 1
+        assert spent > 0
+
+
+def test_a_refusal_is_final_within_a_deadline_block() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(409, json={"error": "run r is on attempt 3", "code": "stale_attempt"})
+
+    with make_client(handler) as client, client.deadline(None), pytest.raises(StaleAttempt):
+        client.upload_status("r", {"upload_seq": 1, "producer_attempt": 1, "status": "running"})
+    assert len(calls) == 1

@@ -27,10 +27,6 @@ FROZEN = ("ledger/migrations/",)
 # Uses of a private name that other hands are moving as they rework these modules: each entry is
 # (module that uses it, the name as written), and goes when the name turns public or the use goes.
 ALLOWED = {
-    ("ledger/cli/cancel.py", "ledger.cli.client._client"),  # being moved
-    ("ledger/cli/token.py", "ledger.cli.client._client"),  # being moved
-    ("tests/unit/test_client.py", "ledger.client._parse_retry_after"),  # being moved
-    ("tests/unit/test_client.py", "ledger.client._TailState"),  # being moved
     ("tests/integration/pool/test_concurrency.py", "ledger.pool.store._instance_key"),  # being moved
 }
 

@@ -48,9 +48,9 @@ class LosingAnswers(DirectTransport):
         self.lose = lose
         self.calls = 0
 
-    async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def upload_once(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.calls += 1
-        answer = await super().upload(payload)
+        answer = await super().upload_once(payload)
         if self.calls in self.lose:
             raise LedgerUnavailable("connection reset before the answer arrived")
         return answer

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
 from typing import Any
 
+from ledger.client import RetryPolicy
 from ledger.errors import LedgerUnavailable
+from reporter.transports.protocol import DeadlineRetries
 
 
 class FakeClock:
@@ -47,7 +50,11 @@ async def settle(rounds: int = 20) -> None:
 
 
 class FakeTransport:
-    """Records uploads; can hold them at a gate and fail them on demand; checks single flight."""
+    """Records uploads; can hold them at a gate and fail them on demand; checks single flight.
+
+    It retries as a real transport does (within the reporter's `deadline` block, by the ledger's
+    one policy), each try taking the next of `failures`; its waits pass on a clock of its own
+    (`now`) at once, so a test never waits for them."""
 
     def __init__(self) -> None:
         self.payloads: list[dict[str, Any]] = []
@@ -62,6 +69,15 @@ class FakeTransport:
         self.log_lines: dict[str, list[str]] = {}
         self.observations: list[dict[str, Any]] = []
         self.started = 0
+        self.now = 0.0
+        self.retries = DeadlineRetries(RetryPolicy(max_attempts=1, clock=lambda: self.now), self._wait)
+
+    async def _wait(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+    def deadline(self, seconds: float | None) -> AbstractContextManager[None]:
+        return self.retries.deadline(seconds)
 
     def hold(self) -> None:
         self.gate = asyncio.Event()
@@ -72,6 +88,10 @@ class FakeTransport:
         self.gate = None
 
     async def upload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        answer, again = await self.retries.run(lambda: self.upload_once(payload))
+        return {**answer, "redelivered": True} if again else answer
+
+    async def upload_once(self, payload: dict[str, Any]) -> dict[str, Any]:
         self.in_flight += 1
         self.started += 1
         call = self.started

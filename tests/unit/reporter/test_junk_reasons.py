@@ -219,7 +219,7 @@ def test_the_hot_path_answers_a_well_formed_progress_line_alone(monkeypatch: pyt
     def general(line: object) -> str | None:
         raise AssertionError(f"the general path was taken for {line!r}")
 
-    monkeypatch.setattr(lines, "_general", general)
+    monkeypatch.setattr(lines, "general_junk_reason", general)
     for completed, total, failed in ((0, None, None), (INT64_MAX, INT64_MAX, INT64_MAX), (1, 0, 0)):
         full = event("map.progress", completedRows=completed, totalRows=total, failedRows=failed,
                      mapNodeId="m", artifactTableNamespace="a", logicalNamespace="l")  # fmt: skip
@@ -239,7 +239,7 @@ def test_an_exact_count_in_range_is_answered_without_a_call(monkeypatch: pytest.
     for count in (0, 1, INT64_MAX):
         for kind in (*lines.MAP_START_KINDS, *lines.MAP_COUNT_KINDS):
             line = event(kind, completedRows=count, totalRows=count, failedRows=count)
-            assert lines._general(line) is None
+            assert lines.general_junk_reason(line) is None
 
 
 @pytest.mark.parametrize(
@@ -271,13 +271,13 @@ def test_the_hot_path_leaves_every_other_line_to_the_general_checks(
     line: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[object] = []
-    general = lines._general
+    general = lines.general_junk_reason
 
     def counted(line: object) -> str | None:
         seen.append(line)
         return general(line)
 
-    monkeypatch.setattr(lines, "_general", counted)
+    monkeypatch.setattr(lines, "general_junk_reason", counted)
     reason = junk_reason(line)
     assert seen == [line]
     assert reason == general(line)
@@ -363,7 +363,7 @@ def test_a_plain_object_takes_no_abc_check(monkeypatch: pytest.MonkeyPatch) -> N
     """Decoded JSON is plain dicts: they are objects without the (slow) `Mapping` check."""
     monkeypatch.setattr(lines, "Mapping", _Mapping)
     for line in ({"type": "row_update"}, event("dataset.lifecycle"), event("activity.observed")):
-        lines._general(line)
+        lines.general_junk_reason(line)
 
 
 def test_a_plain_string_takes_no_isinstance_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,7 +384,7 @@ def test_a_plain_string_takes_no_isinstance_check(monkeypatch: pytest.MonkeyPatc
         event("dataset.lifecycle", tableNamespace="t", phase="p"),
     ]
     for line in plain:
-        assert lines._general(line) is None
+        assert lines.general_junk_reason(line) is None
 
 
 def test_a_line_too_deep_for_the_decoder_is_junk_with_the_same_reason() -> None:

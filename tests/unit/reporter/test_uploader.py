@@ -211,6 +211,26 @@ async def test_a_resend_that_already_carries_the_request_is_not_followed_by_a_re
     assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "completed")]
 
 
+async def test_a_running_request_made_while_the_final_upload_is_retried_is_not_sent_after_it() -> None:
+    # The transport retries the final upload for as long as the deadline allows; a trailing flush
+    # meanwhile must not land a running upload after the run's end (the ledger would refuse it).
+    uploader, state, transport, _ = make()
+    assert uploader.ended is False
+    transport.hold()
+    touch(state)
+    final = asyncio.ensure_future(uploader.flush(force=True, status="completed", required=True))
+    await settle()
+    touch(state, 2)
+    later = asyncio.ensure_future(uploader.flush(force=True))  # a running request, waited for
+    await settle()
+    transport.release()
+    await final
+    await later  # settled without an upload, and without a failure
+    assert uploader.ended is True and uploader.failed_uploads == 0
+    await uploader.flush(force=True, status="failed", required=True)  # a terminal one is still sent
+    assert [(p["upload_seq"], p["status"]) for p in transport.payloads] == [(1, "completed"), (2, "failed")]
+
+
 async def test_a_run_ended_by_someone_else_stops_the_uploader() -> None:
     uploader, state, transport, _ = make()
     transport.failures.append(RunTerminal("run r1 was already ended as failed", "r", {"status": "failed"}))
