@@ -192,6 +192,11 @@ class EventFolder:
         for node_id, wire_node in nodes.items():
             if isinstance(node_id, str) and isinstance(wire_node, Mapping):
                 node = NodeProgress.from_wire(wire_node)
+                if self.lifecycle.state(node_id) is None:
+                    # Only the pipeline's steps carry a state the reporter set; any other node's
+                    # follows from its fields, as it did for the reporter that sent it (kept, the
+                    # ledger's word would outlast a later failure of the same invocation).
+                    node.state = node.reason = None
                 self.state.replace_node(node_id, node)
                 self.state.note_total_rows(node.total)
 

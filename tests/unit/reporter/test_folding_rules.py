@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 
 from ledger.validate import LIVE_LOG_TAIL_LIMIT
+from reporter.folding import EventFolder
 from reporter.lifecycle import StepState
-from tests.unit.reporter.test_folding import ex, make, node
+from reporter.pipeline import StaticPipeline
+from reporter.state import ProgressState
+from tests.unit.reporter.test_folding import Clock, ex, make, node
 
 
 def batch(calls: int) -> dict[str, Any]:
@@ -417,6 +420,29 @@ def test_restore_takes_each_stored_node_and_its_total() -> None:
     assert set(folder.state.nodes) == {"load", "enrich"}
     folder.restore(["not", "a", "mapping"])
     assert set(folder.state.nodes) == {"load", "enrich"}
+
+
+def test_a_restored_node_outside_the_pipeline_settles_again_by_its_fields() -> None:
+    """A continuing reporter takes a node the pipeline does not track without the state the ledger
+    derived for it: the reporter never states such a node, so a later failure of the same
+    invocation fails it, as it would have for the reporter that began the attempt."""
+    state = ProgressState(now_ms=Clock())
+    folder = EventFolder(state, StaticPipeline({"staticPipeline": {"substeps": []}}), schedule=lambda _: None)
+    stored = {"completed_at": 5, "started_at": 5, "node_io": {"attempt": 0}, "state": "completed"}
+    folder.restore({"n1": {**stored, "reason": "kept by the ledger"}})
+    assert "state" not in node(folder, "n1") and "reason" not in node(folder, "n1")
+    folder.on_runner_event(ex(type="docflow.node.failed", nodeId="n1", attempt=0))
+    assert node(folder, "n1")["node_io"]["error"] == "docflow node failed"
+    assert "state" not in node(folder, "n1")
+
+
+def test_a_restored_step_of_the_pipeline_keeps_its_state() -> None:
+    """A step the pipeline tracks keeps the state the ledger holds: its transitions are the
+    reporter's own, stated explicitly, and a settled one is not reported again."""
+    folder, _, _ = make()
+    folder.restore({"load": {"started_at": 1, "completed_at": 2, "state": "cancelled", "reason": "why"}})
+    assert node(folder, "load")["state"] == "cancelled" and node(folder, "load")["reason"] == "why"
+    assert folder.lifecycle.state("load") is StepState.CANCELLED
 
 
 # -- junk and the inline checks --------------------------------------------------------------------
