@@ -423,7 +423,8 @@ async def _main(
 ) -> int:
     url = service_url()
     first_failure = FirstFailure(url, deadline_s, warn)
-    # One request's own retries stay within the deadline; the reporter retries the request after.
+    # The client's one retry policy: outside the reporter's deadline blocks (each phase passes its
+    # own), a request retries for no longer than the command's deadline either.
     retry = dataclasses.replace(
         DEFAULT_RETRY_POLICY,
         max_total_s=min(DEFAULT_RETRY_POLICY.max_total_s, deadline_s),
