@@ -1,0 +1,54 @@
+"""What the run's end and reconciliation settle: an open map step's counts as last reported, the
+time a step reconciliation settled was stamped, and the warning a person reads about a checkpoint
+frame naming a step the contract does not list."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.unit.reporter.test_folding import ex, make, node
+
+
+def test_a_map_step_the_run_end_settles_keeps_its_completed_and_failed_rows() -> None:
+    """Every row it reported is settled: those that completed and those that failed; none active."""
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=0))
+    folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=4, failedRows=2))
+    folder.finish("failed")
+    wire = node(folder, "enrich")
+    assert (wire["completed"], wire["failed"], wire["total"]) == (4, 2, 10)
+    assert (wire["started_rows"], wire["active_rows"], wire["waiting_rows"]) == (6, 0, 0)
+    assert wire["message"] == "6 / 10 rows processed"
+
+
+def test_a_map_step_with_no_rows_reported_settles_with_none_started() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10))
+    folder.finish("completed")
+    wire = node(folder, "enrich")
+    assert (wire["completed"], wire["failed"], wire["started_rows"]) == (0, 0, 0)
+    assert wire["message"] == "0 / 10 rows processed"
+
+
+def test_a_step_a_checkpoint_frame_settles_is_stamped_started_and_completed_now() -> None:
+    folder, _, clock = make()
+    clock.ms = 5_000
+    frame = {"mapNodeId": "enrich", "status": "completed", "completedRowsCount": 3, "totalRows": 3}
+    folder.reconcile({"checkpoint": {"mapFrames": {"f": frame}}}, [])
+    wire = node(folder, "enrich")
+    assert (wire["started_at"], wire["completed_at"]) == (5_000, 5_000)
+
+
+def test_a_checkpoint_frame_naming_a_step_outside_the_contract_is_named_in_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    folder, _, _ = make()
+    caplog.set_level(logging.WARNING, logger="reporter")
+    frame = {"mapNodeId": "ghost", "status": "completed", "completedRowsCount": 3, "totalRows": 3}
+    folder.reconcile({"checkpoint": {"mapFrames": {"f": frame}}}, [])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"run {folder.sanitizer.run_id}: a checkpoint frame names step 'ghost', which the contract does not "
+        "list: ignored"
+    ]
