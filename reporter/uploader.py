@@ -91,14 +91,8 @@ __all__ = [
 ]
 
 Status = Literal["running", "interrupted", "completed", "failed", "cancelled"]
-# How a merged request's status is chosen: the higher rank wins; of two of the same rank, the later.
-_STATUS_RANK: Final[dict[str, int]] = {
-    "running": 0,
-    "interrupted": 1,
-    "completed": 2,
-    "failed": 2,
-    "cancelled": 2,
-}
+# How a merged request's status is chosen: the later in this order wins.
+_STATUS_RANK: Final[dict[str, int]] = {"running": 0, "interrupted": 1}
 # Below this a 413 is not answered by splitting further: no useful upload is that small.
 _MIN_BODY_BYTES = 4_096
 # The 413s one upload may draw before the uploader stops: each at least halves the limit, and from
@@ -148,7 +142,8 @@ class FlushRequest:
 
     def merge(self, other: FlushRequest) -> FlushRequest:
         """This pending request with `other` folded in (see the module docstring)."""
-        final = other if _STATUS_RANK[other.status] >= _STATUS_RANK[self.status] else self
+        rank = _STATUS_RANK.get
+        final = other if rank(other.status, 2) >= rank(self.status, 2) else self
         return FlushRequest(
             status=final.status,
             terminal_log_replay=other.terminal_log_replay or self.terminal_log_replay,
