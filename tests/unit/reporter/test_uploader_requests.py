@@ -38,6 +38,14 @@ async def test_a_running_upload_holds_back_the_lines_past_a_hole() -> None:
     assert (transport.payloads[-1]["live_logs"], transport.payloads[-1]["live_log_total_count"]) == ([], 0)
 
 
+async def test_a_best_effort_upload_nobody_waits_for_holds_back_the_lines_past_a_hole() -> None:
+    uploader, state, transport, _ = make()
+    with_a_hole(state)
+    uploader.schedule(force=True)
+    await uploader.aclose()  # waits for the upload in flight
+    assert [(p["live_logs"], p["live_log_total_count"]) for p in transport.payloads] == [([], 0)]
+
+
 @pytest.mark.parametrize(
     "request_",
     [
