@@ -192,3 +192,18 @@ async def test_an_interrupted_upload_without_a_reason_says_none() -> None:
     uploader, _, transport, _ = make()
     await uploader.flush(force=True, status="interrupted")
     assert "interruption" not in transport.payloads[-1]
+
+
+# -- the flags a caller reads ----------------------------------------------------------------------
+
+
+async def test_an_uploader_closed_in_time_was_not_halted_and_cancelled_nothing() -> None:
+    """`ledger report` asks the ledger again only after a request was cancelled in flight."""
+    uploader, state, transport, _ = make(pipeline_steps=["load"])
+    assert uploader.pipeline_steps_landed is False  # the step list goes with the first upload
+    state.append_log("x")
+    await uploader.flush(force=True)
+    await uploader.aclose(timeout_s=10.0)
+    assert transport.payloads[0]["pipeline_steps"] == ["load"]
+    assert uploader.pipeline_steps_landed is True
+    assert uploader.halted is False and uploader.cancelled_in_flight is False
