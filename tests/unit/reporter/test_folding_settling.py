@@ -52,3 +52,22 @@ def test_a_checkpoint_frame_naming_a_step_outside_the_contract_is_named_in_the_w
         f"run {folder.sanitizer.run_id}: a checkpoint frame names step 'ghost', which the contract does not "
         "list: ignored"
     ]
+
+
+def test_a_failed_tool_call_names_the_runners_error_in_the_steps_reason() -> None:
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="tool.call.started", toolId="slack.post"))
+    folder.on_runner_event(
+        ex(type="tool.call.settled", toolId="slack.post", outcome="failed", error="  timed out after 30 s ")
+    )
+    assert node(folder, "notify")["node_io"] == {"error": "tool slack.post failed: timed out after 30 s"}
+
+
+def test_a_maps_row_counts_mark_where_on_the_log_its_progress_last_moved() -> None:
+    """The ledger places the step's progress event after the lines logged before it."""
+    folder, _, _ = make()
+    folder.on_runner_event(ex(type="map.started", mapNodeId="enrich", totalRows=10, completedRows=0))
+    for i in range(3):
+        folder.on_runner_event({"type": "log", "line": f"line {i}", "source": "runner"})
+    folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=4, failedRows=0))
+    assert folder.state.positions["enrich"]["progress"] == 3
