@@ -4,8 +4,10 @@ status)."""
 
 from __future__ import annotations
 
+import pytest
+
 from reporter.bounded import split_upload
-from tests.unit.reporter.test_bounded import big_upload
+from tests.unit.reporter.test_bounded import applied, big_upload, logs, numbered, upload
 
 
 def test_the_step_list_travels_only_in_the_first_part() -> None:
@@ -22,3 +24,41 @@ def test_the_reason_an_interrupted_run_stopped_travels_only_in_the_last_part() -
     assert len(parts) > 2
     assert [p.get("interruption") for p in parts] == [None] * (len(parts) - 1) + [reason]
     assert [p["status"] for p in parts] == ["running"] * (len(parts) - 1) + ["interrupted"]
+
+
+def line(position: int) -> str:
+    return f"{position:03d} " + "x" * 200
+
+
+def replay_of_the_last(lines: int, total: int) -> dict[str, object]:
+    """The result's logs as a runner gives them: only the last `lines` of a log of `total`."""
+    return {
+        "lines": [line(i) for i in range(total - lines + 1, total + 1)],
+        "dedupe_mode": "positional",
+        "total_count": total,
+    }
+
+
+@pytest.mark.parametrize("limit", [2_000, 2_500, 3_000])
+@pytest.mark.parametrize(("replayed", "live_from"), [(50, 80), (50, 40), (10, 95)])
+def test_a_replay_of_a_logs_last_lines_is_placed_where_the_one_upload_places_it(
+    limit: int, replayed: int, live_from: int
+) -> None:
+    """The result's logs cover the log's last lines only (positions after 100 - `replayed`), the live
+    tail those after `live_from`: split or whole, the ledger holds the same lines at the same
+    positions."""
+    live = [line(i) for i in range(live_from + 1, 101)]
+    body = upload(
+        status="completed",
+        live_logs=live,
+        live_log_total_count=100,
+        terminal_log_replay=replay_of_the_last(replayed, 100),
+    )
+    parts = split_upload(body, limit)
+    assert len(parts) > 1
+    whole_events, whole_state = applied([body])
+    split_events, split_state = applied(numbered(parts))
+    assert logs(split_events) == logs(whole_events)
+    assert split_state.live_log_count == whole_state.live_log_count == 100
+    gaps = [e for e in split_events if e["type"] == "log.gap"]
+    assert gaps == [e for e in whole_events if e["type"] == "log.gap"]
