@@ -62,3 +62,25 @@ def test_a_replay_of_a_logs_last_lines_is_placed_where_the_one_upload_places_it(
     assert split_state.live_log_count == whole_state.live_log_count == 100
     gaps = [e for e in split_events if e["type"] == "log.gap"]
     assert gaps == [e for e in whole_events if e["type"] == "log.gap"]
+
+
+def test_a_part_of_replayed_lines_only_says_the_position_of_its_last_line() -> None:
+    """A part that carries no live line says no more of the log than its own lines: up to the
+    position of its last replayed line (once that is past the live tail's first, the tail's end)."""
+    live_from = 80
+    live = [line(i) for i in range(live_from + 1, 101)]
+    body = upload(
+        status="completed",
+        live_logs=live,
+        live_log_total_count=100,
+        terminal_log_replay=replay_of_the_last(50, 100),
+    )
+    ended_at_the_tails_start = 0
+    for limit in range(1_500, 4_000, 7):
+        for part in split_upload(body, limit):
+            replay = part["terminal_log_replay"]
+            if part["live_logs"] or replay is None or replay["total_count"] > live_from:
+                continue
+            assert part["live_log_total_count"] == replay["total_count"]
+            ended_at_the_tails_start += replay["total_count"] == live_from
+    assert ended_at_the_tails_start > 0
