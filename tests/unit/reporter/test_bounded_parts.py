@@ -4,8 +4,11 @@ status)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from ledger.validate import INT64_MAX, encode_body
 from reporter.bounded import split_upload
 from tests.unit.reporter.test_bounded import applied, big_upload, logs, numbered, upload
 
@@ -84,3 +87,22 @@ def test_a_part_of_replayed_lines_only_says_the_position_of_its_last_line() -> N
             assert part["live_log_total_count"] == replay["total_count"]
             ended_at_the_tails_start += replay["total_count"] == live_from
     assert ended_at_the_tails_start > 0
+
+
+def test_a_part_of_live_lines_is_closed_only_when_the_next_line_would_reach_the_limit() -> None:
+    """Every part fits with the widest numbers the caller may give it, and is closed only when its
+    next line would take it to the limit or past it: the accounting counts a separator for each
+    line, one more than the part holds, and nothing else, at every limit byte by byte."""
+    lines = [f"{i:03d} " + "l" * (50 + i * 7 % 40) for i in range(60)]
+    body = upload(status="running", live_logs=lines, live_log_total_count=60)
+    for limit in range(600, 2_500):
+        parts = split_upload(body, limit)
+        assert len(parts) > 1
+        for part in parts:
+            assert (
+                len(encode_body({**part, "upload_seq": INT64_MAX, "live_log_total_count": INT64_MAX})) < limit
+            )
+        for part, following in itertools.pairwise(parts):
+            grown = {**part, "live_logs": [*part["live_logs"], following["live_logs"][0]]}
+            size = len(encode_body({**grown, "upload_seq": INT64_MAX, "live_log_total_count": INT64_MAX}))
+            assert size >= limit, limit
