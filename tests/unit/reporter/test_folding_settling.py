@@ -8,6 +8,9 @@ import logging
 
 import pytest
 
+from reporter.folding import EventFolder
+from reporter.pipeline import StaticPipeline
+from reporter.state import ProgressState
 from tests.unit.reporter.test_folding import ex, make, node
 
 
@@ -71,3 +74,11 @@ def test_a_maps_row_counts_mark_where_on_the_log_its_progress_last_moved() -> No
         folder.on_runner_event({"type": "log", "line": f"line {i}", "source": "runner"})
     folder.on_runner_event(ex(type="map.progress", mapNodeId="enrich", completedRows=4, failedRows=0))
     assert folder.state.positions["enrich"]["progress"] == 3
+
+
+def test_without_a_contract_a_map_a_checkpoint_frame_settles_is_stamped_started_and_completed_now() -> None:
+    folder = EventFolder(ProgressState(now_ms=lambda: 5_000), StaticPipeline(None))
+    frame = {"mapNodeId": "inner-map", "status": "completed", "completedRowsCount": 3, "totalRows": 3}
+    folder.reconcile({"checkpoint": {"mapFrames": {"f": frame}}}, [])
+    wire = folder.state.nodes["inner-map"].to_wire()
+    assert (wire["started_at"], wire["completed_at"]) == (5_000, 5_000)
