@@ -106,3 +106,25 @@ def test_a_part_of_live_lines_is_closed_only_when_the_next_line_would_reach_the_
             grown = {**part, "live_logs": [*part["live_logs"], following["live_logs"][0]]}
             size = len(encode_body({**grown, "upload_seq": INT64_MAX, "live_log_total_count": INT64_MAX}))
             assert size >= limit, limit
+
+
+def widest_size(part: dict[str, object]) -> int:
+    return len(encode_body({**part, "upload_seq": INT64_MAX, "live_log_total_count": INT64_MAX}))
+
+
+def test_the_longest_line_a_part_holds_is_kept_whole_and_one_byte_more_is_shortened() -> None:
+    """A line is measured with the separator before it (a part's first line has none: one byte the
+    accounting keeps spare), so the longest line kept whole leaves its part one byte under the
+    limit; a line one byte longer fits no part and is shortened, and said."""
+    limit = 2_000
+    fill = limit - widest_size(upload(live_logs=[""], live_log_total_count=2))
+    for extra, shortened in ((-1, []), (0, ["log line"])):
+        said: list[str] = []
+        text = "q" * (fill + extra)
+        body = upload(live_logs=[text, "n" * 500], live_log_total_count=2)
+        first, *_ = split_upload(body, limit, shrunk=said.append)
+        assert said == shortened
+        if shortened:
+            assert first["live_logs"][0] != text and widest_size(first) < limit
+        else:
+            assert first["live_logs"] == [text] and widest_size(first) == limit - 1
