@@ -124,8 +124,6 @@ def split_upload(
                 # A body that carries no live line says no more of the channel than its lines.
                 current.log_end = position
 
-    if lead:
-        current.log_end = replay_start
     replay_slice(0, lead)
     for position, text in enumerate(live, start=live_start + 1):
         text, size = line(text, 0)

@@ -6,11 +6,18 @@ from __future__ import annotations
 from reporter.progress import NodeProgress, merge_patch
 
 
-def test_a_patch_that_names_the_state_it_ends_an_open_step_in_keeps_it() -> None:
+def test_a_patch_that_names_the_state_it_leaves_an_open_step_in_keeps_it() -> None:
+    """The times say what an open step is now only when the patch names no state: one that does
+    (settled or still open beside its times) is taken as it says."""
     for state in ("pending", "running"):
-        node = NodeProgress(state=state)
-        merge_patch(node, {"state": "failed", "reason": "tool failed", "completed_at": 5}, now_ms=6)
-        assert (node.state, node.reason, node.completed_at) == ("failed", "tool failed", 5)
+        for named, times in (
+            ("failed", {"completed_at": 5}),
+            ("running", {"completed_at": 5}),
+            ("pending", {"started_at": 5}),
+        ):
+            node = NodeProgress(state=state)
+            merge_patch(node, {"state": named, "reason": "as the runner said", **times}, now_ms=6)
+            assert (node.state, node.reason) == (named, "as the runner said")
 
 
 def test_an_end_without_a_state_leaves_the_state_to_the_times() -> None:
