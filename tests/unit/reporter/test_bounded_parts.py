@@ -128,3 +128,23 @@ def test_the_longest_line_a_part_holds_is_kept_whole_and_one_byte_more_is_shorte
             assert first["live_logs"][0] != text and widest_size(first) < limit
         else:
             assert first["live_logs"] == [text] and widest_size(first) == limit - 1
+
+
+def test_a_line_of_control_characters_too_big_for_any_part_is_cut_to_fit_at_every_limit() -> None:
+    """Each control character takes six bytes encoded (its \\u escape): the cut is budgeted for that
+    worst case, so the part holding the line still fits, at every limit byte by byte, in the live
+    tail as in the result's replay."""
+    text = "\x01" * 3_000
+    for limit in range(1_200, 1_800):
+        for body in (
+            upload(live_logs=[text], live_log_total_count=1),
+            upload(
+                live_logs=[],
+                live_log_total_count=1,
+                terminal_log_replay={"lines": [text], "dedupe_mode": "positional", "total_count": 1},
+            ),
+        ):
+            said: list[str] = []
+            for part in split_upload(body, limit, shrunk=said.append):
+                assert widest_size(part) <= limit, limit
+            assert said == ["log line"]
