@@ -148,3 +148,24 @@ def test_a_line_of_control_characters_too_big_for_any_part_is_cut_to_fit_at_ever
             for part in split_upload(body, limit, shrunk=said.append):
                 assert widest_size(part) <= limit, limit
             assert said == ["log line"]
+
+
+def test_a_part_of_nodes_is_closed_only_when_the_next_node_with_its_positions_would_not_fit() -> None:
+    """A node and its step positions travel together and are measured together; the accounting
+    counts a separator before the first of each (two bytes it keeps spare), and nothing else."""
+    nodes = {
+        f"node-{i}": {"completed": i, "total": 10, "message": "m" * (40 + i * 7 % 30)} for i in range(40)
+    }
+    positions = {node_id: {"started": i, "progress": i + 1} for i, node_id in enumerate(nodes)}
+    body = upload(status="running", live_node_progress=nodes, step_positions=positions)
+    for limit in range(700, 2_000):
+        parts = split_upload(body, limit)
+        assert all(widest_size(part) <= limit for part in parts)
+        for part, following in itertools.pairwise(parts):
+            node_id, node = next(iter(following["live_node_progress"].items()))
+            grown = {
+                **part,
+                "live_node_progress": {**part["live_node_progress"], node_id: node},
+                "step_positions": {**part["step_positions"], node_id: following["step_positions"][node_id]},
+            }
+            assert widest_size(grown) > limit - 2, limit
