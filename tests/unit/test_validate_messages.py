@@ -31,3 +31,9 @@ def test_a_step_state_outside_the_list_is_refused_naming_the_states(state: objec
 @pytest.mark.parametrize("state", validate.STEP_STATES)
 def test_every_step_state_of_the_list_is_taken(state: str) -> None:
     assert validate.node_field("live_node_progress.n.state", "state", state) == state
+
+
+def test_a_step_reason_that_is_not_text_is_refused_naming_its_field() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        validate.node_field("live_node_progress.n.reason", "reason", 5)
+    assert refused.value.field == "live_node_progress.n.reason"
