@@ -66,3 +66,15 @@ def test_the_notify_payload_is_the_compact_text_the_sql_function_writes() -> Non
 
     assert notify_payload("r1", 5) == '{"run_id":"r1","seq":5}'
     assert parse_notify_payload(notify_payload("r1", 5)) == ("r1", 5)
+
+
+def test_the_refusals_a_caller_reads_say_what_is_wrong_word_for_word() -> None:
+    """The 422's detail names the field and says the problem: an unknown field of an event, a log
+    event without its line, a terminal state whose status is not a terminal one."""
+    assert refusal(parse_event, {"type": "log", "line": "x", "colour": "red"}) == (
+        "event.colour: is not a field of a 'log' event"
+    )
+    assert refusal(parse_event, {"type": "log"}) == "event.line: is required"
+    assert refusal(parse_terminal_state, {"status": "running"}) == (
+        "terminal.status: must be one of ['completed', 'failed', 'cancelled']"
+    )
