@@ -85,7 +85,7 @@ def split_upload(
     def close() -> None:
         nonlocal current
         bodies.append(current)
-        current = _Body(log_end=current.log_end)
+        current = _Body(log_end=current.log_end, replay_end=current.replay_end)
 
     def place(size: int, opening: int = 0, reopening: int = 0) -> bool:
         """Whether an item of `size` bytes fits `current` (`opening` more: it opens its list there),
@@ -110,6 +110,7 @@ def split_upload(
 
     replay_lines: list[str] = list(replay["lines"]) if replay is not None else []
     replay_start = int(replay["total_count"]) - len(replay_lines) if replay is not None else 0
+    current.replay_end = replay_start
     # The replay's lines before the live tail's first position fill what the tail lost: they go
     # first, so no body leaves a gap there that a later one could no longer fill.
     lead = max(0, min(len(replay_lines), live_start - replay_start))
@@ -124,6 +125,8 @@ def split_upload(
                 # A body that carries no live line says no more of the channel than its lines.
                 current.log_end = position
 
+    if lead:
+        current.log_end = replay_start
     replay_slice(0, lead)
     for position, text in enumerate(live, start=live_start + 1):
         text, size = line(text, 0)
