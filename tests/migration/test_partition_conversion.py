@@ -32,18 +32,17 @@ RUNS = 30
 EVENTS_PER_RUN = 20
 
 
-@pytest.fixture
-def filled_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
-    """A database at 0008 holding runs created over the last 60 days, each with its events."""
-    name = f"ledger_conv_{worker_id}_{os.getpid()}"
+def filled_database(pg_admin_url: str, name: str, revision: str, days_apart: int) -> Iterator[str]:
+    """A database of its own at `revision` holding RUNS runs of EVENTS_PER_RUN events, created
+    `days_apart` days from each other back from now; dropped after."""
     url = postgres.create_empty_database(pg_admin_url, name)
-    migrate.upgrade(url, "0008")
+    migrate.upgrade(url, revision)
     with psycopg.connect(url) as conn:
         conn.execute(
             "INSERT INTO ledger.runs (run_id, created_at, updated_at, last_seq)"
-            " SELECT 'r' || i, now() - make_interval(days => i * 2), now(), %(n)s"
+            " SELECT 'r' || i, now() - make_interval(days => i * %(apart)s), now(), %(n)s"
             " FROM generate_series(0, %(runs)s - 1) i",
-            {"runs": RUNS, "n": EVENTS_PER_RUN},
+            {"runs": RUNS, "n": EVENTS_PER_RUN, "apart": days_apart},
         )
         conn.execute(
             "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
@@ -54,6 +53,12 @@ def filled_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
     yield url
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         postgres.drop_database(conn, name)
+
+
+@pytest.fixture
+def filled_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+    """A database at 0008 holding runs created over the last 60 days, each with its events."""
+    yield from filled_database(pg_admin_url, f"ledger_conv_{worker_id}_{os.getpid()}", "0008", 2)
 
 
 def count(url: str, sql: str) -> int:
@@ -242,25 +247,7 @@ def previous_release_migrations(tmp_path: Path) -> Config:
 @pytest.fixture
 def previous_release_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
     """A database at 0010, the last revision before partitioning, with RUNS runs of 20 events."""
-    name = f"ledger_prev_{worker_id}_{os.getpid()}"
-    url = postgres.create_empty_database(pg_admin_url, name)
-    migrate.upgrade(url, "0010")
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO ledger.runs (run_id, created_at, updated_at, last_seq)"
-            " SELECT 'r' || i, now() - make_interval(days => i), now(), %(n)s"
-            " FROM generate_series(0, %(runs)s - 1) i",
-            {"runs": RUNS, "n": EVENTS_PER_RUN},
-        )
-        conn.execute(
-            "INSERT INTO ledger.run_events (run_id, seq, type, payload)"
-            " SELECT r.run_id, s, 'log', jsonb_build_object('line', 'line ' || s)"
-            " FROM ledger.runs r CROSS JOIN generate_series(1, %(n)s) s",
-            {"n": EVENTS_PER_RUN},
-        )
-    yield url
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        postgres.drop_database(conn, name)
+    yield from filled_database(pg_admin_url, f"ledger_prev_{worker_id}_{os.getpid()}", "0010", 1)
 
 
 def test_no_reader_of_either_release_gets_a_partial_log_during_the_conversion(
