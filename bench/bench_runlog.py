@@ -50,9 +50,14 @@ async def open_runs(db: Database, run_ids: list[str]) -> None:
 
 
 async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
-    """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call."""
+    """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call.
+
+    The runs are new each call, as the baseline's are (`baselines.append_rate`): a round starts
+    every run empty, so both sides reach the retention cap after the same number of events and
+    trim alike from there (a run kept across rounds would trim on every call of the later rounds
+    while the baseline's fresh run does not yet)."""
     async with Database(url, min_size=runs, max_size=runs) as db:
-        run_ids = [f"py-{runs}-{batch}-{i}" for i in range(runs)]
+        run_ids = [f"py-{runs}-{batch}-{time.time_ns()}-{i}" for i in range(runs)]
         await open_runs(db, run_ids)
         runlog = RunLog(db)
         events = [{"type": "log", "line": f"line {i}"} for i in range(batch)]
