@@ -217,7 +217,7 @@ def _stored(url: str, run_id: str) -> list[int]:
         return [row[0] for row in rows.fetchall()]
 
 
-def test_0016_replaces_the_append_and_its_downgrade_deletes_what_the_watermark_trimmed(empty_url: str) -> None:
+def test_0016_replaces_the_append_and_its_downgrade_deletes_what_was_trimmed(empty_url: str) -> None:
     migrate.upgrade(empty_url, "0015")
     at_0015 = _definitions_at(empty_url)
     migrate.upgrade(empty_url, "0016")
