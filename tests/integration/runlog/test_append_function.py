@@ -19,7 +19,7 @@ import pytest
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import NotFound, RunTerminal
+from ledger.errors import CursorExpired, NotFound, RunTerminal
 from ledger.runlog.events import notify_payload, parse_notify_payload
 from ledger.runlog.listener import CHANNEL
 from ledger.runlog.store import RunLog, append_in_transaction, lock_run, set_terminal_in_transaction
@@ -214,6 +214,89 @@ async def test_retention_trims_from_its_watermark_and_reads_start_above_it(db: D
     await runlog.append("r1", [{"type": "log", "line": "12"}, {"type": "terminal", "status": "completed"}])
     assert await trimmed_through(db, "r1") == 10
     assert await shown(runlog, "r1") == [(11, "log"), (12, "log"), (13, "terminal")]
+
+
+async def assert_shows_its_newest(runlog: RunLog, run_id: str, cap: int) -> None:
+    """What a reader is told and given: the newest `cap` events, gapless, from `first_seq`; a cursor
+    just below the oldest is fine, one older is refused (410) with where to resume."""
+    latest = (await runlog.get_run(run_id))["last_seq"]
+    first = max(1, latest - cap + 1)
+    page = await runlog.list_events(run_id, -1, limit=cap)
+    assert page["first_seq"] == first
+    assert [e["seq"] for e in page["events"]] == list(range(first, latest + 1))
+    assert [e["seq"] for e in (await runlog.list_events(run_id, first - 1, limit=1))["events"]] == [first]
+    if first > 1:
+        with pytest.raises(CursorExpired) as expired:
+            await runlog.list_events(run_id, first - 2)
+        assert expired.value.first_seq == first
+
+
+async def test_a_run_at_its_cap_deletes_by_whole_chunks_not_on_every_append(db: Database) -> None:
+    # Each append moves the watermark (readers see exactly the newest events), while the rows below
+    # it are deleted only once a whole chunk of seqs lies there: at the watermark one short of a
+    # chunk, at it, one past it.
+    runlog = RunLog(db, max_events_per_run=10)
+    await runlog.open_run("r1")
+    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(TRIM_CHUNK + 9)])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK - 1
+    assert seqs(await stored(db, "r1")) == list(range(1, TRIM_CHUNK + 10))  # nothing deleted yet
+    await assert_shows_its_newest(runlog, "r1", 10)
+    await runlog.append("r1", [{"type": "log", "line": "chunk"}])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK
+    assert seqs(await stored(db, "r1")) == list(range(TRIM_CHUNK + 1, TRIM_CHUNK + 11))  # one range
+    await assert_shows_its_newest(runlog, "r1", 10)
+    await runlog.append("r1", [{"type": "log", "line": "past"}])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK + 1
+    assert seqs(await stored(db, "r1")) == list(range(TRIM_CHUNK + 1, TRIM_CHUNK + 12))
+    await assert_shows_its_newest(runlog, "r1", 10)
+
+
+@pytest.mark.parametrize("events", [4, 5, 6, 2 * TRIM_CHUNK + 500])
+async def test_a_batch_at_and_past_the_cap_shows_its_newest_events_and_stores_less_than_a_chunk_more(
+    db: Database, events: int
+) -> None:
+    runlog = RunLog(db, max_events_per_run=5)
+    await runlog.open_run("r1")
+    await runlog.append("r1", [{"type": "log", "line": f"line {i + 1}"} for i in range(events)])
+    await assert_shows_its_newest(runlog, "r1", 5)
+    kept = list(range(max(1, events - 4), events + 1))
+    assert await runlog.recent_log_lines("r1", 10) == [f"line {seq}" for seq in kept]
+    trimmed = max(0, events - 5)
+    assert seqs(await stored(db, "r1")) == list(range(trimmed - trimmed % TRIM_CHUNK + 1, events + 1))
+
+
+async def test_concurrent_appenders_at_the_cap_show_readers_their_newest_events_across_chunks(
+    db: Database,
+) -> None:
+    # Eight appenders on their own connections push one run past its cap and across a chunk while a
+    # reader reads from the start: every page it gets is the newest events, gapless, from its
+    # first_seq, never a row below the watermark.
+    cap, appends_each = 50, 150
+    runlog = RunLog(db, max_events_per_run=cap)
+    await runlog.open_run("hot")
+    done = asyncio.Event()
+    pages: list[tuple[int, int, list[int]]] = []
+
+    async def writer(index: int) -> None:
+        for i in range(appends_each):
+            await runlog.append("hot", [{"type": "log", "line": f"{index}:{i}"}])
+
+    async def reader() -> None:
+        while not done.is_set():
+            page = await runlog.list_events("hot", -1, limit=1000)
+            pages.append((page["first_seq"], page["latest_seq"], [e["seq"] for e in page["events"]]))
+
+    reading = asyncio.create_task(reader())
+    await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+    done.set()
+    await reading
+    total = WRITERS * appends_each
+    assert pages and total - cap > TRIM_CHUNK
+    for first, latest, page in pages:
+        assert first == max(1, latest - cap + 1) and page == list(range(first, latest + 1))
+    await assert_shows_its_newest(runlog, "hot", cap)
+    assert await trimmed_through(db, "hot") == total - cap
+    assert seqs(await stored(db, "hot")) == list(range(TRIM_CHUNK + 1, total + 1))
 
 
 async def test_one_notification_per_transaction_with_the_run_and_seq_it_reached(
