@@ -323,8 +323,7 @@ def event_to_wire(seq: int, kind: str, ts_ms: int, payload: Mapping[str, Any]) -
 def notify_payload(run_id: str, seq: int) -> str:
     """The NOTIFY payload: the run and a sequence number it reached, never the event body.
 
-    `ledger.append_events_v2` (`ledger/sql/append_events_v2.sql`) writes it in SQL; the tests hold the
-    two equal."""
+    `ledger.append_events` (`ledger/sql/append_events.sql`) writes it in SQL; the tests hold the two equal."""
     return json.dumps({"run_id": run_id, "seq": seq}, separators=(",", ":"))
 
 
