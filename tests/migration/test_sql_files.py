@@ -223,8 +223,16 @@ def test_0016_replaces_the_append_and_its_downgrade_deletes_what_was_trimmed(emp
     migrate.upgrade(empty_url, "0016")
     at_0016 = _definitions_at(empty_url)
     assert sorted(at_0015.keys() - at_0016.keys()) == [f"function ledger.append_events{APPEND_SIGNATURE}"]
-    assert sorted(at_0016.keys() - at_0015.keys()) == [f"function ledger.append_events_v2{APPEND_SIGNATURE}"]
+    assert sorted(at_0016.keys() - at_0015.keys()) == [
+        f"function ledger.append_events_v2{APPEND_SIGNATURE}",
+        "view ledger.event_log",
+    ]
     assert sorted(k for k in at_0015.keys() & at_0016.keys() if at_0015[k] != at_0016[k]) == []
+    with psycopg.connect(empty_url) as conn:
+        row = conn.execute(
+            "SELECT has_table_privilege('ledger_reader', 'ledger.event_log', 'SELECT')"
+        ).fetchone()
+    assert row == (True,)
     with psycopg.connect(empty_url, autocommit=True) as conn:
         conn.execute("INSERT INTO ledger.runs (run_id) VALUES ('r1'), ('r2')")
     _append(empty_url, "append_events_v2", "r1", 12, 10)  # trimmed through 2, nothing deleted yet

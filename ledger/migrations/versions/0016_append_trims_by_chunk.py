@@ -10,6 +10,9 @@ instead of on every call (`append_events_v2.sql`). A row below the watermark may
 stored, which a reader of the release before would show, so the function has a new name and the
 old one goes. The downgrade restores 0015's files and deletes what lies at or below each run's
 watermark (the terminal event kept), as the old append left it.
+
+It also adds the view `ledger.event_log` (`event_log.sql`): a run's events above its watermark,
+what a person querying the log by hand should read now that trimmed rows may still be stored.
 """
 
 from __future__ import annotations
@@ -36,12 +39,26 @@ WHERE r.events_trimmed_through > 0 AND e.run_id = r.run_id AND e.run_created_at 
 """
 
 
+# The role is created by revision 0002 but may have been dropped by hand since.
+GRANT_READER = """
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ledger_reader') THEN
+        GRANT SELECT ON ledger.event_log TO ledger_reader;
+    END IF;
+END
+$$
+"""
+
+
 def upgrade() -> None:
     sql.load(op.execute, "0016")
     op.execute(f"DROP FUNCTION ledger.append_events{SIGNATURE}")
+    op.execute(GRANT_READER)
 
 
 def downgrade() -> None:
     sql.load(op.execute, "0015")
     op.execute(f"DROP FUNCTION ledger.append_events_v2{SIGNATURE}")
+    op.execute("DROP VIEW ledger.event_log")
     op.execute(_DELETE_BELOW_WATERMARKS)
