@@ -37,7 +37,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger import shapes
 from ledger.runlog.listener import Listener, RunWatch
@@ -210,12 +210,44 @@ def _deliver(tick: int, tail: _Tail, task: asyncio.Future[SharedPage]) -> None:
                 member.set_exception(error)
         return
     shared = task.result()
-    for follower in tail.followers:
-        follower._woken(tick, shared)
+    if tail.followers:
+        # What the page means is the same for every follower of the key: decided once.
+        step = _step(tail.key, tick, tail.followers[0]._watch.woken_at, shared)
+        for follower in tail.followers:
+            if not follower.closed:
+                follower._stop_waiting()
+                follower._take(step, shared)
     answer = (tick, shared)
     for member in tail.members:
         if not member.done():
             member.set_result(answer)
+
+
+class _Step(NamedTuple):
+    """What a follower does with a page: hand it over (`answers`), then stop (`ended`), or go on
+    from `key`, reading again at once (`read`) or waiting for the next wake-up."""
+
+    answers: bool
+    ended: bool
+    key: _Key
+    read: bool
+
+
+def _step(key: _Key, seen: int, woken_at: int, shared: SharedPage) -> _Step:
+    """`wait_page`'s rules for a page of `key` read after tick `seen`, the run last woken at
+    `woken_at`: a page answers if it has events or the run has ended; a full page or an ended run
+    may have more already, and a wake-up since the read started may be a commit it missed, so
+    those read again before waiting."""
+    page = shared.page
+    events = page["events"]
+    ended = page["terminal"] is not None
+    run_id, _, limit = key
+    return _Step(
+        answers=bool(events) or ended,
+        ended=ended and (not events or events[-1]["type"] == "terminal"),
+        key=(run_id, events[-1]["seq"] if events else shared.after, limit),
+        read=ended or len(events) >= limit or woken_at > seen,
+    )
 
 
 class Follower:
@@ -290,7 +322,8 @@ class Follower:
         if error is not None:
             self._fail(error)
             return
-        self._take(self._seen, read.result())
+        shared = read.result()
+        self._take(_step(self._key, self._seen, self._watch.woken_at, shared), shared)
 
     def _wait(self) -> None:
         listener = self._fanout.listener
@@ -307,18 +340,9 @@ class Follower:
         listener.timeouts += 1
         self._read(listener.tick())
 
-    def _woken(self, tick: int, shared: SharedPage) -> None:
-        if self.closed:
-            return
-        self._stop_waiting()
-        self._take(tick, shared)
-
-    def _take(self, seen: int, shared: SharedPage) -> None:
-        """Hand over `shared` (read after tick `seen`) if it answers, then wait or read for the next."""
-        page = shared.page
-        events = page["events"]
-        ended = page["terminal"] is not None
-        if events or ended:
+    def _take(self, step: _Step, shared: SharedPage) -> None:
+        """Hand over `shared` if it answers, then stop, or read or wait for the next page."""
+        if step.answers:
             try:
                 self._on_page(shared)
             except Exception:
@@ -327,16 +351,12 @@ class Follower:
                 return
             if self.closed:
                 return
-            if ended and (not events or events[-1]["type"] == "terminal"):
-                self.close()
-                return
-        run_id, _, limit = self._key
-        self._key = (run_id, events[-1]["seq"] if events else shared.after, limit)
-        woken_at = self._watch.woken_at
-        # A full page or a finished run may have more already; a wake-up since the read started
-        # may be a commit it missed: read again (shared with the followers at the same cursor).
-        if ended or len(events) >= limit or woken_at > seen:
-            self._read(woken_at)
+        if step.ended:
+            self.close()
+            return
+        self._key = step.key
+        if step.read:
+            self._read(self._watch.woken_at)
         else:
             self._wait()
 
