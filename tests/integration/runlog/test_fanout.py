@@ -408,6 +408,7 @@ async def test_followers_poll_while_the_listener_is_down(
     followers = [Pages(runlog) for _ in range(3)]
     await until(lambda: listener.waits >= 3)
     await listener.stop()  # every reader re-reads, then polls every fallback_poll_s
+    await until(lambda: listener.waits >= 6)  # those reads done: the append is theirs to poll for
     timeouts = listener.timeouts
     await writer.append("r1", [{"type": "log", "line": "polled"}])
     await until(lambda: all(f.pages for f in followers))
