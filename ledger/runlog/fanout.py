@@ -210,13 +210,19 @@ def _deliver(tick: int, tail: _Tail, task: asyncio.Future[SharedPage]) -> None:
                 member.set_exception(error)
         return
     shared = task.result()
-    if tail.followers:
-        # What the page means is the same for every follower of the key: decided once.
-        step = _step(tail.key, tick, tail.followers[0]._watch.woken_at, shared)
-        for follower in tail.followers:
+    followers = tail.followers
+    if followers:
+        # What the page means is the same for every follower of the key: decided once. Every
+        # follower has the page before any takes its next place, so none waits on the others'.
+        step = _step(tail.key, tick, followers[0]._watch.woken_at, shared)
+        if step.answers:
+            for follower in followers:
+                if not follower.closed:
+                    follower._hand(shared)
+        for follower in followers:
             if not follower.closed:
                 follower._stop_waiting()
-                follower._take(step, shared)
+                follower._go(step)
     answer = (tick, shared)
     for member in tail.members:
         if not member.done():
@@ -341,16 +347,20 @@ class Follower:
         self._read(listener.tick())
 
     def _take(self, step: _Step, shared: SharedPage) -> None:
-        """Hand over `shared` if it answers, then stop, or read or wait for the next page."""
         if step.answers:
-            try:
-                self._on_page(shared)
-            except Exception:
-                _log.exception("a follower of run %s raised on a page; it follows no more", self._key[0])
-                self.close()
-                return
-            if self.closed:
-                return
+            self._hand(shared)
+        if not self.closed:
+            self._go(step)
+
+    def _hand(self, shared: SharedPage) -> None:
+        try:
+            self._on_page(shared)
+        except Exception:
+            _log.exception("a follower of run %s raised on a page; it follows no more", self._key[0])
+            self.close()
+
+    def _go(self, step: _Step) -> None:
+        """After a page: stop at the run's end, else read again or wait from the page's end."""
         if step.ended:
             self.close()
             return
