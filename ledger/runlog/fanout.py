@@ -20,14 +20,15 @@ Each member waits on a future of its own, so a reader that goes away (timeout, c
 only that; the read itself is awaited by nobody and finishes for the others.
 
 Followers. A woken task costs asyncio a scheduled step and a resumed coroutine stack (a few
-microseconds each), so a thousand tasks woken by one commit are woken one after another for
+microseconds each), so a thousand tasks woken by one commit answer one after another for
 milliseconds. A `Follower` is a reader without a task: a callback that gets each page as
 `wait_page` would answer it, again and again from each answer's cursor. It joins a tail like a
-task does, and the tail's delivery calls it in the same pass that resolves the tasks' futures, so a
-thousand followers are called within that one callback; a follower then takes its next place
-itself (the next tail, or a read when it must read again). It keeps `wait_page`'s rules: a page
-that is full or ends the run, or a wake-up since its read started, means reading again before
-waiting; while the listener is down it reads every fallback poll.
+task does; the delivery (the one callback that resolves the tasks' futures) decides once what the
+page means for every follower of the key, calls each follower's callback, and only then puts each
+in its next place (the next tail, or a read when it must read again), so a callback waits only for
+the callbacks before it. It keeps `wait_page`'s rules (`_step`): a page that is full or ends the
+run, or a wake-up since its read started, means reading again before waiting; while the listener
+is down it reads every fallback poll.
 """
 
 from __future__ import annotations
