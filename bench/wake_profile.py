@@ -2,42 +2,40 @@
 
     .venv/bin/python bench/wake_profile.py [--readers 1000] [--commits 15] [--blocks 3]
 
-Not part of CI. Three parts, each printed as a table:
+Not part of CI. Two parts, each printed as a table:
 
 - asyncio's floor: `--readers` bare tasks each awaiting a future of its own, every future resolved
   in one pass, to the last task resumed; beside it the same number of plain calls;
-- without the database (a read that answers at once, the listener told it is connected): from the
-  run's wake-up (`Listener._wake_run`) to each reader's answer, for waiting tasks
-  (`RunLog.list_events`) and for followers (`RunLog.follow`), best and median of 30 rounds;
-- with the database (a throwaway embedded Postgres, or LEDGER_DATABASE_URL's server), in
-  `--blocks` interleaved blocks of `--commits` commits: from the writer issuing COMMIT to the
-  notification's dispatch, the shared read's start and end, the delivery's start and end, and the
-  first, median and last reader's answer (medians over the block's commits).
-
-It instruments private functions (the listener's dispatch, the run log's read, the delivery) by
-wrapping them for the run of this script only.
+- on a throwaway embedded Postgres (or LEDGER_DATABASE_URL's server), in `--blocks` interleaved
+  blocks of `--commits` commits, for 1,000 waiting tasks (`RunLog.list_events`) and 1,000
+  followers (`RunLog.follow`) of one run: from the writer issuing COMMIT to the notification
+  reaching the process (a second LISTEN connection in the same loop), the shared read taking its
+  pooled connection and giving it back, and the first, median and last reader's answer (medians
+  over the block's commits).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import psycopg
 from bench_runlog import open_runs
 from common import bench_database, print_table
 
-from ledger.db import Database
-from ledger.runlog import fanout, listener, store
+from ledger.db import Conn, Database
 from ledger.runlog.fanout import SharedPage
-from ledger.runlog.listener import Listener
+from ledger.runlog.listener import CHANNEL, Listener
 from ledger.runlog.store import RunLog, append_in_transaction, lock_run
 
 _marks: dict[str, float] = {}
@@ -47,32 +45,25 @@ def _mark(name: str) -> None:
     _marks.setdefault(name, time.perf_counter())
 
 
-def _instrument() -> None:
-    """Time the notification's dispatch, the shared read and the delivery (first call per commit)."""
-    wake_run = listener.Listener._wake_run
+class _TimedDatabase(Database):
+    """A pool that marks when the first connection after a commit is taken and given back: the
+    shared read's (nothing else reads while the readers wait)."""
 
-    def timed_wake_run(self: Listener, run_id: str) -> None:
-        _mark("notification")
-        wake_run(self, run_id)
-
-    read = store.RunLog._read
-
-    async def timed_read(self: RunLog, run_id: str, cursor: int | None, limit: int) -> SharedPage:
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Conn]:
         _mark("read starts")
-        shared = await read(self, run_id, cursor, limit)
+        async with super().connection() as conn:
+            yield conn
         _mark("read ends")
-        return shared
 
-    deliver = fanout._deliver
 
-    def timed_deliver(*args: Any) -> None:
-        _mark("delivery starts")
-        deliver(*args)
-        _mark("delivery ends")
-
-    listener.Listener._wake_run = timed_wake_run  # type: ignore[method-assign]
-    store.RunLog._read = timed_read  # type: ignore[method-assign]
-    fanout._deliver = timed_deliver  # type: ignore[assignment]
+async def _notifications(url: str, ready: asyncio.Event) -> None:
+    """Mark each notification's arrival on a LISTEN connection of its own, in the same loop."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"LISTEN {CHANNEL}")
+        ready.set()
+        async for _ in conn.notifies():
+            _mark("notification")
 
 
 def _ms(seconds: float) -> str:
@@ -107,71 +98,6 @@ async def asyncio_floor(readers: int, rounds: int = 50) -> list[tuple[str, str, 
     ]
 
 
-def _offline_runlog() -> tuple[Listener, RunLog, list[int]]:
-    """A run log whose reads answer at once: an empty page until the commit count is 1."""
-    offline = Listener("postgresql://unused")
-    offline.connected = True  # wake-ups come from `_wake_run`, called by the caller
-    runlog = RunLog(cast(Database, None), listener=offline)  # never reads: see `read` below
-    committed = [0]
-    full: Any = {
-        "events": [{"seq": 1, "type": "log", "line": "x"}],
-        "latest_seq": 1,
-        "first_seq": 1,
-        "terminal": None,
-    }
-    empty: Any = {"events": [], "latest_seq": 0, "first_seq": None, "terminal": None}
-
-    async def read(run_id: str, cursor: int | None, limit: int) -> SharedPage:
-        return SharedPage(full if committed[0] else empty, 0)
-
-    assert runlog._fanout is not None
-    runlog._fanout._read = read
-    return offline, runlog, committed
-
-
-async def _offline_round(readers: int, followers: bool) -> list[float]:
-    offline, runlog, committed = _offline_runlog()
-    loop = asyncio.get_running_loop()
-    answered: list[float] = []
-    everyone: asyncio.Future[None] = loop.create_future()
-
-    def on_page(shared: SharedPage) -> None:
-        answered.append(time.perf_counter())
-        if len(answered) == readers:
-            everyone.set_result(None)
-
-    async def wait_one() -> None:
-        await runlog.list_events("run-1", after=0, timeout_ms=30_000)
-        answered.append(time.perf_counter())
-
-    handles = [runlog.follow("run-1", on_page, after=0) for _ in range(readers)] if followers else []
-    tasks = [] if followers else [asyncio.create_task(wait_one()) for _ in range(readers)]
-    while offline.waits < readers:  # noqa: ASYNC110 - a counter, not an event
-        await asyncio.sleep(0)
-    committed[0] = 1
-    started = time.perf_counter()
-    offline._wake_run("run-1")
-    if followers:
-        await everyone
-    await asyncio.gather(*tasks)
-    for handle in handles:
-        handle.close()
-    return sorted(t - started for t in answered)
-
-
-async def without_database(readers: int, rounds: int = 30) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for followers in (False, True):
-        samples = [await _offline_round(readers, followers) for _ in range(rounds)]
-        cells: list[str] = []
-        for at in (0, len(samples[0]) // 2, len(samples[0]) - 1):
-            cells.append(
-                f"{_ms(min(s[at] for s in samples))} / {_ms(statistics.median(s[at] for s in samples))}"
-            )
-        rows.append((f"{readers:,} {'followers' if followers else 'waiting tasks'}", *cells))
-    return rows
-
-
 async def _commit(writer_db: Database, run_id: str) -> float:
     """Append one event to `run_id`; the moment COMMIT is issued (the marks are cleared just before)."""
     async with writer_db.connection() as conn, conn.transaction():
@@ -182,6 +108,7 @@ async def _commit(writer_db: Database, run_id: str) -> float:
 
 
 def _relative(committed_at: float, answered: list[float]) -> dict[str, float]:
+    """The block's marks and the answers' first, median and last, in seconds after the commit."""
     answered.sort()
     times = {**_marks, "first": answered[0], "median": answered[len(answered) // 2], "last": answered[-1]}
     return {step: at - committed_at for step, at in times.items()}
@@ -191,7 +118,7 @@ async def _tasks_block(url: str, readers: int, commits: int) -> list[dict[str, f
     run_id = f"wake-profile-tasks-{time.time_ns()}"
     per_commit: list[dict[str, float]] = []
     async with (
-        Database(url, min_size=10, max_size=10) as db,
+        _TimedDatabase(url, min_size=10, max_size=10) as db,
         Database(url, min_size=1, max_size=1) as writer_db,
         Listener(url) as wake,
     ):
@@ -225,7 +152,7 @@ async def _followers_block(url: str, readers: int, commits: int) -> list[dict[st
             everyone.set_result(None)
 
     async with (
-        Database(url, min_size=10, max_size=10) as db,
+        _TimedDatabase(url, min_size=10, max_size=10) as db,
         Database(url, min_size=1, max_size=1) as writer_db,
         Listener(url) as wake,
     ):
@@ -249,20 +176,22 @@ async def _followers_block(url: str, readers: int, commits: int) -> list[dict[st
     return per_commit
 
 
-_STEPS = (
-    "notification",
-    "read starts",
-    "read ends",
-    "delivery starts",
-    "delivery ends",
-    "first",
-    "median",
-    "last",
-)
+_STEPS = ("notification", "read starts", "read ends", "first", "median", "last")
 
 
 async def with_database(url: str, readers: int, commits: int, blocks: int) -> list[tuple[str, ...]]:
-    _instrument()
+    ready = asyncio.Event()
+    notifications = asyncio.create_task(_notifications(url, ready))
+    await ready.wait()
+    try:
+        return await _blocks(url, readers, commits, blocks)
+    finally:
+        notifications.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await notifications
+
+
+async def _blocks(url: str, readers: int, commits: int, blocks: int) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for block in range(blocks):
         load = os.getloadavg()[0]
@@ -281,9 +210,6 @@ def main() -> None:
     args = parser.parse_args()
     print("asyncio's floor (ms; best / median of 50 rounds)")
     print_table(("measure", "best", "median"), asyncio.run(asyncio_floor(args.readers)), align="right")
-    print("\nWithout the database: the run's wake-up to each answer (ms; best / median of 30 rounds)")
-    header = ("readers", "first", "median", "last")
-    print_table(header, asyncio.run(without_database(args.readers)), align="right")
     with bench_database("bench-wake-profile-") as database:
         rows = asyncio.run(with_database(database.url, args.readers, args.commits, args.blocks))
     print(f"\nWith the database ({database.where}): ms after COMMIT was issued, medians over the commits")

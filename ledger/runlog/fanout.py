@@ -38,7 +38,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from ledger import shapes
 from ledger.runlog.listener import Listener, RunWatch
@@ -230,7 +230,8 @@ def _deliver(tick: int, tail: _Tail, task: asyncio.Future[SharedPage]) -> None:
             member.set_result(answer)
 
 
-class _Step(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Step:
     """What a follower does with a page: hand it over (`answers`), then stop (`ended`), or go on
     from `key`, reading again at once (`read`) or waiting for the next wake-up."""
 
