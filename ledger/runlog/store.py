@@ -30,7 +30,7 @@ Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -54,7 +54,7 @@ from ledger.runlog.events import (
     validate_new_run_id,
     validate_run_id,
 )
-from ledger.runlog.fanout import Fanout, SharedPage
+from ledger.runlog.fanout import Fanout, Follower, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 from ledger.runlog.reads import read_page, run_from_row, terminal_from_row
 from ledger.runlog.steps import settle_steps
@@ -590,6 +590,29 @@ class RunLog:
                     seen, shared = woken
         finally:
             listener.unwatch(watch)
+
+    def follow(
+        self,
+        run_id: str,
+        on_page: Callable[[SharedPage], None],
+        *,
+        after: int | str = -1,
+        limit: int = DEFAULT_LIST_LIMIT,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> Follower:
+        """Call `on_page` with each page of the run's events after `after`, until the run ends or
+        the follower is closed (`ledger.runlog.fanout.Follower`); call it on the event loop.
+
+        The pages are `wait_page`'s, shared with every reader woken by the same read (read them,
+        never change them), handed over from the wake-up's own callback: no task is resumed per
+        follower, so a thousand followers of a run cost a thousand calls. Needs the listener.
+        """
+        run_id = validate_run_id(run_id)
+        cursor = parse_after(after)
+        limit = check_limit(limit)
+        if self.listener is None or self._fanout is None:
+            raise ValueError("follow needs a run log with a listener (RunLog(db, listener=...))")
+        return Follower(self._fanout, self.listener.watch(run_id), (run_id, cursor, limit), on_page, on_error)
 
     async def _poll(self, run_id: str, cursor: int | None, limit: int, timeout_s: float) -> SharedPage:
         """Without a listener (or without waiting): read, and re-read every `poll_interval_s`."""
