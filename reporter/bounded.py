@@ -35,6 +35,8 @@ __all__ = [
 # The widest value a number the caller fills in later can take, for measuring.
 _WIDEST = INT64_MAX
 _LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")
+# The status of every part but the last: the run ends only once all of it has landed.
+_RUNNING = "running"
 
 
 @dataclass(kw_only=True)
@@ -65,7 +67,7 @@ def split_upload(
     skeleton = {
         **body,
         "upload_seq": _WIDEST,
-        "status": max(status, "running", key=len),
+        "status": max(status, _RUNNING, key=len),
         "live_node_progress": {},
         **({"step_positions": {}} if "step_positions" in body else {}),
         "live_logs": [],
@@ -121,8 +123,9 @@ def split_upload(
     # first, so no body leaves a gap there that a later one could no longer fill.
     lead = max(0, min(len(replay_lines), live_start - replay_start))
 
-    def replay_slice(first: int, last: int) -> None:
-        for position, text in enumerate(replay_lines[first:last], start=replay_start + first + 1):
+    def replay_slice(lines: list[str], after: int) -> None:
+        """Place `lines`, the replay's lines at the positions after `after`."""
+        for position, text in enumerate(lines, start=after + 1):
             text, size = line(text, replay_room)
             place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
             current.replay.append(text)
@@ -131,7 +134,7 @@ def split_upload(
                 # A body that carries no live line says no more of the channel than its lines.
                 current.log_end = position
 
-    replay_slice(0, lead)
+    replay_slice(replay_lines[:lead], replay_start)
     for position, text in enumerate(live, start=live_start + 1):
         text, size = line(text, 0)
         place(size)
@@ -156,7 +159,7 @@ def split_upload(
                 current.lists[name].append(item)
             else:
                 shrunk(name)
-    replay_slice(lead, len(replay_lines))
+    replay_slice(replay_lines[lead:], replay_start + lead)
     bodies.append(current)
     return [_render(body, part, index == 0, index == len(bodies) - 1) for index, part in enumerate(bodies)]
 
@@ -164,7 +167,7 @@ def split_upload(
 def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[str, Any]:
     out = {
         **body,
-        "status": body["status"] if last else "running",
+        "status": body["status"] if last else _RUNNING,
         "live_node_progress": part.nodes,
         **({"step_positions": part.positions} if "step_positions" in body else {}),
         "live_logs": part.logs,
