@@ -35,6 +35,8 @@ __all__ = [
 # The widest value a number the caller fills in later can take, for measuring.
 _WIDEST = INT64_MAX
 _LIST_FIELDS = ("dataset_lifecycle_events", "activity_observations")
+# The status of every part but the last: the run ends only once all of it has landed.
+_RUNNING = "running"
 
 
 @dataclass(kw_only=True)
@@ -55,7 +57,9 @@ def split_upload(
     """`body` as successive bodies of at most `max_bytes` encoded bytes (module docstring); just
     `[body]` when it fits. An item too big even for a body of its own (only when the limit is
     smaller than the bounds it was checked against) is shortened if it is a line, else dropped;
-    `shrunk(kind)` is told either way."""
+    `shrunk(kind)` is told either way. A line is cut (`ledger.validate.truncate_line`, marked) to
+    the most UTF-8 bytes that fit its body whatever characters it holds: a sixth of what the body
+    leaves it, less the three bytes of its quotes and separator."""
     if len(encode_body({**body, "upload_seq": _WIDEST})) <= max_bytes:
         return [body]
     replay = body.get("terminal_log_replay")
@@ -63,7 +67,7 @@ def split_upload(
     skeleton = {
         **body,
         "upload_seq": _WIDEST,
-        "status": max(status, "running", key=len),
+        "status": max(status, _RUNNING, key=len),
         "live_node_progress": {},
         **({"step_positions": {}} if "step_positions" in body else {}),
         "live_logs": [],
@@ -72,51 +76,56 @@ def split_upload(
         "terminal_log_replay": None,
     }
     room = max_bytes - len(encode_body(skeleton))
-    replay_room = 0
-    if replay is not None:
-        empty_replay = {**replay, "lines": [], "total_count": _WIDEST}
-        replay_room = len(encode_body(empty_replay)) - len(b"null")
-    bodies: list[_Body] = []
-    current = _Body()
     live = list(body["live_logs"])
     live_start = int(body["live_log_total_count"]) - len(live)
-    current.log_end = live_start
+    # Without a replay, an empty one ending where the live tail starts: it places nothing.
+    replayed: dict[str, Any] = replay if replay is not None else {"lines": [], "total_count": live_start}
+    replay_lines: list[str] = list(replayed["lines"])
+    replay_start = int(replayed["total_count"]) - len(replay_lines)
+    # What a body's replay takes besides its lines (with the widest total_count), instead of null.
+    replay_room = len(encode_body({**replayed, "lines": [], "total_count": _WIDEST})) - len(b"null")
+    bodies: list[_Body] = []
+    current = _Body(log_end=live_start)
 
     def close() -> None:
         nonlocal current
         bodies.append(current)
-        current = _Body(log_end=current.log_end, replay_end=current.replay_end)
+        # A body that carries no live line says where the last one before it left the channel; its
+        # replay's end is set by its first replayed line.
+        current = _Body(log_end=current.log_end)
 
     def place(size: int, opening: int = 0, reopening: int = 0) -> bool:
-        """Whether an item of `size` bytes fits `current` (`opening` more: it opens its list there),
-        else a new body (`reopening` more there), which it then starts; False when it fits none."""
-        if current.size + size + opening <= room:
-            current.size += size + opening
-            return True
-        if size + reopening > room:
+        """Whether an item of `size` bytes fits a body of its own; if so it is counted into
+        `current` (`opening` more: it opens its list there), or into a new body (`reopening` more
+        there) when `current` has no room left for it."""
+        if size > room:
             return False
-        close()
-        current.size += size + reopening
+        if current.size + size + opening > room:
+            close()
+            opening = reopening
+        current.size += size + opening
         return True
 
     def line(text: str, extra: int) -> tuple[str, int]:
+        """`text` and the bytes it takes in a body (its separator too); cut, and `shrunk` told, when
+        it would not fit a body of its own beside `extra` bytes."""
         size = len(encode_body(text)) + 1
         if size + extra > room:
-            # Every UTF-8 byte encodes to at most six (a control character's \\u escape).
-            text = truncate_line(text, max(64, (room - extra - 3) // 6))
+            # Cut to the most that fits whatever it holds: a UTF-8 byte encodes to at most six
+            # bytes (a control character's \\u escape), the quotes and the separator take three.
+            # No floor: a line cut to more than this could take its part past the limit.
+            text = truncate_line(text, (room - extra - 3) // 6)
             size = len(encode_body(text)) + 1
             shrunk("log line")
         return text, size
 
-    replay_lines: list[str] = list(replay["lines"]) if replay is not None else []
-    replay_start = int(replay["total_count"]) - len(replay_lines) if replay is not None else 0
-    current.replay_end = replay_start
     # The replay's lines before the live tail's first position fill what the tail lost: they go
     # first, so no body leaves a gap there that a later one could no longer fill.
     lead = max(0, min(len(replay_lines), live_start - replay_start))
 
-    def replay_slice(first: int, last: int) -> None:
-        for position, text in enumerate(replay_lines[first:last], start=replay_start + first + 1):
+    def replay_slice(lines: list[str], after: int) -> None:
+        """Place `lines`, the replay's lines at the positions after `after`."""
+        for position, text in enumerate(lines, start=after + 1):
             text, size = line(text, replay_room)
             place(size, 0 if current.replay else replay_room, replay_room)  # `line` made it fit
             current.replay.append(text)
@@ -125,9 +134,7 @@ def split_upload(
                 # A body that carries no live line says no more of the channel than its lines.
                 current.log_end = position
 
-    if lead:
-        current.log_end = replay_start
-    replay_slice(0, lead)
+    replay_slice(replay_lines[:lead], replay_start)
     for position, text in enumerate(live, start=live_start + 1):
         text, size = line(text, 0)
         place(size)
@@ -152,7 +159,7 @@ def split_upload(
                 current.lists[name].append(item)
             else:
                 shrunk(name)
-    replay_slice(lead, len(replay_lines))
+    replay_slice(replay_lines[lead:], replay_start + lead)
     bodies.append(current)
     return [_render(body, part, index == 0, index == len(bodies) - 1) for index, part in enumerate(bodies)]
 
@@ -160,7 +167,7 @@ def split_upload(
 def _render(body: dict[str, Any], part: _Body, first: bool, last: bool) -> dict[str, Any]:
     out = {
         **body,
-        "status": body["status"] if last else "running",
+        "status": body["status"] if last else _RUNNING,
         "live_node_progress": part.nodes,
         **({"step_positions": part.positions} if "step_positions" in body else {}),
         "live_logs": part.logs,

@@ -132,7 +132,7 @@ def observation_patches(
     failed, inputs?, outputs?, error?, started_at?, settled_at?}`` (camelCase accepted too).
     Observations are applied in the given order, each compared with the result of the previous.
     """
-    latest: dict[str, tuple[int, int, int | None]] = {}
+    latest: dict[str, tuple[int | None, int, int | None]] = {}
     patches: list[tuple[str, _Patch]] = []
     for record in observations:
         if not isinstance(record, Mapping):
@@ -153,11 +153,13 @@ def observation_patches(
         else:
             node = nodes.get(node_id)
             io = node.node_io if node is not None and node.node_io else {}
-            known_attempt = as_int(io.get("attempt"))
-            current_attempt = -1 if known_attempt is None else known_attempt
+            # None when the node holds no attempt: then every observation is more recent.
+            current_attempt = as_int(io.get("attempt"))
             current_seq = invocation_sequence(io.get("invocation_id"))
             current_started = node.started_at if node is not None else None
-        if attempt < current_attempt or (attempt == current_attempt and seq < current_seq):
+        if current_attempt is not None and (
+            attempt < current_attempt or (attempt == current_attempt and seq < current_seq)
+        ):
             continue
         started_at = as_int(_field(record, "started_at", "startedAt"))
         settled_at = as_int(_field(record, "settled_at", "settledAt"))

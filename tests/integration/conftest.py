@@ -1,4 +1,7 @@
-"""The integration tests' own database, apart from the one the other suites' services run on.
+"""Fixtures the integration tests share: a database of their own, and the service in process
+(`tests.integration.in_process`).
+
+The database is apart from the one the other suites' services run on.
 
 A service started for the acceptance suite lives for the whole session on the worker's database,
 and its watchdog sweeps with the real clock. Rows an integration test dates by its manual clock
@@ -10,12 +13,17 @@ of their own.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
+from fastapi import FastAPI
 
 from ledger import testing
+from ledger.service.app import create_app
+from ledger.service.settings import ServiceSettings
 from ledger.testing_service import Service, serve_in_process
+from tests.integration.in_process import AUTH, TOKEN
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +43,25 @@ def ledger_service(
         yield service
     finally:
         service.stop()
+
+
+@pytest.fixture
+def service_tokens() -> list[str]:
+    """The tokens the in-process service accepts (a test module overrides it for more)."""
+    return [TOKEN]
+
+
+@pytest.fixture
+async def app(clean_database_url: str, service_tokens: list[str]) -> AsyncIterator[FastAPI]:
+    """The service on this worker's emptied database, without its watchdog, its lifespan entered."""
+    application = create_app(ServiceSettings(watchdog=False), clean_database_url, service_tokens)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of `app` that sends `TOKEN`."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://in-process", headers=AUTH) as http:
+        yield http

@@ -6,7 +6,7 @@ endpoint fail the way a lost database connection makes it fail.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,12 +21,7 @@ from ledger.db import Database
 from ledger.errors import InvalidInput
 from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
-from ledger.service.app import create_app
-from ledger.service.settings import ServiceSettings
-from ledger.service.state import Services
-
-TOKEN = "in-process-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+from tests.integration.in_process import TOKEN, services
 
 
 async def count(db: Database, sql: str, *params: object) -> int:
@@ -84,23 +79,9 @@ async def test_a_shared_transaction_is_one_database_s(db: Database, clean_databa
 
 
 @pytest.fixture
-async def app(clean_database_url: str) -> AsyncIterator[FastAPI]:
-    application = create_app(ServiceSettings(watchdog=False), clean_database_url, [TOKEN, "other-token"])
-    async with application.router.lifespan_context(application):
-        yield application
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://in-process", headers=AUTH) as http:
-        yield http
-
-
-def services(app: FastAPI) -> Services:
-    svc = app.state.services
-    assert isinstance(svc, Services)
-    return svc
+def service_tokens() -> list[str]:
+    """The service accepts another token besides the client's: a key stores the requester's."""
+    return [TOKEN, "other-token"]
 
 
 async def append(

@@ -8,7 +8,6 @@ replaced by one that runs a real statement the database refuses.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,32 +17,7 @@ from fastapi import FastAPI
 
 from ledger.db import DB_FAULTS, Database
 from ledger.errors import DatabaseUnavailable, LedgerError, LedgerFailure, LedgerUnavailable, SchemaMissing
-from ledger.service.app import create_app
-from ledger.service.settings import ServiceSettings
-from ledger.service.state import Services
-
-TOKEN = "in-process-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-async def app(clean_database_url: str) -> AsyncIterator[FastAPI]:
-    application = create_app(ServiceSettings(watchdog=False), clean_database_url, [TOKEN])
-    async with application.router.lifespan_context(application):
-        yield application
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://in-process", headers=AUTH) as http:
-        yield http
-
-
-def services(app: FastAPI) -> Services:
-    svc = app.state.services
-    assert isinstance(svc, Services)
-    return svc
+from tests.integration.in_process import services
 
 
 async def read_a_missing_table(db: Database) -> None:
