@@ -8,7 +8,8 @@ synchronous_commit on), migrated (bench/common.py), then measures
 - single-event appends/s with 1 and 8 concurrent runs (one appender per run),
 - batched appends (1,000 events per call) in events/s,
 - commit-to-wake latency p50/p99 with 1 and 1,000 long-poll waiters on one process: from issuing
-  COMMIT of an append to each waiter returning the event (NOTIFY, fan-out, re-read).
+  COMMIT of an append to each waiter returning the event (NOTIFY, fan-out, re-read),
+- the same with 1,000 followers (`RunLog.follow`: callbacks, no task each) in place of the tasks.
 
 The baseline for throughput is `baselines.append_rate` (what `python -m bench` uses too): pgbench,
 the embedded wheel's client program (it works against any server), running the one-statement
@@ -32,6 +33,7 @@ from psycopg.rows import dict_row
 
 from ledger.db import Database
 from ledger.embedded import client_bin_dir
+from ledger.runlog.fanout import SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 from ledger.runlog.store import RunLog, append_in_transaction, lock_run, read_page
 
@@ -50,9 +52,14 @@ async def open_runs(db: Database, run_ids: list[str]) -> None:
 
 
 async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
-    """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call."""
+    """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call.
+
+    The runs are new each call, as the baseline's are (`baselines.append_rate`): a round starts
+    every run empty, so both sides reach the retention cap after the same number of events and
+    trim alike from there (a run kept across rounds would trim on every call of the later rounds
+    while the baseline's fresh run does not yet)."""
     async with Database(url, min_size=runs, max_size=runs) as db:
-        run_ids = [f"py-{runs}-{batch}-{i}" for i in range(runs)]
+        run_ids = [f"py-{runs}-{batch}-{time.time_ns()}-{i}" for i in range(runs)]
         await open_runs(db, run_ids)
         runlog = RunLog(db)
         events = [{"type": "log", "line": f"line {i}"} for i in range(batch)]
@@ -96,6 +103,53 @@ async def wake_latency(url: str, waiters: int, rounds: int) -> list[float]:
                 await append_in_transaction(conn, run, [{"type": "log", "line": "x"}], max_events_per_run=0)
                 committed_at = time.perf_counter()  # the transaction block's exit issues COMMIT
             samples.extend(t - committed_at for t in await asyncio.gather(*tasks))
+    return samples
+
+
+async def follow_latency(url: str, followers: int, rounds: int) -> list[float]:
+    """Seconds from COMMIT of an append to each follower's callback getting it, over `rounds`
+    appends: `wake_latency`'s wake, its readers followers of the run instead of waiting tasks."""
+    run_id = f"follow-{followers}-{time.time_ns()}"
+    samples: list[float] = []
+    loop = asyncio.get_running_loop()
+    got: list[float] = []
+    everyone: asyncio.Future[None] = loop.create_future()
+
+    def on_page(shared: SharedPage) -> None:
+        got.append(time.perf_counter())
+        if len(got) == followers:
+            everyone.set_result(None)
+
+    def on_error(error: BaseException) -> None:
+        if not everyone.done():
+            everyone.set_exception(error)
+
+    async with (
+        Database(url, min_size=10, max_size=10) as db,
+        Database(url, min_size=1, max_size=1) as writer_db,
+        Listener(url) as listener,
+    ):
+        await open_runs(db, [run_id])
+        runlog = RunLog(db, listener=listener)
+        waits_before = listener.waits
+        handles = [runlog.follow(run_id, on_page, after=0, on_error=on_error) for _ in range(followers)]
+        try:
+            for seq in range(rounds):
+                # Each follower waits once per round: after its first read, then after each page.
+                while listener.waits < waits_before + followers * (seq + 1):  # noqa: ASYNC110 - a counter
+                    await asyncio.sleep(0.001)
+                got.clear()
+                everyone = loop.create_future()
+                async with writer_db.connection() as conn, conn.transaction():
+                    run = await lock_run(conn, run_id)
+                    event = [{"type": "log", "line": "x"}]
+                    await append_in_transaction(conn, run, event, max_events_per_run=0)
+                    committed_at = time.perf_counter()  # the block's exit issues COMMIT
+                await everyone
+                samples.extend(t - committed_at for t in got)
+        finally:
+            for handle in handles:
+                handle.close()
     return samples
 
 
@@ -165,6 +219,15 @@ async def measure(url: str, bin_dir: Path, seconds: float) -> list[tuple[str, st
                 f"{statistics.median(ours) / statistics.median(raw):.1f}x",
             )
         )
+    ours = await follow_latency(url, 1000, 15)
+    rows.append(
+        (
+            "commit-to-wake p50 / p99, 1000 followers",
+            f"{ms(percentile(ours, 0.5))} / {ms(percentile(ours, 0.99))} ms",
+            raw_text + " (1 LISTEN conn)",
+            f"{statistics.median(ours) / statistics.median(raw):.1f}x",
+        )
+    )
     return rows
 
 

@@ -46,8 +46,8 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS g CROSS JOIN generate_ser
 """
 
 APPEND = """
-SELECT * FROM ledger.append_events('conv-00000100', '[["log", {"line": "live"}]]'::jsonb, NULL, 0, NULL,
-                                   'ledger_bench', false)
+SELECT * FROM ledger.append_events_v2('conv-00000100', '[["log", {"line": "live"}]]'::jsonb, NULL, 0, NULL,
+                                      'ledger_bench', false)
 """
 
 

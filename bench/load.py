@@ -45,10 +45,12 @@ class Mix:
 
 @dataclass
 class Kind:
-    """What one kind of client saw: latencies (ms), how many, and the 5xx among them."""
+    """What one kind of client saw: latencies (ms), how many, and the 5xx among them (the 503s,
+    a fault's or an overload's answer that a client retries, counted apart too)."""
 
     latencies: list[float] = field(default_factory=list)
     server_errors: int = 0
+    unavailable: int = 0
     other_errors: int = 0
 
 
@@ -97,6 +99,8 @@ def _upload(seq: int) -> bytes:
 def _count(kind: Kind, status: int) -> bool:
     if status >= 500:
         kind.server_errors += 1
+        if status == 503:
+            kind.unavailable += 1
     elif status != 200:
         kind.other_errors += 1
     return status == 200
@@ -221,6 +225,7 @@ def rows(result: LoadResult) -> list[dict[str, Any]]:
                 "p50_ms": statistics.median(kind.latencies) if kind.latencies else float("nan"),
                 "p99_ms": _p(kind.latencies, 0.99),
                 "5xx": kind.server_errors,
+                "503": kind.unavailable,
                 "other_errors": kind.other_errors,
             }
         )
@@ -259,7 +264,9 @@ def print_rows(all_rows: list[dict[str, Any]], mix: Mix) -> None:
                 f"{row['count']:,} ({row['per_s']:,.0f}/s)",
                 f"{row['p50_ms']:.1f} ms",
                 f"{row['p99_ms']:.1f} ms",
-                f"{row['5xx']} × 5xx" + (f", {row['other_errors']} other" if row["other_errors"] else ""),
+                f"{row['5xx']} × 5xx"
+                + (f" ({row['503']} × 503)" if row["503"] else "")
+                + (f", {row['other_errors']} other" if row["other_errors"] else ""),
             )
         )
     print(

@@ -159,6 +159,11 @@ class Suite:
             label = f"commit → wake, {waiters:,} waiter{'s' if waiters > 1 else ''} on one run"
             self.add(Measure(f"{label}, p50", "ms", "latency", _p(ours, 0.5), _p(raw, 0.5), what))
             self.add(Measure(f"{label}, p99", "ms", "latency", _p(ours, 0.99), _p(raw, 0.99), what))
+        followers = self.profile.many_waiters
+        ours = await bench_runlog.follow_latency(self.url, followers, self.profile.many_rounds)
+        label = f"commit → wake, {followers:,} followers on one run (callbacks)"
+        self.add(Measure(f"{label}, p50", "ms", "latency", _p(ours, 0.5), _p(raw, 0.5), what))
+        self.add(Measure(f"{label}, p99", "ms", "latency", _p(ours, 0.99), _p(raw, 0.99), what))
         return raw
 
     async def ingestion(self) -> None:

@@ -92,6 +92,7 @@ __all__ = [
     "start_server",
     "stop_server",
     "with_database",
+    "worker_database",
 ]
 
 URL_VAR = "LEDGER_TEST_DATABASE_URL"
@@ -479,8 +480,8 @@ def reused_server_dir() -> Path:
     return Path(platformdirs.user_cache_dir("run-ledger")) / f"test-postgres-{postgres_version()}"
 
 
-# A worker database is `ledger_test_<worker>_<pid>`: its session's process.
-_WORKER_DATABASE = re.compile(r"ledger_test_[A-Za-z0-9]+_([0-9]+)")
+# A worker database is `ledger_test_[<purpose>_]<worker>_<pid>`: its session's process.
+_WORKER_DATABASE = re.compile(r"ledger_test_(?:[a-z]+_)?[A-Za-z0-9]+_([0-9]+)")
 
 
 def drop_orphaned_databases(admin_url: str) -> None:
@@ -504,15 +505,29 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+@contextmanager
+def worker_database(admin_url: str, purpose: str = "") -> Iterator[str]:
+    """A database of this test process's own, cloned from the migrated template and dropped on
+    leaving: what `database_url` is, and with a `purpose` (lowercase letters) a second one for
+    tests that must not share it (with a session's service, say). Named after the xdist worker and
+    the pid, so `drop_orphaned_databases` finds it if the session is killed."""
+    if purpose and not (purpose.isascii() and purpose.isalpha() and purpose.islower()):
+        raise ValueError(f"a worker database's purpose is lowercase letters, not {purpose!r}")
+    template = ensure_template(admin_url)
+    name = "_".join(part for part in ("ledger_test", purpose, _worker_id(), str(os.getpid())) if part)
+    url = clone_database(admin_url, template, name)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            drop_database(conn, name)
+
+
 @pytest.fixture(scope="session")
 def database_url(pg_admin_url: str) -> Iterator[str]:
     """This worker's own database, cloned from the migrated template and dropped at the end."""
-    template = ensure_template(pg_admin_url)
-    name = f"ledger_test_{_worker_id()}_{os.getpid()}"
-    url = clone_database(pg_admin_url, template, name)
-    yield url
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        drop_database(conn, name)
+    with worker_database(pg_admin_url) as url:
+        yield url
 
 
 @pytest.fixture

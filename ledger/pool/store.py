@@ -51,7 +51,15 @@ from ledger.pool.cadence import GcCadence
 from ledger.pool.rules import PoolEntry, PoolSettings, RunMapping
 from ledger.runlog.store import terminal_from_row
 
-__all__ = ["LOCK", "SELECT_PLACED", "GcCadence", "PoolSettings", "WarmPool", "sweep_expired_mappings"]
+__all__ = [
+    "LOCK",
+    "SELECT_PLACED",
+    "GcCadence",
+    "PoolSettings",
+    "WarmPool",
+    "instance_key",
+    "sweep_expired_mappings",
+]
 
 _ENTRY_COLUMNS = "id, version, state, created_at, ready_at, expires_at"
 _MAPPING_COLUMNS = (
@@ -200,7 +208,9 @@ def _run_key(run_id: str) -> str:
     return f"ledger.run_mappings:{run_id}"
 
 
-def _instance_key(instance_id: str) -> str:
+def instance_key(instance_id: str) -> str:
+    """The advisory lock key an add and a mapping of one instance both take (`LOCK`): whoever
+    holds it may write that instance's entry or mapping, so a test that stands in for one holds it."""
     return f"ledger.run_mappings.instance:{instance_id}"
 
 
@@ -398,7 +408,7 @@ class WarmPool:
             if write is not None:
                 # Serialises maps of one instance to different runs (each holds only its run's
                 # lock), and with adds and readies of it.
-                await conn.execute(LOCK, {"key": _instance_key(instance_id)})
+                await conn.execute(LOCK, {"key": instance_key(instance_id)})
                 await self._refuse_placed(conn, [instance_id], now, run_id=run_id)
                 await conn.execute(_UPSERT_MAPPING, write.__dict__)
         return {"mapped": write is not None}
@@ -466,7 +476,7 @@ class WarmPool:
         return [_entry(r) for r in await cur.fetchall()]
 
     async def _lock_instances(self, conn: Conn, ids: _Ids) -> None:
-        await conn.execute(_LOCK_MANY, {"keys": [_instance_key(i) for i in ids]})
+        await conn.execute(_LOCK_MANY, {"keys": [instance_key(i) for i in ids]})
 
     async def _refuse_placed(
         self, conn: Conn, ids: _Ids, now: datetime, *, pool: str | None = None, run_id: str | None = None

@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
+# Both start above the run's trim watermark: the rows at or below it are trimmed, and are deleted
+# by chunk (`ledger/sql/append_events_v2.sql`), so some may still be stored.
 # No row at all means no such run; one row with a NULL seq means an empty page. The run's
 # `created_at` reaches the event reads only as a parameter of the executor: the planner keeps, and
 # the executor locks and sets up, every partition before pruning all but one at run time, a cost
@@ -46,7 +48,8 @@ WITH run AS (
 ), page AS (
     SELECT seq, type, ts, payload FROM ledger.run_events
     WHERE run_id = %(run_id)s AND run_created_at = (SELECT created_at FROM run)
-      AND seq > COALESCE(%(after)s::bigint, (SELECT last_seq FROM run))
+      AND seq > GREATEST(COALESCE(%(after)s::bigint, (SELECT last_seq FROM run)),
+                         (SELECT events_trimmed_through FROM run))
     ORDER BY seq
     LIMIT %(limit)s
 )

@@ -3,9 +3,12 @@
 Design note. The run row is the lock: every write to a run's log locks its `ledger.runs` row
 (`SELECT ... FOR UPDATE`), so appenders to one run serialize and take `seq` from `runs.last_seq`
 without gaps or collisions, while appenders to other runs lock other rows and never wait. The
-append itself is one database function, `ledger.append_events` (`ledger/sql/`): it locks the run,
-refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
+append itself is one database function, `ledger.append_events_v2` (`ledger/sql/`): it locks the
+run, refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
 trims retention and issues the NOTIFY, so `RunLog.append` is one round trip in autocommit.
+Retention moves the run's watermark (`runs.events_trimmed_through`) on every append and deletes
+the rows below it by chunk: every read of events starts above the watermark, never at what is
+stored.
 Postgres delivers the NOTIFY at commit, so a rolled-back append wakes nobody. The NOTIFY payload
 is only `{run_id, seq}` (a hint: readers always re-read from their cursor) and is sent once per
 transaction even when the ingestion calls `append_in_transaction` several times - the run row dict
@@ -27,7 +30,7 @@ Reads are one statement (one snapshot) so `latest_seq`, `first_seq` and the page
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -51,7 +54,7 @@ from ledger.runlog.events import (
     validate_new_run_id,
     validate_run_id,
 )
-from ledger.runlog.fanout import Fanout, SharedPage
+from ledger.runlog.fanout import Fanout, Follower, SharedPage
 from ledger.runlog.listener import CHANNEL, Listener
 from ledger.runlog.reads import read_page, run_from_row, terminal_from_row
 from ledger.runlog.steps import settle_steps
@@ -87,27 +90,30 @@ ON CONFLICT (run_id) DO UPDATE SET play_name = EXCLUDED.play_name
 WHERE runs.play_name IS NULL AND EXCLUDED.play_name IS NOT NULL
 """
 
-# Every statement on a run's events names its `run_created_at` too: it reads one partition.
+# Every statement on a run's events names its `run_created_at` too: it reads one partition. What lies
+# at or below the run's trim watermark is trimmed, even while its chunk is not deleted yet.
 _RECENT_LOG_LINES_SQL: Final = """
 SELECT payload->>'line' AS line FROM ledger.run_events
 WHERE run_id = %(run_id)s AND run_created_at = %(run_created_at)s AND type = 'log'
+  AND seq > %(trimmed_through)s
 ORDER BY seq DESC
 LIMIT %(limit)s
 """
 
 _GET_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s"
 _RUN_FOR_LOG_LINES_SQL: Final = (
-    f"SELECT created_at, {conversion.CONVERTING_SQL} AS converting FROM ledger.runs WHERE run_id = %(run_id)s"
+    f"SELECT created_at, events_trimmed_through, {conversion.CONVERTING_SQL} AS converting"
+    " FROM ledger.runs WHERE run_id = %(run_id)s"
 )
 
 _LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
-# The whole append (see the migration that creates `ledger.append_events`): no row for an unknown
+# The whole append (`ledger/sql/append_events_v2.sql`): no row for an unknown
 # run; `refused` with the stored terminal state for a terminal run; otherwise the run after the
 # append and the batch's first seq. The batch travels as one JSON array of [type, payload] pairs:
 # one parameter, one encode call.
 _APPEND_SQL: Final = """
-SELECT * FROM ledger.append_events(
+SELECT * FROM ledger.append_events_v2(
     %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s
 )
 """
@@ -168,7 +174,7 @@ async def lock_run(
     return dict(row)
 
 
-# The run row columns `ledger.append_events` answers with: everything an append may change.
+# The run row columns `ledger.append_events_v2` answers with: everything an append may change.
 _APPENDED_COLUMNS: Final = (
     "last_seq",
     "updated_at",
@@ -185,7 +191,7 @@ _APPENDED_COLUMNS: Final = (
 
 
 def _refusal(run_id: str, row: Row) -> RunTerminal:
-    """The error for an append `ledger.append_events` refused: the run (`row`) had ended."""
+    """The error for an append `ledger.append_events_v2` refused: the run (`row`) had ended."""
     stored = terminal_from_row(row)
     assert stored is not None
     return RunTerminal(
@@ -206,7 +212,7 @@ async def _append_events(
     now: datetime | None,
     notify: bool,
 ) -> Row:
-    """Run `ledger.append_events`: the run row after the append, or (`refused`) the terminal run's
+    """Run `ledger.append_events_v2`: the run row after the append, or (`refused`) the terminal run's
     row untouched. Raises `NotFound` for an unknown run."""
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
     cur = await conn.execute(
@@ -228,7 +234,7 @@ async def _append_events(
 
 
 def _appended(row: Row, events: Sequence[NewEvent]) -> list[shapes.Event]:
-    """The events just appended (answer row of `ledger.append_events`) in API shape."""
+    """The events just appended (answer row of `ledger.append_events_v2`) in API shape."""
     first = int(row["first_seq"])
     ts_ms = to_ms(row["updated_at"])
     return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
@@ -434,7 +440,12 @@ class RunLog:
                 raise conversion.converting_error(run_id)
             cur = await conn.execute(
                 _RECENT_LOG_LINES_SQL,
-                {"run_id": run_id, "run_created_at": run["created_at"], "limit": limit},
+                {
+                    "run_id": run_id,
+                    "run_created_at": run["created_at"],
+                    "trimmed_through": run["events_trimmed_through"],
+                    "limit": limit,
+                },
             )
             rows = await cur.fetchall()
         return [str(row["line"]) for row in reversed(rows)]
@@ -579,6 +590,29 @@ class RunLog:
                     seen, shared = woken
         finally:
             listener.unwatch(watch)
+
+    def follow(
+        self,
+        run_id: str,
+        on_page: Callable[[SharedPage], None],
+        *,
+        after: int | str = -1,
+        limit: int = DEFAULT_LIST_LIMIT,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> Follower:
+        """Call `on_page` with each page of the run's events after `after`, until the run ends or
+        the follower is closed (`ledger.runlog.fanout.Follower`); call it on the event loop.
+
+        The pages are `wait_page`'s, shared with every reader woken by the same read (read them,
+        never change them), handed over from the wake-up's own callback: no task is resumed per
+        follower, so a thousand followers of a run cost a thousand calls. Needs the listener.
+        """
+        run_id = validate_run_id(run_id)
+        cursor = parse_after(after)
+        limit = check_limit(limit)
+        if self.listener is None or self._fanout is None:
+            raise ValueError("follow needs a run log with a listener (RunLog(db, listener=...))")
+        return Follower(self._fanout, self.listener.watch(run_id), (run_id, cursor, limit), on_page, on_error)
 
     async def _poll(self, run_id: str, cursor: int | None, limit: int, timeout_s: float) -> SharedPage:
         """Without a listener (or without waiting): read, and re-read every `poll_interval_s`."""

@@ -105,6 +105,24 @@ RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
         "pool_entry_conditions.sql",
         "pool_availability.sql",
     ),
+    "0016": (
+        "pool_windows_2.sql",
+        "append_events_v2.sql",
+        "run_event_partitions.sql",
+        "run_events_follow_runs.sql",
+        "step_state.sql",
+        "run_overview_2.sql",
+        "step_progress_2.sql",
+        "stalled_runs_2.sql",
+        "pool_tallies.sql",
+        "pool_counts.sql",
+        "pool_collect_v2.sql",
+        "instance_runs.sql",
+        "pool_claim_v2.sql",
+        "pool_entry_conditions.sql",
+        "pool_availability.sql",
+        "event_log.sql",
+    ),
 }
 
 # The release the schema at head is made of.
@@ -113,6 +131,8 @@ HEAD: Final = max(RELEASES)
 # The content of every file a release loads, as shipped.
 SHIPPED: Final[Mapping[str, str]] = {
     "append_events.sql": "1e4711c99e6ecefe63e7923ae2f68321b8769625f40432317e95c96f234cba0d",
+    "append_events_v2.sql": "7ee0be13bc9200cc6e9928357e98b0cbdff4ce01f145893708a8a0766c38882f",
+    "event_log.sql": "df35d3be8d25dd2200a1b774679e0de5576d7cd4b10255f7952408a88fca8915",
     "instance_runs.sql": "5dd548e86867ccfb252b4726755fde093edefad491006d97c4044d0f4b9f153a",
     "pool_availability.sql": "f957549ba7f08009c36cf20f8770afd7abf3133ee596d917bc4425668b531ee9",
     "pool_claim_v2.sql": "447f2485c80c302c23941a176f91c886a11726fd221971cfd94b7f0665289637",

@@ -79,8 +79,13 @@ def test_every_step_shows_from_the_start_pending_ones_grey_in_pipeline_order(
     assert states == ["running", "running", "running", "pending", "pending"]
     pending = page.locator('.step[data-node-id="leads"]')
     assert pending.locator(".counts").text_content() == "pending"
-    grey = pending.locator(".name").evaluate("e => getComputedStyle(e).color")
-    dark = page.locator('.step[data-node-id="load"] .name').evaluate("e => getComputedStyle(e).color")
+    # Both read in one script: the page re-renders its steps as it polls, and an element found by
+    # one call and read by the next may have been replaced (a detached element has no style).
+    grey, dark = page.evaluate(
+        """() => ["leads", "load"].map(id => getComputedStyle(
+            document.querySelector(`.step[data-node-id="${id}"] .name`)).color)"""
+    )
+    assert grey and dark
     assert grey != dark
 
     # The runs list counts the pending steps too.

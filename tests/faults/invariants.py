@@ -5,7 +5,9 @@ which run, entry or key is wrong and how. Rules the schema's own constraints alr
 not restated; these are the ones that span rows or tables.
 
 Seqs are checked as the run's trim watermark + 1..last_seq (1..last_seq for a run never trimmed):
-retention at the event cap removes a run's oldest events and moves the watermark past them.
+retention at the event cap moves the watermark past a run's oldest events, and deletes them by
+whole chunks of `TRIM_CHUNK` seqs, so a row at or below the watermark may be stored only inside the
+chunk the watermark is in (the terminal event is never deleted).
 """
 
 from __future__ import annotations
@@ -20,18 +22,34 @@ from psycopg.rows import dict_row
 
 from ledger.idempotency import IdempotencyScope
 
+# Seqs per chunk retention deletes at once (`trim_chunk` in `ledger/sql/append_events_v2.sql`).
+TRIM_CHUNK = 1000
+
 # (what the rule says, a query returning the rows that break it)
 RULES: tuple[tuple[str, str], ...] = (
     (
         "a run's events are seq watermark+1..last_seq without a gap (last_seq = max(seq))",
         """
-        SELECT r.run_id, r.last_seq, r.events_trimmed_through AS watermark, count(e.seq) AS events,
-               min(e.seq) AS first, max(e.seq) AS last
+        SELECT r.run_id, r.last_seq, r.events_trimmed_through AS watermark,
+               count(e.seq) FILTER (WHERE e.seq > r.events_trimmed_through) AS events,
+               min(e.seq) FILTER (WHERE e.seq > r.events_trimmed_through) AS first, max(e.seq) AS last
         FROM ledger.runs r LEFT JOIN ledger.run_events e USING (run_id)
         GROUP BY r.run_id, r.last_seq, r.events_trimmed_through
-        HAVING count(e.seq) <> r.last_seq - r.events_trimmed_through
+        HAVING count(e.seq) FILTER (WHERE e.seq > r.events_trimmed_through)
+                 <> r.last_seq - r.events_trimmed_through
             OR coalesce(max(e.seq), 0) <> r.last_seq
-            OR coalesce(min(e.seq), r.events_trimmed_through + 1) <> r.events_trimmed_through + 1
+            OR coalesce(min(e.seq) FILTER (WHERE e.seq > r.events_trimmed_through),
+                        r.events_trimmed_through + 1) <> r.events_trimmed_through + 1
+        """,
+    ),
+    (
+        "a trimmed row is stored only inside the chunk its run's watermark is in",
+        f"""
+        SELECT r.run_id, r.events_trimmed_through AS watermark, min(e.seq) AS lowest
+        FROM ledger.runs r JOIN ledger.run_events e USING (run_id)
+        WHERE e.type <> 'terminal'
+          AND e.seq <= r.events_trimmed_through - r.events_trimmed_through % {TRIM_CHUNK}
+        GROUP BY r.run_id, r.events_trimmed_through
         """,
     ),
     (

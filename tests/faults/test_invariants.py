@@ -76,6 +76,17 @@ def consistent(conn: psycopg.Connection[object]) -> None:
         " VALUES ('q', 'i-ready', 'v', 'warming', now() - interval '1 h', NULL, now() - interval '1 s')"
     )
     key(conn, "/v1/runs/ok-open/events", {"events": [{"seq": 2, "type": "log"}]})
+    # A run past its cap: trimmed through 1,002, its rows 1,001 and 1,002 awaiting their chunk.
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO ledger.runs (run_id, status, last_seq, events_trimmed_through)"
+            " VALUES ('ok-trimmed', 'running', 1005, 1002)"
+        )
+        conn.execute(
+            "INSERT INTO ledger.run_events (run_id, seq, type, payload, run_created_at)"
+            " SELECT run_id, s, 'log', '{}', created_at FROM ledger.runs, generate_series(1001, 1005) s"
+            " WHERE run_id = 'ok-trimmed'"
+        )
 
 
 BROKEN = {
@@ -89,6 +100,15 @@ BROKEN = {
         "without a gap",
         "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
         " SELECT 'ok-open', 3, 'log', created_at FROM ledger.runs WHERE run_id = 'ok-open'",
+    ),
+    "a trimmed row below its watermark's chunk": (
+        "only inside the chunk",
+        "INSERT INTO ledger.run_events (run_id, seq, type, run_created_at)"
+        " SELECT 'ok-trimmed', 1000, 'log', created_at FROM ledger.runs WHERE run_id = 'ok-trimmed'",
+    ),
+    "a gap above the watermark": (
+        "without a gap",
+        "DELETE FROM ledger.run_events WHERE run_id = 'ok-trimmed' AND seq = 1003",
     ),
     "an event after the terminal one": (
         "it is the run's last event",

@@ -24,6 +24,8 @@ EXPECTED = (
     "commit → wake, 1 waiter on one run, p99",
     "commit → wake, 100 waiters on one run, p50",
     "commit → wake, 100 waiters on one run, p99",
+    "commit → wake, 100 followers on one run (callbacks), p50",
+    "commit → wake, 100 followers on one run (callbacks), p99",
     "ingestion: late duplicate of a 1,000-node upload",
     "ingestion: progress tick, 1 of 50 nodes changed",
     "ingestion: 50-node upload, every node changed",

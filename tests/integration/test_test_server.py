@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ledger.testing import drop_database, drop_orphaned_databases, reused_server_dir
+from ledger.testing import drop_database, drop_orphaned_databases, reused_server_dir, worker_database
 
 LOOPBACK = "127.0.0.1"
 
@@ -58,6 +58,8 @@ def test_worker_databases_of_ended_sessions_are_dropped_and_live_ones_kept(pg_ad
     names = {
         "dead": f"ledger_test_gw7_{dead_pid}",
         "live": f"ledger_test_gw7_{os.getpid()}",
+        "dead with a purpose": f"ledger_test_integration_gw7_{dead_pid}",
+        "live with a purpose": f"ledger_test_integration_gw7_{os.getpid()}",
         "other": "ledger_test_not_a_worker_db",
     }
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
@@ -68,8 +70,9 @@ def test_worker_databases_of_ended_sessions_are_dropped_and_live_ones_kept(pg_ad
         drop_orphaned_databases(pg_admin_url)
         with psycopg.connect(pg_admin_url) as conn:
             present = {row[0] for row in conn.execute("SELECT datname FROM pg_database").fetchall()}
-        assert names["dead"] not in present
-        assert names["live"] in present and names["other"] in present
+        assert names["dead"] not in present and names["dead with a purpose"] not in present
+        assert names["live"] in present and names["live with a purpose"] in present
+        assert names["other"] in present
     finally:
         with psycopg.connect(pg_admin_url, autocommit=True) as conn:
             for name in names.values():
@@ -84,3 +87,19 @@ def test_the_reused_server_lives_in_the_cache_dir_per_postgres_version() -> None
     where = reused_server_dir()
     assert where.parent == Path(platformdirs.user_cache_dir("run-ledger"))
     assert where.name == f"test-postgres-{postgres_version()}"
+
+
+def test_a_worker_databases_purpose_is_lowercase_letters(pg_admin_url: str) -> None:
+    for purpose in ("Integration", "it_1", "it-1", "é"):
+        with pytest.raises(ValueError, match="lowercase letters"), worker_database(pg_admin_url, purpose):
+            pass
+
+
+def test_the_integration_tests_database_is_not_the_one_the_session_services_share(
+    database_url: str, clean_database_url: str, pg_admin_url: str
+) -> None:
+    # A service another suite starts for the session runs on `ledger_test_<worker>_<pid>`, and its
+    # watchdog's sweeps must not reach rows these tests date by a manual clock.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "master")
+    assert urlsplit(database_url).path == f"/ledger_test_integration_{worker}_{os.getpid()}"
+    assert clean_database_url == database_url

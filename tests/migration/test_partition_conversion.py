@@ -69,7 +69,7 @@ def count(url: str, sql: str) -> int:
 
 
 APPEND = (
-    'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
+    'SELECT * FROM ledger.append_events_v2(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
     " NULL, 0, NULL, 'ledger_test', false)"
 )
 
@@ -134,7 +134,7 @@ def test_a_conversion_left_half_done_downgrades_with_every_event(filled_url: str
 
 CAP = EVENTS_PER_RUN
 APPEND_AT_CAP = (
-    'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
+    'SELECT * FROM ledger.append_events_v2(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
     " NULL, %(cap)s, NULL, 'ledger_test', false)"
 )
 

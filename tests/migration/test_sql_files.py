@@ -112,10 +112,10 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Reader:
         ("stalled_runs_2.sql", "interval '5 minutes'", "interval '6 minutes'", "view ledger.stalled_runs"),
         ("pool_windows_2.sql", "420000::bigint", "420001::bigint", "function ledger.pool_windows()"),
         (
-            "append_events.sql",
+            "append_events_v2.sql",
             "e.type <> 'terminal'",
             "e.type <> 'log'",
-            "function ledger.append_events(text,jsonb,text,bigint,timestamp with time zone,text,boolean)",
+            "function ledger.append_events_v2(text,jsonb,text,bigint,timestamp with time zone,text,boolean)",
         ),
         (
             "pool_tallies.sql",
@@ -197,3 +197,51 @@ def test_0013_replaces_the_claim_and_the_collect_and_its_downgrade_restores_0012
     assert row == (True,)
     migrate.downgrade(empty_url, "0012")
     assert _definitions_at(empty_url) == at_0012
+
+
+APPEND_SIGNATURE = "(text,jsonb,text,bigint,timestamp with time zone,text,boolean)"
+
+
+def _append(url: str, function: str, run_id: str, events: int, cap: int) -> None:
+    batch = [["log", {"line": str(i)}] for i in range(events)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"SELECT * FROM ledger.{function}(%s, %s::jsonb, NULL, %s, NULL, 'ledger_test', false)",
+            (run_id, psycopg.types.json.Jsonb(batch), cap),
+        )
+
+
+def _stored(url: str, run_id: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT seq FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,))
+        return [row[0] for row in rows.fetchall()]
+
+
+def test_0016_replaces_the_append_and_its_downgrade_deletes_what_was_trimmed(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0015")
+    at_0015 = _definitions_at(empty_url)
+    migrate.upgrade(empty_url, "0016")
+    at_0016 = _definitions_at(empty_url)
+    assert sorted(at_0015.keys() - at_0016.keys()) == [f"function ledger.append_events{APPEND_SIGNATURE}"]
+    assert sorted(at_0016.keys() - at_0015.keys()) == [
+        f"function ledger.append_events_v2{APPEND_SIGNATURE}",
+        "view ledger.event_log",
+    ]
+    assert sorted(k for k in at_0015.keys() & at_0016.keys() if at_0015[k] != at_0016[k]) == []
+    with psycopg.connect(empty_url) as conn:
+        row = conn.execute(
+            "SELECT has_table_privilege('ledger_reader', 'ledger.event_log', 'SELECT')"
+        ).fetchone()
+    assert row == (True,)
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO ledger.runs (run_id) VALUES ('r1'), ('r2')")
+    _append(empty_url, "append_events_v2", "r1", 12, 10)  # trimmed through 2, nothing deleted yet
+    _append(empty_url, "append_events_v2", "r2", 5, 10)
+    assert _stored(empty_url, "r1") == list(range(1, 13))
+    migrate.downgrade(empty_url, "0015")
+    assert _definitions_at(empty_url) == at_0015
+    # The release before reads every stored row from a cursor of -1: what it would have deleted is.
+    assert _stored(empty_url, "r1") == list(range(3, 13))
+    assert _stored(empty_url, "r2") == [1, 2, 3, 4, 5]
+    _append(empty_url, "append_events", "r1", 1, 10)
+    assert _stored(empty_url, "r1") == list(range(4, 14))

@@ -26,9 +26,7 @@ OURS = frozenset(SCANNED)
 FROZEN = ("ledger/migrations/",)
 # Uses of a private name that other hands are moving as they rework these modules: each entry is
 # (module that uses it, the name as written), and goes when the name turns public or the use goes.
-ALLOWED = {
-    ("tests/integration/pool/test_concurrency.py", "ledger.pool.store._instance_key"),  # being moved
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _private(name: str) -> bool:

@@ -91,6 +91,7 @@ TESTING_EXPORTS = [
     "start_server",
     "stop_server",
     "with_database",
+    "worker_database",
 ]
 
 TESTING_FIXTURES = {

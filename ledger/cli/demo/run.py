@@ -297,7 +297,7 @@ def _inspection_sql(run_id: str) -> list[str]:
         f" FROM ledger.run_overview WHERE run_id = '{run_id}';",
         "SELECT node_id, completed, failed, total, started_at, completed_at, message"
         f" FROM ledger.step_progress WHERE run_id = '{run_id}' ORDER BY started_at NULLS LAST;",
-        f"SELECT seq, type, ts, payload FROM ledger.run_events WHERE run_id = '{run_id}'"
+        f"SELECT seq, type, ts, payload FROM ledger.event_log WHERE run_id = '{run_id}'"
         " AND type <> 'log' ORDER BY seq;",
     ]
 

@@ -19,9 +19,14 @@ RUN_COLUMNS = (
 
 
 async def events(db: Database, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """The run's events as readers are shown them: above the run's trim watermark (what lies at or
+    below it is trimmed, though its chunk may not be deleted yet)."""
     async with db.connection() as conn:
         cur = await conn.execute(
-            "SELECT type, payload FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+            "SELECT e.type, e.payload FROM ledger.run_events e"
+            " JOIN ledger.runs r ON r.run_id = e.run_id AND r.created_at = e.run_created_at"
+            " WHERE e.run_id = %s AND e.seq > r.events_trimmed_through ORDER BY e.seq",
+            (run_id,),
         )
         return [(row["type"], row["payload"]) for row in await cur.fetchall()]
 

@@ -228,7 +228,7 @@ async def test_a_map_waiting_on_an_add_of_its_instance_sees_the_entry(db: Databa
     pool = WarmPool(db)
     async with db.transaction() as add:
         # What an add holds while it writes: the instance's lock, then the new entry.
-        await add.execute(store.LOCK, {"key": store._instance_key("x")})
+        await add.execute(store.LOCK, {"key": store.instance_key("x")})
         await add.execute(
             "INSERT INTO ledger.pool_entries (pool, id, version, state, created_at, ready_at, expires_at)"
             " VALUES ('a', 'x', %s, 'ready', now(), now(), now() + interval '8 minutes')",

@@ -1,14 +1,16 @@
-"""The append in one round trip (`ledger.append_events`): every rule it carries, on real Postgres.
+"""The append in one round trip (`ledger.append_events_v2`): every rule it carries, on real Postgres.
 
 Each test pins one rule the function took over from separate statements: gapless seqs under
 concurrent one-call appends, refusing a terminal run, first terminal wins, retention sparing the
 terminal event, one NOTIFY per transaction, nothing delivered for a rolled-back append, the
-injected clock.
+injected clock. Retention is pinned twice: what a reader is shown (exactly the newest events, from
+the watermark up) and what is stored (the rows below the watermark deleted by whole chunks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,13 +19,15 @@ import pytest
 
 from ledger.clock import ManualClock, to_ms
 from ledger.db import Database
-from ledger.errors import NotFound, RunTerminal
+from ledger.errors import CursorExpired, NotFound, RunTerminal
 from ledger.runlog.events import notify_payload, parse_notify_payload
 from ledger.runlog.listener import CHANNEL
 from ledger.runlog.store import RunLog, append_in_transaction, lock_run, set_terminal_in_transaction
 
 WRITERS = 8
 APPENDS_EACH = 200
+# Seqs per chunk the trim deletes at once (`trim_chunk` in `ledger/sql/append_events_v2.sql`).
+TRIM_CHUNK = 1000
 
 
 class RollBack(Exception):
@@ -36,6 +40,25 @@ async def stored(db: Database, run_id: str) -> list[tuple[int, str]]:
             "SELECT seq, type FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,)
         )
         return [(int(r["seq"]), str(r["type"])) for r in await cur.fetchall()]
+
+
+async def logged(db: Database, run_id: str) -> list[tuple[int, str]]:
+    """The run's events as a person querying the log by hand reads them (`ledger.event_log`)."""
+    async with db.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, type FROM ledger.event_log WHERE run_id = %s ORDER BY seq", (run_id,)
+        )
+        return [(int(r["seq"]), str(r["type"])) for r in await cur.fetchall()]
+
+
+async def shown(runlog: RunLog, run_id: str) -> list[tuple[int, str]]:
+    """Every event a reader reading from the start is given (page by page)."""
+    page = await runlog.list_events(run_id, -1, limit=1000)
+    events = list(page["events"])
+    while events and events[-1]["seq"] < page["latest_seq"]:
+        page = await runlog.list_events(run_id, events[-1]["seq"], limit=1000)
+        events += page["events"]
+    return [(int(e["seq"]), str(e["type"])) for e in events]
 
 
 async def notes_after(listen: psycopg.AsyncConnection[Any]) -> list[str]:
@@ -122,23 +145,35 @@ async def test_a_batch_past_retention_trims_itself_but_keeps_its_terminal_event(
     await runlog.open_run("r1", play_name=None)
     events = [{"type": "log", "line": str(i)} for i in range(5)]
     await runlog.append("r1", [*events, {"type": "terminal", "status": "completed", "play_name": "p"}])
-    assert await stored(db, "r1") == [(5, "log"), (6, "terminal")]
+    assert await shown(runlog, "r1") == [(5, "log"), (6, "terminal")]
     run = await runlog.get_run("r1")
     assert run["play_name"] == "p"  # a terminal state's play name fills a missing one
-    # A tighter limit later (retention configured down): the terminal event still stays.
+    # A tighter limit later (retention configured down): refused, nothing trimmed either.
     async with db.transaction() as conn:
         await conn.execute(
-            "SELECT * FROM ledger.append_events('r1', '[]'::jsonb, NULL, 1, NULL, %s, false)", (CHANNEL,)
+            "SELECT * FROM ledger.append_events_v2('r1', '[]'::jsonb, NULL, 1, NULL, %s, false)", (CHANNEL,)
         )
-    assert await stored(db, "r1") == [(5, "log"), (6, "terminal")]  # refused: nothing trimmed either
+    assert await shown(runlog, "r1") == [(5, "log"), (6, "terminal")]
+    assert await trimmed_through(db, "r1") == 4
+
+
+async def test_the_chunk_delete_never_takes_the_terminal_event(db: Database) -> None:
+    # The terminal event is the last of its run, so no cutoff reaches it; the delete spares it even
+    # below one (a run ended, then let go on by hand), over a whole chunk.
+    runlog = RunLog(db, max_events_per_run=2)
+    await runlog.open_run("r1")
+    await runlog.append("r1", [{"type": "log", "line": "a"}, {"type": "terminal", "status": "completed"}])
     async with db.connection() as conn:
         await conn.execute("UPDATE ledger.runs SET terminal_status = NULL, completed_at = NULL")
         await conn.execute(
-            'SELECT * FROM ledger.append_events(\'r1\', \'[["log", {"line": "z"}]]\'::jsonb,'
-            " NULL, 1, NULL, %s, false)",
-            (CHANNEL,),
+            "SELECT * FROM ledger.append_events_v2('r1', %s::jsonb, NULL, 1, NULL, %s, false)",
+            (json.dumps([["log", {"line": str(i)}] for i in range(TRIM_CHUNK)]), CHANNEL),
         )
-    assert await stored(db, "r1") == [(6, "terminal"), (7, "log")]
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK + 1
+    # Seqs 1 to 1,000 are a whole chunk below the watermark: all deleted but the terminal event.
+    assert await stored(db, "r1") == [(2, "terminal"), (TRIM_CHUNK + 1, "log"), (TRIM_CHUNK + 2, "log")]
+    # Readers and the view start above the watermark alike.
+    assert await shown(runlog, "r1") == await logged(db, "r1") == [(TRIM_CHUNK + 2, "log")]
 
 
 async def trimmed_through(db: Database, run_id: str) -> int:
@@ -151,42 +186,130 @@ async def trimmed_through(db: Database, run_id: str) -> int:
         return int(row["events_trimmed_through"])
 
 
+def seqs(events: list[tuple[int, str]]) -> list[int]:
+    return [seq for seq, _ in events]
+
+
 async def test_retention_trims_from_its_watermark_and_reads_start_above_it(db: Database) -> None:
     # The trim remembers the seq it reached, so later trims and reads never walk what it removed;
-    # the rows it keeps and the first seq a reader is told are those of the plain rule.
+    # the events a reader is shown and the first seq it is told are those of the plain rule.
     runlog = RunLog(db, max_events_per_run=3)
     await runlog.open_run("r1")
     assert await trimmed_through(db, "r1") == 0
-    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(3)])
+    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(2)])
+    assert await trimmed_through(db, "r1") == 0  # one below the limit
+    await runlog.append("r1", [{"type": "log", "line": "3"}])
     assert await trimmed_through(db, "r1") == 0  # at the limit: nothing trimmed
+    assert seqs(await shown(runlog, "r1")) == [1, 2, 3]
     await runlog.append("r1", [{"type": "log", "line": "4"}])
     assert await trimmed_through(db, "r1") == 1  # one past it
-    assert [seq for seq, _ in await stored(db, "r1")] == [2, 3, 4]
+    assert seqs(await shown(runlog, "r1")) == [2, 3, 4]
     await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(5, 11)])
     assert await trimmed_through(db, "r1") == 7
-    assert [seq for seq, _ in await stored(db, "r1")] == [8, 9, 10]
     page = await runlog.list_events("r1")
-    assert page["first_seq"] == 8 and [e["seq"] for e in page["events"]] == [8, 9, 10]
-    # Rows above the watermark are still trimmed by the rule alone: one put back by hand below the
-    # cutoff goes on the next append, one below the watermark is not looked at again.
+    assert page["first_seq"] == 8 and seqs(await shown(runlog, "r1")) == [8, 9, 10]
+    # A row put back by hand below the watermark is not an event: no reader is given it.
     async with db.connection() as conn:
-        for seq in (5, 9):
-            await conn.execute(
-                "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, payload)"
-                " SELECT run_id, %s, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = 'r1'"
-                " ON CONFLICT DO NOTHING",
-                (seq,),
-            )
+        await conn.execute(
+            "INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, payload)"
+            " SELECT run_id, 5, created_at, 'log', '{}' FROM ledger.runs WHERE run_id = 'r1'"
+            " ON CONFLICT DO NOTHING"
+        )
+    assert seqs(await shown(runlog, "r1")) == [8, 9, 10]
     # Retention raised later: the watermark stays, nothing comes back and nothing more goes.
     raised = RunLog(db, max_events_per_run=100)
     await raised.append("r1", [{"type": "log", "line": "11"}])
     assert await trimmed_through(db, "r1") == 7
-    assert [seq for seq, _ in await stored(db, "r1")] == [5, 8, 9, 10, 11]
-    # The reader's first seq counts from the watermark: the stray row below it is not an event.
     assert (await raised.list_events("r1", 7))["first_seq"] == 8
+    assert seqs(await shown(runlog, "r1")) == [8, 9, 10, 11]
     await runlog.append("r1", [{"type": "log", "line": "12"}, {"type": "terminal", "status": "completed"}])
     assert await trimmed_through(db, "r1") == 10
-    assert [seq for seq, _ in await stored(db, "r1")] == [5, 11, 12, 13]
+    assert await shown(runlog, "r1") == [(11, "log"), (12, "log"), (13, "terminal")]
+
+
+async def assert_shows_its_newest(runlog: RunLog, run_id: str, cap: int) -> None:
+    """What a reader is told and given: the newest `cap` events, gapless, from `first_seq`; a cursor
+    just below the oldest is fine, one older is refused (410) with where to resume."""
+    latest = (await runlog.get_run(run_id))["last_seq"]
+    first = max(1, latest - cap + 1)
+    page = await runlog.list_events(run_id, -1, limit=cap)
+    assert page["first_seq"] == first
+    assert [e["seq"] for e in page["events"]] == list(range(first, latest + 1))
+    # The view people query tells the same story, whatever rows still wait for their chunk's delete.
+    assert seqs(await logged(runlog.db, run_id)) == list(range(first, latest + 1))
+    assert [e["seq"] for e in (await runlog.list_events(run_id, first - 1, limit=1))["events"]] == [first]
+    if first > 1:
+        with pytest.raises(CursorExpired) as expired:
+            await runlog.list_events(run_id, first - 2)
+        assert expired.value.first_seq == first
+
+
+async def test_a_run_at_its_cap_deletes_by_whole_chunks_not_on_every_append(db: Database) -> None:
+    # Each append moves the watermark (readers see exactly the newest events), while the rows below
+    # it are deleted only once a whole chunk of seqs lies there: at the watermark one short of a
+    # chunk, at it, one past it.
+    runlog = RunLog(db, max_events_per_run=10)
+    await runlog.open_run("r1")
+    await runlog.append("r1", [{"type": "log", "line": str(i)} for i in range(TRIM_CHUNK + 9)])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK - 1
+    assert seqs(await stored(db, "r1")) == list(range(1, TRIM_CHUNK + 10))  # nothing deleted yet
+    await assert_shows_its_newest(runlog, "r1", 10)
+    await runlog.append("r1", [{"type": "log", "line": "chunk"}])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK
+    assert seqs(await stored(db, "r1")) == list(range(TRIM_CHUNK + 1, TRIM_CHUNK + 11))  # one range
+    await assert_shows_its_newest(runlog, "r1", 10)
+    await runlog.append("r1", [{"type": "log", "line": "past"}])
+    assert await trimmed_through(db, "r1") == TRIM_CHUNK + 1
+    assert seqs(await stored(db, "r1")) == list(range(TRIM_CHUNK + 1, TRIM_CHUNK + 12))
+    await assert_shows_its_newest(runlog, "r1", 10)
+
+
+@pytest.mark.parametrize("events", [4, 5, 6, 2 * TRIM_CHUNK + 500])
+async def test_a_batch_at_and_past_the_cap_shows_its_newest_events_and_stores_less_than_a_chunk_more(
+    db: Database, events: int
+) -> None:
+    runlog = RunLog(db, max_events_per_run=5)
+    await runlog.open_run("r1")
+    await runlog.append("r1", [{"type": "log", "line": f"line {i + 1}"} for i in range(events)])
+    await assert_shows_its_newest(runlog, "r1", 5)
+    kept = list(range(max(1, events - 4), events + 1))
+    assert await runlog.recent_log_lines("r1", 10) == [f"line {seq}" for seq in kept]
+    trimmed = max(0, events - 5)
+    assert seqs(await stored(db, "r1")) == list(range(trimmed - trimmed % TRIM_CHUNK + 1, events + 1))
+
+
+async def test_concurrent_appenders_at_the_cap_show_readers_their_newest_events_across_chunks(
+    db: Database,
+) -> None:
+    # Eight appenders on their own connections push one run past its cap and across a chunk while a
+    # reader reads from the start: every page it gets is the newest events, gapless, from its
+    # first_seq, never a row below the watermark.
+    cap, appends_each = 50, 150
+    runlog = RunLog(db, max_events_per_run=cap)
+    await runlog.open_run("hot")
+    done = asyncio.Event()
+    pages: list[tuple[int, int, list[int]]] = []
+
+    async def writer(index: int) -> None:
+        for i in range(appends_each):
+            await runlog.append("hot", [{"type": "log", "line": f"{index}:{i}"}])
+
+    async def reader() -> None:
+        while not done.is_set():
+            page = await runlog.list_events("hot", -1, limit=1000)
+            pages.append((page["first_seq"], page["latest_seq"], [e["seq"] for e in page["events"]]))
+
+    reading = asyncio.create_task(reader())
+    await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+    done.set()
+    await reading
+    total = WRITERS * appends_each
+    assert pages and total - cap > TRIM_CHUNK
+    for first, latest, page in pages:
+        assert first == max(1, latest - cap + 1) and page == list(range(first, latest + 1))
+    await assert_shows_its_newest(runlog, "hot", cap)
+    assert await trimmed_through(db, "hot") == total - cap
+    assert seqs(await stored(db, "hot")) == list(range(TRIM_CHUNK + 1, total + 1))
 
 
 async def test_one_notification_per_transaction_with_the_run_and_seq_it_reached(

@@ -10,6 +10,7 @@ import pytest
 
 from ledger import shapes
 from ledger.db import Database
+from ledger.errors import InvalidInput, NotFound
 from ledger.runlog.fanout import SharedPage
 from ledger.runlog.listener import Listener
 from ledger.runlog.store import RunLog
@@ -202,3 +203,216 @@ async def test_a_reader_arriving_after_a_wake_up_never_takes_a_read_started_befo
     release.set()
     assert lines(await early) == ["a"]  # arrived before "b": a page without it is its true answer
     assert runlog.reads == reads + 2
+
+
+class Pages:
+    """A follower's callbacks: the pages it was handed, the task each was handed in, its error."""
+
+    def __init__(self, runlog: RunLog, after: int | str = 0, limit: int = 1000) -> None:
+        self.pages: list[SharedPage] = []
+        self.tasks: list[asyncio.Task[Any] | None] = []
+        self.errors: list[BaseException] = []
+        self.follower = runlog.follow(
+            "r1", self.on_page, after=after, limit=limit, on_error=self.errors.append
+        )
+
+    def on_page(self, shared: SharedPage) -> None:
+        self.pages.append(shared)
+        self.tasks.append(asyncio.current_task())
+
+    def lines(self) -> list[list[str]]:
+        return [lines(shared.page) for shared in self.pages]
+
+
+async def test_a_thousand_followers_are_handed_one_page_in_the_wake_ups_own_callback(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    followers = [Pages(runlog) for _ in range(1000)]
+    await until(lambda: listener.waits >= 1000)
+    assert listener.waiter_count == 1000
+    reads = runlog.reads
+    await writer.append("r1", [{"type": "log", "line": "x"}])
+    await until(lambda: all(f.pages for f in followers))
+    first = followers[0].pages[0]
+    assert all(f.pages == [first] for f in followers)  # the same object: one read, no copies
+    assert lines(first.page) == ["x"] and runlog.reads == reads + 1
+    # Called from the delivery's callback, not from a task resumed for each follower.
+    assert all(f.tasks == [None] for f in followers)
+    # Each waits again from the page's end, and the next commit reaches them all the same way.
+    await until(lambda: listener.waits >= 2000)
+    await writer.append("r1", [{"type": "log", "line": "y"}])
+    await until(lambda: all(len(f.pages) == 2 for f in followers))
+    assert all(f.lines() == [["x"], ["y"]] for f in followers)
+    assert runlog.reads == reads + 2 and not any(f.errors for f in followers)
+    for f in followers:
+        f.follower.close()
+    assert listener.waiter_count == 0
+
+
+async def test_a_follower_whose_callback_raises_stops_alone(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = [Pages(runlog) for _ in range(3)]
+    failing = Pages(runlog)
+    after = [Pages(runlog) for _ in range(3)]
+
+    def boom(shared: SharedPage) -> None:
+        raise RuntimeError("a broken consumer")
+
+    failing.follower._on_page = boom
+    await until(lambda: listener.waits >= 7)
+    await writer.append("r1", [{"type": "log", "line": "x"}])
+    await until(lambda: all(f.pages for f in before + after))
+    assert failing.follower.closed and "raised on a page" in caplog.text
+    assert listener.waiter_count == 6
+    await writer.append("r1", [{"type": "log", "line": "y"}])
+    await until(lambda: all(len(f.pages) == 2 for f in before + after))
+    assert all(f.lines() == [["x"], ["y"]] for f in before + after)
+    for f in before + after:
+        f.follower.close()
+
+
+async def test_closed_followers_get_nothing_and_leave_nothing_queued(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    staying = Pages(runlog, limit=10)
+    leaving = [Pages(runlog) for _ in range(5)]
+    await until(lambda: listener.waits >= 6)
+    watch = listener.watch("r1")
+    listener.unwatch(watch)
+    assert watch.pending == 2  # one tail per page key
+    for f in leaving:
+        f.follower.close()
+        f.follower.close()  # twice is harmless
+    # The page nobody waits for any more is not read at the next wake-up.
+    assert watch.pending == 1 and listener.waiter_count == 1
+    reads = runlog.reads
+    await writer.append("r1", [{"type": "log", "line": "x"}])
+    await until(lambda: bool(staying.pages))
+    assert staying.lines() == [["x"]] and runlog.reads == reads + 1
+    assert all(f.pages == [] for f in leaving)
+    staying.follower.close()
+    assert listener.waiter_count == 0
+
+
+async def test_a_follower_closed_by_another_during_the_fan_out_is_not_called(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    closer = Pages(runlog)
+    closed = Pages(runlog)
+
+    def close_the_other(shared: SharedPage) -> None:
+        closer.pages.append(shared)
+        closed.follower.close()
+
+    closer.follower._on_page = close_the_other
+    await until(lambda: listener.waits >= 2)
+    await writer.append("r1", [{"type": "log", "line": "x"}])
+    await until(lambda: bool(closer.pages))
+    assert closed.pages == [] and closed.follower.closed and listener.waiter_count == 1
+    closer.follower.close()
+
+
+async def test_followers_added_during_a_fan_out_read_from_their_own_cursor(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    first = Pages(runlog)
+    added: list[Pages] = []
+
+    def add_followers(shared: SharedPage) -> None:
+        first.pages.append(shared)
+        if not added:
+            added.extend((Pages(runlog, after=0), Pages(runlog, after="now")))
+
+    first.follower._on_page = add_followers
+    await until(lambda: listener.waits >= 1)
+    await writer.append("r1", [{"type": "log", "line": "x"}])
+    # From 0 it has "x" (a read of its own, not the delivered page); from now, nothing yet.
+    await until(lambda: bool(added) and bool(added[0].pages))
+    from_zero, from_now = added
+    assert from_zero.lines() == [["x"]] and from_zero.pages[0] is not first.pages[0]
+    await until(lambda: listener.waits >= 4)  # all three wait for what comes next
+    assert from_now.pages == []
+    await writer.append("r1", [{"type": "log", "line": "y"}])
+    await until(lambda: all(len(f.pages) >= n for f, n in ((first, 2), (from_zero, 2), (from_now, 1))))
+    assert first.lines() == from_zero.lines() == [["x"], ["y"]] and from_now.lines() == [["y"]]
+    for f in (first, from_zero, from_now):
+        f.follower.close()
+
+
+async def test_a_follower_takes_full_pages_in_turn_and_stops_after_the_terminal_event(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    follower = Pages(runlog, limit=2)
+    await until(lambda: listener.waits >= 1)
+    # Five events in one commit, pages of two: the rest of a full page is read without a wake-up.
+    await writer.append("r1", [{"type": "log", "line": str(n)} for n in range(1, 6)])
+    await until(lambda: len(follower.pages) == 3)
+    assert follower.lines() == [["1", "2"], ["3", "4"], ["5"]] and follower.follower.cursor == 5
+    await writer.set_terminal("r1", "completed")
+    await until(lambda: follower.follower.closed)
+    last = follower.pages[-1].page
+    assert last["terminal"] is not None and last["events"][-1]["type"] == "terminal"
+    assert listener.waiter_count == 0 and follower.errors == []
+    # A finished run with nothing after the cursor: one page that says so, and the follower stops.
+    done = Pages(runlog, after=last["latest_seq"])
+    await until(lambda: done.follower.closed)
+    assert [(shared.page["events"], shared.page["terminal"] is not None) for shared in done.pages] == [
+        ([], True)
+    ]
+
+
+async def test_a_follower_of_an_unknown_run_gets_the_error_and_stops(
+    listener: Listener, db: Database
+) -> None:
+    runlog = RunLog(db, listener=listener)
+    errors: list[BaseException] = []
+    follower = runlog.follow("nobody", lambda shared: None, on_error=errors.append)
+    await until(lambda: follower.closed)
+    assert [type(error) for error in errors] == [NotFound] and listener.waiter_count == 0
+
+
+async def test_following_needs_a_listener_and_a_valid_page(db: Database, listener: Listener) -> None:
+    with pytest.raises(ValueError, match="listener"):
+        RunLog(db).follow("r1", lambda shared: None)
+    with pytest.raises(InvalidInput, match="limit"):
+        RunLog(db, listener=listener).follow("r1", lambda shared: None, limit=0)
+    assert listener.waiter_count == 0
+
+
+async def test_a_woken_follower_never_takes_a_read_whose_snapshot_predates_the_commit(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    waiting = Pages(runlog)
+    await until(lambda: listener.waits >= 1)
+    # A second follower of the same page whose read ran (empty) and is held before answering...
+    runlog.hold = release = asyncio.Event()
+    late = Pages(runlog)
+    await runlog.held.wait()
+    # ...while the commit lands and wakes the first: it must read anew, not share that read.
+    notifications = listener.notifications
+    await writer.append("r1", [{"type": "log", "line": "new"}])
+    await until(lambda: listener.notifications > notifications and bool(waiting.pages))
+    assert waiting.lines() == [["new"]]
+    release.set()
+    # The held read answered empty, from before the wake-up: the late follower reads again.
+    await until(lambda: bool(late.pages))
+    assert late.lines() == [["new"]]
+    for f in (waiting, late):
+        f.follower.close()
+
+
+async def test_followers_poll_while_the_listener_is_down(
+    runlog: HeldRunLog, listener: Listener, writer: RunLog
+) -> None:
+    followers = [Pages(runlog) for _ in range(3)]
+    await until(lambda: listener.waits >= 3)
+    await listener.stop()  # every reader re-reads, then polls every fallback_poll_s
+    await until(lambda: listener.waits >= 6)  # those reads done: the append is theirs to poll for
+    timeouts = listener.timeouts
+    await writer.append("r1", [{"type": "log", "line": "polled"}])
+    await until(lambda: all(f.pages for f in followers))
+    assert all(f.lines() == [["polled"]] for f in followers)
+    assert listener.timeouts > timeouts and listener.wakeups == 0
+    for f in followers:
+        f.follower.close()

@@ -233,14 +233,15 @@ async def test_every_run_scoped_statement_touches_one_partition(
 
     # The check sees a statement that names the run but not its creation time: it reads them all.
     assert len(await touched(by_run_id_alone)) >= 3
-    # The append (its insert, and its trim: the run holds more than 3 events after it).
+    # The append (its insert, and its trim: 1,003 events past a cap of 3 complete a chunk of 1,000
+    # trimmed seqs, which the same call deletes).
     assert (
-        await touched(lambda: runlog.append(target, [{"type": "log", "line": f"{i}"} for i in range(3)]))
+        await touched(lambda: runlog.append(target, [{"type": "log", "line": f"{i}"} for i in range(1003)]))
         == own
     )
     # Reads: a page, the resumption's log tail, the overview of one run.
     assert await touched(lambda: runlog.list_events(target)) == own
-    assert await touched(lambda: runlog.list_events(target, after=5)) == own
+    assert await touched(lambda: runlog.list_events(target, after=1004)) == own
     assert await touched(lambda: runlog.recent_log_lines(target)) == own
 
     async def overview() -> None:

@@ -355,6 +355,7 @@ def test_reader_role_reads_views_and_tables_and_writes_nothing(
         assert reader.execute("SELECT node_id FROM ledger.step_progress").fetchall() == [("m",)]
         assert reader.execute("SELECT available FROM ledger.pool_availability").fetchall() == [(1,)]
         assert reader.execute("SELECT count(*) FROM ledger.stalled_runs").fetchone() == (0,)
+        assert reader.execute("SELECT seq, type FROM ledger.event_log").fetchall() == [(1, "status")]
         for table in (
             "runs",
             "run_events",
