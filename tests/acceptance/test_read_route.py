@@ -230,11 +230,21 @@ def test_reads_served_directly_are_counted_and_logged_under_the_route(
     before = metric(http, server, series)
     for _ in range(3):
         assert http.get(path, params={"after": 1}, headers=admin(server)).status_code == 200
+
+    def access() -> list[dict[str, object]]:
+        # Whole lines only: the server may be half-way through writing the last one.
+        whole = server.log().rpartition("\n")[0]
+        return [
+            line
+            for line in map(json.loads, filter(lambda text: text.startswith("{"), whole.splitlines()))
+            if line.get("logger") == "ledger.service.access" and line["message"].startswith(f"GET {path} ")
+        ]
+
+    # A stream's request is counted and logged once its response has ended, which the client may
+    # see first: wait for it (the deadline only bounds a failure).
+    deadline = time.monotonic() + 30
+    while (metric(http, server, series) - before < 3 or len(access()) < 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert metric(http, server, series) - before == 3
-    access = [
-        line
-        for line in map(json.loads, filter(lambda text: text.startswith("{"), server.log().splitlines()))
-        if line.get("logger") == "ledger.service.access" and line["message"].startswith(f"GET {path} ")
-    ]
-    assert len(access) >= 3
-    assert all(line["route"] == template and line["run_id"] == runs.ended for line in access)
+    assert len(access()) >= 3
+    assert all(line["route"] == template and line["run_id"] == runs.ended for line in access())
