@@ -153,6 +153,12 @@ async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, f
 
         tasks = [asyncio.create_task(stream() if sse else poll()) for _ in range(readers)]
         while True:
+            # A reader that ended before the append was refused (a 503 when the server's pool cannot
+            # serve every first read in time): say so instead of waiting for it forever.
+            ended = sum(task.done() for task in tasks)
+            if ended:
+                failures = [task.exception() for task in tasks if task.done() and task.exception()]
+                raise RuntimeError(f"{ended} of {readers} readers ended before the append: {failures[:1]}")
             text = (await http.get("/metrics")).text
             waiting = next(float(x.split()[1]) for x in text.splitlines() if x.startswith("ledger_waiters "))
             if waiting >= readers:

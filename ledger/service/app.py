@@ -46,6 +46,7 @@ from ledger.service.idempotent import IdempotencyMiddleware
 from ledger.service.jsontext import body_problem
 from ledger.service.metrics import ServiceMetrics
 from ledger.service.middleware import BodyLimitMiddleware, RequestContextMiddleware, RunPathMiddleware
+from ledger.service.read_route import EventReadRoute
 from ledger.service.run_gate import RunWriteGate
 from ledger.service.security import install_security, require_token
 from ledger.service.settings import ServiceSettings
@@ -80,6 +81,9 @@ MIDDLEWARE_ORDER: Final[tuple[Callable[..., ASGIApp], ...]] = (
     RunWriteGate,
     # Sees a body already bounded and checked; what it stores is the answer of everything inside.
     IdempotencyMiddleware,
+    # Plain event reads (a long-poll, a tail) served without FastAPI's per-request work: one append
+    # may wake a thousand of them. Reads pass the write gate and Idempotency-Key untouched.
+    EventReadRoute,
     # Innermost: valid appends are served without FastAPI's per-request work, inside everything
     # above (so an append with an Idempotency-Key is stored and replayed like any request).
     AppendRoute,
@@ -161,6 +165,7 @@ def middleware(settings: ServiceSettings, metrics: ServiceMetrics) -> list[Middl
         },
         RunWriteGate: {"wait_s": settings.db_lock_timeout_s},
         IdempotencyMiddleware: {"database": _database, "metrics": metrics},
+        EventReadRoute: {},
         AppendRoute: {},
     }
     return [Middleware(cls, **options[cls]) for cls in MIDDLEWARE_ORDER]

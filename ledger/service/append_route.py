@@ -11,7 +11,7 @@ request with the same parts the route uses:
   every value, as for the route);
 - the caller is authorized by `require_token` against the route's `ACCESS` entry;
 - the append is `routes_runs.append_answer`, the route's own body;
-- a failure becomes the answer the app's own exception handler for it gives.
+- a failure becomes the answer the app's own exception handler for it gives (`handled_answer`).
 
 Whatever is not plainly a valid append - another content type, a body that is not JSON or that the
 model refuses - goes on to the FastAPI route unchanged (its body replayed), so every refusal keeps
@@ -21,20 +21,18 @@ describes.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from typing import Any, Final
 
-from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ledger.service import routes_runs
+from ledger.service.errors import handled_answer
 from ledger.service.middleware import checked_run_id, read_body, replaying
 from ledger.service.models import AppendEvents
 from ledger.service.security import bearer_credentials, require_token
@@ -109,25 +107,5 @@ class AppendRoute:
             await require_token(request, await bearer_credentials(request))
             response: Response = await routes_runs.append_answer(svc, checked_run_id(scope, run_id), events)
         except Exception as exc:
-            response = await _handled(request, exc)
+            response = await handled_answer(request, exc)
         await response(scope, receive, send)
-
-
-async def _handled(request: Request, exc: Exception) -> Response:
-    """The answer the app's exception handler for `exc` gives, looked up as Starlette looks it up;
-    an exception with no handler of its own (a bug) is raised on to the server error handler."""
-    app = request.app
-    assert isinstance(app, FastAPI)
-    handlers = app.exception_handlers
-    handler = handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
-    for cls in type(exc).__mro__:
-        if handler is not None or cls is Exception:
-            break
-        handler = handlers.get(cls)
-    if handler is None:
-        raise exc
-    answer = handler(request, exc)
-    if inspect.isawaitable(answer):
-        answer = await answer
-    assert isinstance(answer, Response)
-    return answer

@@ -32,6 +32,7 @@ the stored `terminal` state, so the client can say who ended it and how) and `in
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -39,6 +40,7 @@ from typing import Any, Final
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from ledger import shapes, tracing
 from ledger.errors import (
@@ -69,6 +71,7 @@ __all__ = [
     "describe_validation_error",
     "error_body",
     "error_responses",
+    "handled_answer",
     "install_error_handlers",
     "status_for",
     "unavailable_code",
@@ -294,3 +297,25 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(fault, _unavailable)
     app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(Exception, _unexpected)
+
+
+async def handled_answer(request: Request, exc: Exception) -> Response:
+    """The answer the app's exception handler for `exc` gives, looked up as Starlette looks it up,
+    for a route served outside FastAPI's routing (`append_route`, `read_route`), whose failures
+    Starlette's exception middleware never sees; an exception with no handler of its own (a bug) is
+    raised on to the server error handler."""
+    app = request.app
+    assert isinstance(app, FastAPI)
+    handlers = app.exception_handlers
+    handler = handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
+    for cls in type(exc).__mro__:
+        if handler is not None or cls is Exception:
+            break
+        handler = handlers.get(cls)
+    if handler is None:
+        raise exc
+    answer = handler(request, exc)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    assert isinstance(answer, Response)
+    return answer

@@ -32,7 +32,9 @@ from ledger.service.security import require_token
 from ledger.service.state import Services, services
 
 __all__ = [
+    "events_answer",
     "router",
+    "stream_answer",
 ]
 
 _log = logging.getLogger("ledger.service.events")
@@ -82,6 +84,11 @@ _PAGE = DEFAULT_LIST_LIMIT
 async def list_events(
     run_id: RunId, svc: _Svc, after: _After = "-1", timeout_ms: _TimeoutMs = 0, limit: _Limit = _PAGE
 ) -> Response:
+    return await events_answer(svc, run_id, after, timeout_ms, limit)
+
+
+async def events_answer(svc: Services, run_id: str, after: str, timeout_ms: int, limit: int) -> Response:
+    """The long-poll's answer (the route's body, and `read_route`'s): raises what the route raises."""
     with tracing.span("events long-poll wait", run_id=run_id, after=after, timeout_ms=timeout_ms):
         finished, page = await svc.drain.race(svc.runlog.wait_page(run_id, after, timeout_ms, limit))
     if not finished:
@@ -137,6 +144,12 @@ async def stream_events(
         ),
     ] = "",
 ) -> Response:
+    return await stream_answer(svc, run_id, after, last_event_id)
+
+
+async def stream_answer(svc: Services, run_id: str, after: str, last_event_id: str) -> Response:
+    """The tail's answer (the route's body, and `read_route`'s): a refusal is raised before the
+    stream starts, as the route raises it."""
     raw, source = _cursor(after, last_event_id)
     cursor = validate.cursor(source, raw)
     # Read before answering: an unknown run or an expired cursor get a proper status.
