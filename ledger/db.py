@@ -76,6 +76,7 @@ __all__ = [
     "DB_FAULTS",
     "Conn",
     "Database",
+    "NoAnswer",
     "Row",
     "bounded",
     "check_reachable",
@@ -152,11 +153,16 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
+class NoAnswer(psycopg.OperationalError):
+    """A bounded operation got no answer in time and its connection was severed: slow, which is
+    not the same as gone (the bound counts this process's own event loop running late too)."""
+
+
 async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[_T], timeout_s: float) -> _T:
     """`operation` on `conn`, given at most `timeout_s`; past that the connection is severed and
-    `psycopg.OperationalError` raised. Cancelling the operation instead would have psycopg ask the
-    server to cancel the query and wait up to 5 s more for an answer that a frozen backend or a
-    dead network never gives."""
+    `NoAnswer` (a `psycopg.OperationalError`) raised. Cancelling the operation instead would have
+    psycopg ask the server to cancel the query and wait up to 5 s more for an answer that a frozen
+    backend or a dead network never gives."""
     task = asyncio.ensure_future(operation)
     # Whichever way this ends (cancelled included), the operation's own error is not left unread.
     task.add_done_callback(_retrieve)
@@ -169,7 +175,7 @@ async def bounded(conn: psycopg.AsyncConnection[Any], operation: Awaitable[_T], 
             sever(conn)
             await asyncio.wait({task})
     if timed_out:
-        raise psycopg.OperationalError(f"no answer within {timeout_s:g} s: connection closed")
+        raise NoAnswer(f"no answer within {timeout_s:g} s: connection closed")
     return task.result()
 
 
@@ -347,6 +353,12 @@ class Database:
                 return conn
             try:
                 await bounded(conn, AsyncConnectionPool.check_connection(conn), _CHECK_TIMEOUT_S)
+            except NoAnswer:
+                # Replaced, but the database is not called down for it: a burst of answers on a
+                # busy machine delays this loop past the bound as a frozen backend would, and a
+                # database that is really gone fails the reconnects, which does call it down.
+                await self.pool.putconn(conn)
+                continue
             except Exception:
                 # Dead (the server restarted or went away): the pool closes and replaces it.
                 self._mark(available=False)

@@ -8,6 +8,9 @@ the holder holds for longer than any test runs.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import signal
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -103,3 +106,35 @@ async def test_connections_killed_under_the_pool_are_replaced_not_handed_out(
             row = await cur.fetchone()
         assert row is not None and row["pid"] not in pids
     assert bounded.available
+
+
+def ledger_backends(url: str) -> set[int]:
+    with psycopg.connect(url, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'run-ledger'"
+        ).fetchall()
+    return {int(row[0]) for row in rows}
+
+
+async def test_a_backend_that_stops_answering_is_replaced_without_calling_the_database_down(
+    clean_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A checkout's check that gets no answer in time condemns its connection only: the bound also
+    # counts this process's loop running late (a burst of answers on a loaded machine), and calling
+    # the database down for it failed every other request fast with 503 while it was fine.
+    before = ledger_backends(clean_database_url)
+    async with Database(clean_database_url, min_size=1, max_size=1, timeout_s=10.0) as database:
+        (frozen,) = ledger_backends(clean_database_url) - before
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="ledger.db"):
+                # Never handed out before, so the checkout checks it (no recent use to vouch for it).
+                async with database.connection() as conn:
+                    cur = await conn.execute("SELECT pg_backend_pid() AS pid")
+                    row = await cur.fetchone()
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        assert row is not None and row["pid"] != frozen
+        assert database.available
+        assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == []
