@@ -88,3 +88,98 @@ def test_the_text_shortcuts_agree_with_the_full_checks(text: str) -> None:
     assert repair_text(text) == re.sub("[\x00\ud800-\udfff]", "\ufffd", text)
     unstorable = "\x00" in text or any(0xD800 <= ord(c) <= 0xDFFF for c in text)
     assert storable(text) is not unstorable
+
+
+def _general_calls(line: str) -> int | None:
+    batch = wire.parse_tool_batch(line)
+    return None if batch is None else batch.calls
+
+
+# The tool-batch diagnostic's parts and near misses: a case, a prefix, whitespace, an id, digits at
+# and past the bigint bound, a following word; pieces a generator joins into lines.
+_BATCH_PIECES = st.sampled_from(
+    [
+        "Executing tool batch",
+        "eXECUTING TOOL BATCH",
+        "Executing tool batc",
+        "Executing  tool batch",
+        "executing tool batchx",
+        "]",
+        "[w]",
+        "] \t",
+        " ",
+        "\n",
+        "\x0b",
+        "\xa0",
+        "\u2003",
+        "\x00",
+        "\ud800",
+        "\u0130",
+        "\u212a",
+        "enrich:1",
+        "b-1_x",
+        "b/c",
+        ":",
+        ": ",
+        "25",
+        "0",
+        "٣",
+        str(2**63 - 1),
+        str(2**63),
+        "0" * 19 + "7",
+        " calls",
+        " call",
+        "s",
+        " calls in parallel",
+    ]
+)
+batch_lines = st.one_of(
+    st.lists(_BATCH_PIECES, max_size=12).map("".join),
+    st.builds(
+        lambda pre, calls, post: f"{pre}Executing tool batch enrich:{calls}: {calls} calls{post}",
+        st.text(max_size=4),
+        st.integers(min_value=0, max_value=2**64),
+        st.text(max_size=4),
+    ),
+    st.text(),
+)
+
+
+@given(batch_lines)
+def test_the_tool_batch_shortcut_answers_as_the_general_parse(line: str) -> None:
+    assert wire.tool_batch_calls(line, line.lower()) == _general_calls(line)
+
+
+def test_the_tool_batch_shortcut_at_the_line_bound() -> None:
+    # The general parse reads the line as stored: repaired (a NUL takes three bytes then) and cut
+    # in its middle past the bound. A diagnostic in the middle of a line around the bound, of one
+    # byte a character, of NULs and wider than ASCII, is found as it finds it.
+    limit = wire.MAX_LOG_LINE_BYTES
+    middle = "] Executing tool batch b: 3 calls "
+    for length in (limit - 1, limit, limit + 1, limit // 3 - 1, limit // 3 + 1, limit // 2 + 1):
+        for fill in ("x", "\x00", "\u0130"):
+            side = (length - len(middle)) // 2
+            line = fill * side + middle + fill * (length - len(middle) - side)
+            assert wire.tool_batch_calls(line, line.lower()) == _general_calls(line)
+
+
+def test_a_lower_case_form_of_another_length_takes_the_general_parse() -> None:
+    # "\u0130" lowers to two characters: positions in the lowered form are not the line's.
+    for line in ("\u0130]Executing tool batch a: 1 calls", "\u0130\u0130 ]Executing tool batch a: 2 calls x"):
+        assert wire.tool_batch_calls(line, line.lower()) == _general_calls(line) is not None
+
+
+def test_the_tool_batch_shortcut_finds_the_leftmost_diagnostic() -> None:
+    # Near misses first, each refused, then the first that matches; a too-large count ends the
+    # search as the general parse's first match does.
+    lines = {
+        "x Executing tool batch a: 1 calls ] Executing tool batch b: 2 calls": 2,
+        "] Executing tool batch a: 1 call ]\tExecuting tool batch b: 3 calls": 3,
+        "]  Executing tool batch a:  5 calls [x] Executing tool batch b: 6 calls": 5,
+        f"] Executing tool batch a: {2**63} calls ] Executing tool batch b: 6 calls": None,
+        f"Executing tool batch a: {2**63 - 1} calls": 2**63 - 1,
+        " Executing tool batch a: 1 calls": None,
+        " Executing tool batch a: 1 calls]": None,
+    }
+    for line, calls in lines.items():
+        assert wire.tool_batch_calls(line, line.lower()) == _general_calls(line) == calls
