@@ -8,10 +8,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.validate import repair_text
+from ledger.validate import UploadBounds, log_line, repair_text
 from reporter import wire
 from reporter.pipeline import storable
 from reporter.progress import PROGRESS_FIELDS, NodeProgress, grouped, merge_patch, merge_row_counts
+from reporter.state import ProgressState
 
 ROW_FIELDS = (
     "completed",
@@ -183,3 +184,41 @@ def test_the_tool_batch_shortcut_finds_the_leftmost_diagnostic() -> None:
     }
     for line, calls in lines.items():
         assert wire.tool_batch_calls(line, line.lower()) == _general_calls(line) == calls
+
+
+# Log lines around a small line bound: ASCII of the bound's length and one either side, NULs (three
+# bytes once repaired), wider characters, lone surrogates, whitespace the tail strips.
+_LINE_BYTES = 48
+log_texts = st.one_of(
+    st.text(max_size=60),
+    st.builds(
+        lambda length, fill, pad: pad + fill * length + pad,
+        st.sampled_from([_LINE_BYTES - 1, _LINE_BYTES, _LINE_BYTES + 1, _LINE_BYTES // 3 + 1]),
+        st.sampled_from(["x", "\x00", "é", "\ud800", " ", "a\x00"]),
+        st.sampled_from(["", " ", "\t\n"]),
+    ),
+)
+
+
+@given(st.lists(log_texts, max_size=10))
+def test_the_log_tail_shortcut_keeps_what_the_general_path_keeps(texts: list[str]) -> None:
+    # The general path: every line bounded by `log_line` and kept by `_keep_log`, as `append_log`
+    # does for a line its shortcut does not take. A small tail makes the trim drop lines too.
+    bounds = UploadBounds(log_line_bytes=_LINE_BYTES, log_tail_bytes=3 * _LINE_BYTES)
+    fast, general = (
+        ProgressState(now_ms=lambda: 0, bounds=bounds),
+        ProgressState(now_ms=lambda: 0, bounds=bounds),
+    )
+    for text in texts:
+        fast.append_log(text)
+        if text.strip():
+            general.log_total_count += 1
+            general._keep_log(log_line(text.strip(), _LINE_BYTES))
+            general.logs_dirty = True
+        assert (fast.logs, fast.log_bytes, fast.log_total_count, fast.log_hole_after, fast.logs_dirty) == (
+            general.logs,
+            general.log_bytes,
+            general.log_total_count,
+            general.log_hole_after,
+            general.logs_dirty,
+        )
