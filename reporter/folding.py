@@ -267,9 +267,9 @@ class EventFolder:
             if setup is not None:
                 self._map_started_from_log(setup.table_namespace, setup.rows, 0)
         if self.active_map_node_id is not None and wire.TOOL_BATCH_MARKER in lowered:
-            batch = wire.parse_tool_batch(line)
-            if batch is not None:
-                self._tool_batch_in_flight(self.active_map_node_id, batch.calls)
+            calls = wire.tool_batch_calls(line, lowered)
+            if calls is not None:
+                self._tool_batch_in_flight(self.active_map_node_id, calls)
 
     def _map_started_from_log(self, namespace: str, total: int, already_satisfied: int) -> None:
         ref = self.pipeline.resolve_namespace(namespace)

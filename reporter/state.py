@@ -171,7 +171,14 @@ class ProgressState:
             return
         self.log_total_count += 1
         # Kept as the ledger will store it, so the tail compares equal to lines read back from it.
-        self._keep_log(log_line(trimmed, self.bounds.log_line_bytes))
+        if len(trimmed) <= self.bounds.log_line_bytes and trimmed.isascii() and "\x00" not in trimmed:
+            # The usual line, stored as it is (nothing to repair, a byte a character, within the
+            # bound), kept without a call.
+            self.logs.append(trimmed)
+            self.log_bytes += len(trimmed)
+            self.trim_logs()
+        else:
+            self._keep_log(log_line(trimmed, self.bounds.log_line_bytes))
         self.logs_dirty = True
 
     def _keep_log(self, line: str) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "parse_map_start",
     "parse_tool_batch",
     "strip_timestamp_prefix",
+    "tool_batch_calls",
 ]
 
 # Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
@@ -75,6 +76,12 @@ PERF_MAP_SETUP_PATTERN = re.compile(r"^\[perf\] runtime map setup table=(\S+) ro
 TOOL_BATCH_PATTERN = re.compile(
     r"(?:^|\]\s*)Executing tool batch\s+([A-Za-z0-9_:-]+):\s+(\d+)\s+calls\b", _FLAGS
 )
+# `TOOL_BATCH_PATTERN` from where its literal starts, lower case and case-sensitive, for
+# `tool_batch_calls` (which matches it in an ASCII line's lower case form, where a case-insensitive
+# pattern costs a case fold per character): what may come before the literal is checked by hand.
+_TOOL_BATCH_AT = re.compile(r"executing tool batch\s+[a-z0-9_:-]+:\s+(\d+)\s+calls\b", re.ASCII)
+# What `\s` matches under `re.ASCII`.
+_ASCII_SPACE = " \t\n\r\f\v"
 # A literal each pattern above holds (lower-cased): a line whose `str.lower()` lacks it cannot
 # match, and testing for it costs a fraction of a case-insensitive regex search. (`lower()` maps
 # every ASCII letter to its ASCII lower case, so it can add candidates, never lose one.)
@@ -198,6 +205,36 @@ def parse_tool_batch(line: str) -> ToolBatch | None:
     batch_id, digits = match.groups()
     calls = _digits(digits)
     return None if calls is None else ToolBatch(batch_id, calls)
+
+
+def tool_batch_calls(line: str, lowered: str) -> int | None:
+    """The calls of `parse_tool_batch(line)` (None without a diagnostic); `lowered` is
+    ``line.lower()``, which a caller that looked for the markers has already made.
+
+    An ASCII line without NUL within the line bound is its own bounded form (a byte a character,
+    nothing to repair), and its lowered form keeps every
+    position and changes no digit, so the diagnostic is looked for in the lowered form, where its
+    literal is, in one pass over the line:
+    each place the literal starts at (the leftmost first, as a search goes), matched from there,
+    when the start of the line or a ``]`` and only whitespace comes before it. Any other line takes
+    `parse_tool_batch`.
+    """
+    if len(line) > MAX_LOG_LINE_BYTES or not line.isascii() or "\x00" in line:
+        batch = parse_tool_batch(line)
+        return None if batch is None else batch.calls
+    at = lowered.find(TOOL_BATCH_MARKER)
+    while at >= 0:
+        before = at
+        while before > 0 and line[before - 1] in _ASCII_SPACE:
+            before -= 1
+        if at == 0 or (before > 0 and line[before - 1] == "]"):
+            match = _TOOL_BATCH_AT.match(lowered, at)
+            if match is not None:
+                digits = match.group(1)
+                # Up to 18 digits are always a count: the bound is checked only past them.
+                return int(digits) if len(digits) < 19 else _digits(digits)
+        at = lowered.find(TOOL_BATCH_MARKER, at + 1)
+    return None
 
 
 def as_int(value: object) -> int | None:
