@@ -130,36 +130,49 @@ def test_upload_key_reads_seq_attempt_and_heartbeat() -> None:
     """The key is `(producer_attempt, upload_seq)` and whether `last_checkpoint_at` is carried, read
     whatever the rest of the body holds."""
     body = {"run_id": "r", "upload_seq": 3, "producer_attempt": 2, "last_checkpoint_at": 0, "status": 7}
-    assert upload_key("r", body) == UploadKey(upload_seq=3, producer_attempt=2, heartbeat=True)
-    assert upload_key("r", {"upload_seq": 1.0}) == UploadKey(
-        upload_seq=1, producer_attempt=None, heartbeat=False
-    )
+    key = upload_key("r", body)
+    assert key == UploadKey(upload_seq=3, producer_attempt=2, last_checkpoint_at=0)
+    assert key.heartbeat and key.places
+    key = upload_key("r", {"upload_seq": 1.0})
+    assert key == UploadKey(upload_seq=1)
+    assert not key.heartbeat and key.places
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "refused"),
     [
-        [],
-        {"run_id": "other", "upload_seq": 1},
-        {},
-        {"upload_seq": None},
-        {"upload_seq": 0},
-        {"upload_seq": "1"},
-        {"upload_seq": 1, "producer_attempt": -1},
-        {"upload_seq": 1, "producer_attempt": INT32_MAX + 1},
-        {"upload_seq": 1, "last_checkpoint_at": -1},
+        ([], None),
+        ({}, None),
+        ({"upload_seq": None}, None),
+        ({"run_id": "other", "upload_seq": 1}, "run_id: 'other' does not match the run 'r' in the URL"),
+        ({"upload_seq": 0}, "upload_seq: must be >= 1"),
+        ({"upload_seq": "1"}, "upload_seq: must be an integer, got str"),
+        ({"upload_seq": 1, "producer_attempt": -1}, "producer_attempt: must be >= 0"),
+        (
+            {"upload_seq": 1, "producer_attempt": INT32_MAX + 1},
+            f"producer_attempt: must be <= {INT32_MAX}",
+        ),
+        ({"upload_seq": 1, "last_checkpoint_at": -1}, "last_checkpoint_at: must be >= 0"),
     ],
 )
-def test_upload_key_is_none_without_a_valid_seq_or_with_a_malformed_key_field(body: object) -> None:
-    """No key (so full validation decides) when the body is not an object, names another run, has no
-    `upload_seq` >= 1, or a key field is out of its bounds."""
-    assert upload_key("r", body) is None
+def test_upload_key_places_nothing_without_a_valid_seq_or_with_a_malformed_key_field(
+    body: object, refused: str | None
+) -> None:
+    """The key places no upload (so full validation decides) when the body is not an object, names
+    another run, has no `upload_seq` >= 1, or a key field is out of its bounds; the refusal it keeps
+    is the one the full validation raises."""
+    key = upload_key("r", body)
+    assert not key.places
+    kept = key.foreign_run_id or key.malformed
+    assert (None if kept is None else str(kept)) == refused
 
 
 def test_upload_key_bounds_are_the_ones_validation_applies() -> None:
     """At the bounds the key is read: `upload_seq` 1, attempt 0 and INT32_MAX, the body's own run."""
-    assert upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0}) == UploadKey(1, 0, False)
-    assert upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX}) == UploadKey(1, INT32_MAX, False)
+    key = upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0})
+    assert (key, key.places) == (UploadKey(upload_seq=1, producer_attempt=0), True)
+    key = upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX})
+    assert (key, key.places) == (UploadKey(upload_seq=1, producer_attempt=INT32_MAX), True)
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -267,7 +280,8 @@ def test_upload_key_heartbeat_has_no_upper_bound() -> None:
     """`last_checkpoint_at` is not stored, so no column bound applies: past the bigint range it is
     still a heartbeat."""
     key = upload_key("r", {"upload_seq": 1, "last_checkpoint_at": 2**63})
-    assert key == UploadKey(upload_seq=1, producer_attempt=None, heartbeat=True)
+    assert key == UploadKey(upload_seq=1, last_checkpoint_at=2**63)
+    assert key.heartbeat
 
 
 def test_unstored_counters_have_no_upper_bound() -> None:
