@@ -167,6 +167,69 @@ def test_upload_key_places_nothing_without_a_valid_seq_or_with_a_malformed_key_f
     assert (None if kept is None else str(kept)) == refused
 
 
+def test_upload_key_keeps_the_fields_before_the_first_malformed_one_and_none_from_it() -> None:
+    """The fields are read in the body's order (`upload_seq`, `producer_attempt`,
+    `last_checkpoint_at`); from the first malformed one on, none is kept (none is valid)."""
+    key = upload_key("r", {"upload_seq": 0, "producer_attempt": 1, "last_checkpoint_at": 1})
+    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (None, None, None)
+    key = upload_key("r", {"upload_seq": 2, "producer_attempt": -1, "last_checkpoint_at": 1})
+    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (2, None, None)
+    key = upload_key("r", {"upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": -1})
+    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (2, 1, None)
+    assert not key.heartbeat
+    # A foreign run id keeps the fields: it is refused first, wherever the others stand.
+    key = upload_key("r", {"run_id": "s", "upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": 3})
+    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at, key.malformed) == (2, 1, 3, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        # The body's run id is checked right after the body itself, before any other field.
+        (
+            {"run_id": "s", "status": "done", "upload_seq": 0},
+            "run_id: 's' does not match the run 'r' in the URL",
+        ),
+        # A key field comes after the status, the nodes, the logs, the lists and the replay ...
+        (
+            {"status": "done", "upload_seq": 0},
+            "status: must be one of running, interrupted, completed, failed, cancelled, got 'done'",
+        ),
+        (
+            {"status": "running", "live_logs": 3, "producer_attempt": -1},
+            "live_logs: must be a list of strings, got int",
+        ),
+        # ... and before `dropped_one_shot_events`.
+        ({"status": "running", "upload_seq": 0, "dropped_one_shot_events": -1}, "upload_seq: must be >= 1"),
+        (
+            {"status": "running", "last_checkpoint_at": -1, "dropped_one_shot_events": -1},
+            "last_checkpoint_at: must be >= 0",
+        ),
+        ({"status": "running", "dropped_one_shot_events": -1}, "dropped_one_shot_events: must be >= 0"),
+    ],
+)
+def test_parse_upload_names_the_first_bad_field_in_the_body_s_order(
+    body: dict[str, Any], refused: str
+) -> None:
+    """The key read before the body does not change which bad field is named: the first of the
+    body's order, as when every field was read in turn."""
+    for key in (None, upload_key("r", body)):
+        with pytest.raises(InvalidInput) as caught:
+            parse_upload("r", body, key)
+        assert str(caught.value) == refused
+
+
+def test_parse_upload_takes_the_key_as_read() -> None:
+    """The key's fields are the key's: not read from the body again."""
+    key = UploadKey(upload_seq=7, producer_attempt=3, last_checkpoint_at=9)
+    upload = parse_upload("r", {"status": "running", "upload_seq": 1}, key)
+    assert (upload.upload_seq, upload.producer_attempt, upload.last_checkpoint_at) == (7, 3, 9)
+    upload = parse_upload(
+        "r", {"status": "running", "upload_seq": 1, "producer_attempt": 2, "last_checkpoint_at": 4}
+    )
+    assert (upload.upload_seq, upload.producer_attempt, upload.last_checkpoint_at) == (1, 2, 4)
+
+
 def test_upload_key_bounds_are_the_ones_validation_applies() -> None:
     """At the bounds the key is read: `upload_seq` 1, attempt 0 and INT32_MAX, the body's own run."""
     key = upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0})
