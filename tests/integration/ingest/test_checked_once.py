@@ -12,6 +12,7 @@ The service runs in process (httpx's ASGI transport, with its lifespan); every c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -60,10 +61,10 @@ def key_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     checked: list[str] = []
     real = validate.required_integer
 
-    def counted(field: str, value: object, **bounds: object) -> int:
+    def counted(field: str, value: object, **bounds: Any) -> int:
         if field in KEY_FIELDS:
             checked.append(field)
-        return real(field, value, **bounds)  # type: ignore[arg-type]
+        return real(field, value, **bounds)
 
     monkeypatch.setattr(validate, "required_integer", counted)
     yield checked
@@ -119,7 +120,7 @@ async def test_a_library_caller_s_string_is_checked_once(db: Database, run_id_ch
     assert run_id_checks == ["r-lib"]
 
 
-KEYED = {**UPLOAD, "status": "running", "producer_attempt": 1, "last_checkpoint_at": 5}
+KEYED: dict[str, Any] = {**UPLOAD, "status": "running", "producer_attempt": 1, "last_checkpoint_at": 5}
 
 
 async def test_a_status_upload_checks_each_key_field_once(
@@ -141,7 +142,7 @@ async def test_a_key_field_or_a_foreign_run_id_is_refused_as_the_body_validation
 ) -> None:
     """A key field read before the body is still refused with its own field and words, and the first
     bad field of the body is the one named: a bad status before a bad `upload_seq`."""
-    refusals = [
+    refusals: list[tuple[dict[str, Any], str]] = [
         ({"upload_seq": 0}, "upload_seq: must be >= 1"),
         ({"upload_seq": 1, "producer_attempt": -1}, "producer_attempt: must be >= 0"),
         ({"upload_seq": 1, "last_checkpoint_at": "5"}, "last_checkpoint_at: must be an integer, got str"),
