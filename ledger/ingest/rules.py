@@ -73,7 +73,6 @@ __all__ = [
     "interruption_events",
     "is_late_duplicate",
     "newer_activities",
-    "node_failed",
     "parse_node",
     "parse_upload",
     "place_logs",
@@ -481,11 +480,6 @@ def _counts(node: Mapping[str, Any]) -> list[Any]:
     return [get(key) for key in _COUNT_FIELDS]
 
 
-def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
-    """Whether the node, uploaded with `run_status`, is a failed step (`steps.derived_state`)."""
-    return steps.derived_state(node, run_status) == "failed"
-
-
 def diff_steps(
     stored: Mapping[str, dict[str, Any]],
     uploaded: Mapping[str, dict[str, Any]],
@@ -559,9 +553,10 @@ def _gap_event(missing: int, after: int, attempt: int) -> _Event:
     return {"type": "log.gap", "missing": missing, "after_position": after, "producer_attempt": attempt}
 
 
-# Where an event goes in the upload's order: after the log line at `position` (`rank` 1), before
-# it (`rank` -1: a gap that ends there), or it is that line (`rank` 0).
+# Where an event goes in the upload's order: after the log line at `position` (`rank` _AFTER),
+# before it (`rank` _BEFORE: a gap that starts there), or it is that line (`rank` _AT).
 _Placed = tuple[int, int, _Event]
+_BEFORE, _AT, _AFTER = -1, 0, 1
 
 
 @dataclass(frozen=True)
@@ -592,12 +587,12 @@ def place_logs(
         covering = next((s for s in sources if s.lines and s.start <= cursor <= s.end), None)
         if covering is None:
             following = min((s.start for s in sources if s.lines and s.start > cursor), default=end + 1)
-            placed.append((cursor, -1, _gap_event(following - cursor, cursor - 1, attempt)))
+            placed.append((cursor, _BEFORE, _gap_event(following - cursor, cursor - 1, attempt)))
             missing += following - cursor
             cursor = following
             continue
         for index in range(cursor - covering.start, len(covering.lines)):
-            placed.append((covering.start + index, 0, {"type": "log", "line": covering.lines[index]}))
+            placed.append((covering.start + index, _AT, {"type": "log", "line": covering.lines[index]}))
         appended += covering.end - cursor + 1
         cursor = covering.end + 1
     return placed, appended, missing, max(delivered, end)
@@ -623,7 +618,7 @@ def place_steps(
         position = positions.get(node_id, {}).get(_step_position_key(str(event["type"])), default)
         position = max(position, last.get(node_id, position))
         last[node_id] = position
-        placed.append((position, 1, event))
+        placed.append((position, _AFTER, event))
     return placed
 
 

@@ -15,9 +15,14 @@ import pytest
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
+    Interruption,
+    LogSource,
     UploadKey,
     diff_steps,
+    in_runner_order,
     parse_upload,
+    place_logs,
+    place_steps,
     plan_upload,
     upload_key,
 )
@@ -368,3 +373,87 @@ def test_a_replay_may_end_exactly_at_the_last_log_position() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_upload("r", {**body, "live_log_total_count": INT64_MAX})
     assert refused.value.field == "terminal_log_replay"
+
+
+# -- rules the mutation check asked for ----------------------------------------------------------
+
+
+def test_an_interruption_may_say_its_signal_without_a_reason_and_its_reason_without_a_signal() -> None:
+    """Both of an interruption's fields are optional plain text."""
+    upload = _upload(status="interrupted", interruption={"signal": "SIGTERM"})
+    assert upload.interruption == Interruption(reason=None, signal="SIGTERM")
+    upload = _upload(status="interrupted", interruption={"reason": "worker stopped"})
+    assert upload.interruption == Interruption(reason="worker stopped", signal=None)
+
+
+@pytest.mark.parametrize(
+    ("interruption", "refused"),
+    [
+        ({"reason": 5}, "interruption.reason: must be a string or null, got int"),
+        ({"signal": 15}, "interruption.signal: must be a string or null, got int"),
+        ([], "interruption: must be an object, got list"),
+    ],
+)
+def test_an_interruption_field_that_is_not_text_is_refused_by_its_name(
+    interruption: object, refused: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="interrupted", interruption=interruption)
+    assert str(caught.value) == refused
+
+
+def test_step_positions_that_are_not_an_object_are_refused_by_name() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(step_positions=[])
+    assert str(caught.value) == "step_positions: must be an object, got list"
+
+
+def test_no_log_source_places_nothing_and_keeps_the_channel_s_count() -> None:
+    """With nothing to place, the channel holds what it held: no line, no gap."""
+    assert place_logs(5, [], 1) == ([], 0, 0, 5)
+
+
+def test_a_line_and_a_gap_go_before_the_step_placed_after_that_position_whichever_group_comes_first() -> None:
+    """The runner's order is decided by position and rank, not by the order the groups are given: a
+    log line comes before the step transition that followed it, and a gap standing where a line
+    went missing comes before a transition that followed that line."""
+    lines, _, _, _ = place_logs(0, [LogSource(2, ["two"])], 1)  # line 1 lost: a gap, then line 2
+    steps_after = place_steps(
+        [
+            {"type": "step.started", "node_id": "a"},
+            {"type": "step.started", "node_id": "b"},
+        ],
+        {"a": {"started": 1}, "b": {"started": 2}},
+        0,
+    )
+    expected = [
+        {"type": "log.gap", "missing": 1, "after_position": 0, "producer_attempt": 1},
+        {"type": "step.started", "node_id": "a"},
+        {"type": "log", "line": "two"},
+        {"type": "step.started", "node_id": "b"},
+    ]
+    assert in_runner_order(lines, steps_after) == expected
+    assert in_runner_order(steps_after, lines) == expected
+
+
+def test_a_step_failing_in_a_failed_upload_gives_the_run_s_error_as_its_reason() -> None:
+    """A node completing in an upload whose status is `failed`, with no error of its own, failed
+    for the run's reason: the upload's terminal error."""
+    plan = plan_upload(
+        "r",
+        IngestState(),
+        _upload(
+            status="failed", error="disk full", live_node_progress={"n": {"started_at": 1, "completed_at": 2}}
+        ),
+    )
+    failed = [event for event in plan.events if event["type"] == "step.failed"]
+    assert failed == [
+        {
+            "type": "step.failed",
+            "node_id": "n",
+            "state": "failed",
+            "outcome": "failed",
+            "completed_at": 2,
+            "reason": "run failed: disk full",
+        }
+    ]
