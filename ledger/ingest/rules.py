@@ -362,7 +362,7 @@ class UploadKey:
     A field that does not hold is kept as its refusal, for `parse_upload` to raise where the body's
     order reaches it, so the first bad field of the whole body is the one named: `foreign_run_id`
     when the body names another run, `malformed` for the first of the three fields (in that order)
-    that is not one; the fields from it on are None."""
+    that is not one; a key with a malformed field holds none of them."""
 
     upload_seq: int | None = None
     producer_attempt: int | None = None
@@ -397,7 +397,6 @@ def upload_key(run_id: str, body: object) -> UploadKey:
     foreign = None
     if body_run_id is not None and body_run_id != run_id:
         foreign = InvalidInput("run_id", f"{body_run_id!r} does not match the run {run_id!r} in the URL")
-    seq = attempt = None
     try:
         seq = _optional_int("upload_seq", body.get("upload_seq"), minimum=1)
         # runs.producer_attempt is an int4 column (last_upload_seq and live_log_count are bigint).
@@ -405,7 +404,7 @@ def upload_key(run_id: str, body: object) -> UploadKey:
         # Not stored: no column bound applies.
         checkpoint = _optional_int("last_checkpoint_at", body.get("last_checkpoint_at"), maximum=None)
     except InvalidInput as refused:
-        return UploadKey(upload_seq=seq, producer_attempt=attempt, foreign_run_id=foreign, malformed=refused)
+        return UploadKey(foreign_run_id=foreign, malformed=refused)
     return UploadKey(
         upload_seq=seq, producer_attempt=attempt, last_checkpoint_at=checkpoint, foreign_run_id=foreign
     )

@@ -26,7 +26,7 @@ from ledger.ingest.rules import (
     plan_upload,
     upload_key,
 )
-from ledger.validate import INT32_MAX, INT64_MAX
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
 
 
 def _upload(**kw: Any) -> Any:
@@ -172,19 +172,20 @@ def test_upload_key_places_nothing_without_a_valid_seq_or_with_a_malformed_key_f
     assert (None if kept is None else str(kept)) == refused
 
 
-def test_upload_key_keeps_the_fields_before_the_first_malformed_one_and_none_from_it() -> None:
-    """The fields are read in the body's order (`upload_seq`, `producer_attempt`,
-    `last_checkpoint_at`); from the first malformed one on, none is kept (none is valid)."""
-    key = upload_key("r", {"upload_seq": 0, "producer_attempt": 1, "last_checkpoint_at": 1})
-    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (None, None, None)
-    key = upload_key("r", {"upload_seq": 2, "producer_attempt": -1, "last_checkpoint_at": 1})
-    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (2, None, None)
-    key = upload_key("r", {"upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": -1})
-    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (2, 1, None)
-    assert not key.heartbeat
-    # A foreign run id keeps the fields: it is refused first, wherever the others stand.
+def test_upload_key_holds_no_field_when_one_is_malformed_and_all_with_a_foreign_run_id() -> None:
+    """A malformed key field leaves the key without fields (it places nothing); a foreign run id is
+    refused first, and the fields read are kept."""
+    for body in (
+        {"upload_seq": 0, "producer_attempt": 1, "last_checkpoint_at": 1},
+        {"upload_seq": 2, "producer_attempt": -1, "last_checkpoint_at": 1},
+        {"upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": -1},
+    ):
+        key = upload_key("r", body)
+        assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (None, None, None), body
+        assert key.malformed is not None and not key.heartbeat and not key.places
     key = upload_key("r", {"run_id": "s", "upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": 3})
     assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at, key.malformed) == (2, 1, 3, None)
+    assert not key.places
 
 
 @pytest.mark.parametrize(
@@ -457,3 +458,42 @@ def test_a_step_failing_in_a_failed_upload_gives_the_run_s_error_as_its_reason()
             "reason": "run failed: disk full",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        (
+            {"live_node_progress": {"": {}}},
+            "live_node_progress: node ids must be non-empty strings without NUL or lone surrogates",
+        ),
+        (
+            {"live_node_progress": {"a\x00b": {}}},
+            "live_node_progress: node ids must be non-empty strings without NUL or lone surrogates",
+        ),
+        (
+            {"live_logs": ["x"] * (LIVE_LOG_TAIL_LIMIT + 1)},
+            f"live_logs: holds {LIVE_LOG_TAIL_LIMIT + 1} lines; the tail is at most {LIVE_LOG_TAIL_LIMIT}",
+        ),
+        (
+            {"live_logs": ["x", "y"], "live_log_total_count": 1},
+            "live_log_total_count: 1 is smaller than the 2-line tail",
+        ),
+        (
+            {"live_log_total_count": INT64_MAX, "terminal_log_replay": {"lines": ["z"]}},
+            f"terminal_log_replay: would place lines beyond log position {INT64_MAX}",
+        ),
+    ],
+)
+def test_an_upload_s_node_ids_tail_and_replay_are_refused_in_words_a_person_reads(
+    body: dict[str, Any], refused: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(**body)
+    assert str(caught.value) == refused
+
+
+def test_a_replay_ending_at_the_last_log_position_is_taken() -> None:
+    """The bound itself: a replay whose last line lands on the last position the count can hold."""
+    upload = _upload(live_log_total_count=INT64_MAX - 1, terminal_log_replay={"lines": ["z"]})
+    assert upload.terminal_log_replay is not None
