@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
@@ -19,14 +20,16 @@ from ledger.ingest.rules import (
     LogSource,
     UploadKey,
     diff_steps,
+    fence_attempt,
     in_runner_order,
+    parse_node,
     parse_upload,
     place_logs,
     place_steps,
     plan_upload,
     upload_key,
 )
-from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_EPOCH_MS
 
 
 def _upload(**kw: Any) -> Any:
@@ -497,3 +500,36 @@ def test_a_replay_ending_at_the_last_log_position_is_taken() -> None:
     """The bound itself: a replay whose last line lands on the last position the count can hold."""
     upload = _upload(live_log_total_count=INT64_MAX - 1, terminal_log_replay={"lines": ["z"]})
     assert upload.terminal_log_replay is not None
+
+
+def test_a_node_s_plain_integers_within_their_bounds_are_taken_without_the_general_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hot path's shortcut: a count or a time that is a plain int from 0 up to its bound is what
+    the general check (`validate.node_field`) would return, so it is taken as is; anything else still
+    goes through the general check."""
+    checked: list[str] = []
+    real = validate.node_field
+
+    def general(name: str, key: str, value: object) -> object:
+        checked.append(key)
+        return real(name, key, value)
+
+    monkeypatch.setattr(validate, "node_field", general)
+    at_bounds = {"total": 0, "completed": INT64_MAX, "started_at": 0, "completed_at": MAX_EPOCH_MS}
+    assert parse_node("n", at_bounds) == at_bounds
+    assert checked == []
+    parse_node("n", {"total": 2.0, "message": "m"})
+    assert checked == ["total", "message"]
+
+
+def test_an_unknown_replay_mode_is_refused_naming_the_modes() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="completed", terminal_log_replay={"lines": ["a"], "dedupe_mode": "fuzzy"})
+    assert str(caught.value) == "terminal_log_replay.dedupe_mode: must be one of exact, positional"
+
+
+def test_an_attempt_too_far_ahead_is_refused_saying_how_far_and_from_where() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        fence_attempt("r", 1, 12)
+    assert str(caught.value) == "producer_attempt: 12 is more than 10 above the run's current attempt 1"
