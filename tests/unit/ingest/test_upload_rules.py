@@ -29,7 +29,7 @@ from ledger.ingest.rules import (
     plan_upload,
     upload_key,
 )
-from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_EPOCH_MS
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_EPOCH_MS, MAX_PIPELINE_STEPS
 
 
 def _upload(**kw: Any) -> Any:
@@ -533,3 +533,19 @@ def test_an_attempt_too_far_ahead_is_refused_saying_how_far_and_from_where() -> 
     with pytest.raises(InvalidInput) as caught:
         fence_attempt("r", 1, 12)
     assert str(caught.value) == "producer_attempt: 12 is more than 10 above the run's current attempt 1"
+
+
+def test_a_replay_count_below_its_lines_is_refused_in_words_a_person_reads() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="completed", terminal_log_replay={"lines": ["a", "b"], "total_count": 1})
+    assert str(caught.value) == "terminal_log_replay.total_count: is smaller than the number of lines"
+
+
+def test_a_pipeline_longer_than_its_bound_is_refused_saying_both_lengths() -> None:
+    steps = [f"s{n}" for n in range(MAX_PIPELINE_STEPS + 1)]
+    with pytest.raises(InvalidInput) as caught:
+        _upload(pipeline_steps=steps)
+    assert str(caught.value) == (
+        f"pipeline_steps: holds {MAX_PIPELINE_STEPS + 1} steps; at most {MAX_PIPELINE_STEPS}"
+    )
+    assert _upload(pipeline_steps=steps[:-1]).pipeline_steps == tuple(steps[:-1])
