@@ -73,7 +73,6 @@ __all__ = [
     "interruption_events",
     "is_late_duplicate",
     "newer_activities",
-    "node_failed",
     "parse_node",
     "parse_upload",
     "place_logs",
@@ -212,16 +211,18 @@ def _parse_replay(value: object) -> LogReplay | None:
     return LogReplay(lines=lines, dedupe_mode="exact" if mode == "exact" else "positional", total_count=total)
 
 
-def parse_upload(run_id: str, body: object) -> StatusUpload:
+def parse_upload(run_id: str, body: object, key: UploadKey | None = None) -> StatusUpload:
     """Validate a status upload; `InvalidInput` names the first bad field and nothing is applied.
 
     The URL's `run_id` wins; a body `run_id` that differs is an error. Unknown top-level fields are
-    ignored (forward compatibility with newer reporters).
+    ignored (forward compatibility with newer reporters). `key` is the body's key as `upload_key`
+    read it already (read here when not given): its fields are not checked again.
     """
     raw = _object("body", body)
-    body_run_id = raw.get("run_id")
-    if body_run_id is not None and body_run_id != run_id:
-        raise InvalidInput("run_id", f"{body_run_id!r} does not match the run {run_id!r} in the URL")
+    if key is None:
+        key = upload_key(run_id, raw)
+    if key.foreign_run_id is not None:
+        raise key.foreign_run_id
     status = raw.get("status")
     if status not in UPLOAD_STATUSES:
         raise InvalidInput("status", f"must be one of {', '.join(UPLOAD_STATUSES)}, got {status!r}")
@@ -256,19 +257,21 @@ def parse_upload(run_id: str, body: object) -> StatusUpload:
     replay = _parse_replay(raw.get("terminal_log_replay"))
     if replay is not None and replay_end(replay, total) > INT64_MAX:  # runs.live_log_count is bigint
         raise InvalidInput("terminal_log_replay", f"would place lines beyond log position {INT64_MAX}")
+    # The key's fields come next in the body's order: the first bad one of them is named here.
+    if key.malformed is not None:
+        raise key.malformed
     return StatusUpload(
         status=status,
-        upload_seq=_optional_int("upload_seq", raw.get("upload_seq"), minimum=1),
-        # runs.producer_attempt is an int4 column (last_upload_seq and live_log_count are bigint).
-        producer_attempt=_optional_int("producer_attempt", raw.get("producer_attempt"), maximum=INT32_MAX),
+        upload_seq=key.upload_seq,
+        producer_attempt=key.producer_attempt,
         live_node_progress=nodes,
         live_logs=logs,
         live_log_total_count=total,
         dataset_lifecycle_events=lifecycle,
         activity_observations=observations,
         terminal_log_replay=replay,
-        # Neither of these two is stored: no column bound applies.
-        last_checkpoint_at=_optional_int("last_checkpoint_at", raw.get("last_checkpoint_at"), maximum=None),
+        last_checkpoint_at=key.last_checkpoint_at,
+        # Not stored: no column bound applies.
         dropped_one_shot_events=_optional_int(
             "dropped_one_shot_events", raw.get("dropped_one_shot_events"), maximum=None
         )
@@ -350,19 +353,38 @@ def _error(value: object) -> str | None:
     return validate.bounded_text("error", value, optional=True)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UploadKey:
-    """What places an upload in its run's order, read before the rest of the body is validated."""
+    """What places an upload in its run's order, read from the body's top level and checked once,
+    before the rest of the body: `upload_seq`, `producer_attempt`, `last_checkpoint_at` (whether it
+    carries a heartbeat) and whether its `run_id` is the URL's.
 
-    upload_seq: int
-    producer_attempt: int | None
-    heartbeat: bool  # it carries `last_checkpoint_at`
+    A field that does not hold is kept as its refusal, for `parse_upload` to raise where the body's
+    order reaches it, so the first bad field of the whole body is the one named: `foreign_run_id`
+    when the body names another run, `malformed` for the first of the three fields (in that order)
+    that is not one; a key with a malformed field holds none of them."""
+
+    upload_seq: int | None = None
+    producer_attempt: int | None = None
+    last_checkpoint_at: int | None = None
+    foreign_run_id: InvalidInput | None = None
+    malformed: InvalidInput | None = None
+
+    @property
+    def heartbeat(self) -> bool:
+        """Whether the upload carries `last_checkpoint_at`: its producer is alive."""
+        return self.last_checkpoint_at is not None
+
+    @property
+    def places(self) -> bool:
+        """Whether the key places the upload in its run's order: it has an `upload_seq`, names no
+        other run and every field read holds (else the full validation decides)."""
+        return self.upload_seq is not None and self.foreign_run_id is None and self.malformed is None
 
 
-def upload_key(run_id: str, body: object) -> UploadKey | None:
-    """The upload's `(producer_attempt, upload_seq)` and whether it carries a heartbeat, read from
-    the body's top level only; None when it has no `upload_seq` or when any field read here is
-    malformed (the full validation then names that field, as it would have without this look).
+def upload_key(run_id: str, body: object) -> UploadKey:
+    """The upload's key (`UploadKey`), read from the body's top level only; an empty one when the
+    body is not an object (the full validation names it).
 
     This is what lets a late duplicate be answered before the body is validated: the uploader
     resends an upload's unchanged bytes, so an upload whose `(producer_attempt, upload_seq)` the
@@ -370,19 +392,22 @@ def upload_key(run_id: str, body: object) -> UploadKey | None:
     rest would not validate.
     """
     if not isinstance(body, dict):
-        return None
+        return UploadKey()
     body_run_id = body.get("run_id")
+    foreign = None
     if body_run_id is not None and body_run_id != run_id:
-        return None
+        foreign = InvalidInput("run_id", f"{body_run_id!r} does not match the run {run_id!r} in the URL")
     try:
         seq = _optional_int("upload_seq", body.get("upload_seq"), minimum=1)
+        # runs.producer_attempt is an int4 column (last_upload_seq and live_log_count are bigint).
         attempt = _optional_int("producer_attempt", body.get("producer_attempt"), maximum=INT32_MAX)
+        # Not stored: no column bound applies.
         checkpoint = _optional_int("last_checkpoint_at", body.get("last_checkpoint_at"), maximum=None)
-    except InvalidInput:
-        return None
-    if seq is None:
-        return None
-    return UploadKey(upload_seq=seq, producer_attempt=attempt, heartbeat=checkpoint is not None)
+    except InvalidInput as refused:
+        return UploadKey(foreign_run_id=foreign, malformed=refused)
+    return UploadKey(
+        upload_seq=seq, producer_attempt=attempt, last_checkpoint_at=checkpoint, foreign_run_id=foreign
+    )
 
 
 # -- the run's ingestion state and the plan ------------------------------------------------------
@@ -452,11 +477,6 @@ def replay_end(replay: LogReplay, live_log_total_count: int) -> int:
 def _counts(node: Mapping[str, Any]) -> list[Any]:
     get = node.get  # a list comprehension over a bound method: the cheapest form of this hot loop
     return [get(key) for key in _COUNT_FIELDS]
-
-
-def node_failed(node: Mapping[str, Any], run_status: str) -> bool:
-    """Whether the node, uploaded with `run_status`, is a failed step (`steps.derived_state`)."""
-    return steps.derived_state(node, run_status) == "failed"
 
 
 def diff_steps(
@@ -532,9 +552,10 @@ def _gap_event(missing: int, after: int, attempt: int) -> _Event:
     return {"type": "log.gap", "missing": missing, "after_position": after, "producer_attempt": attempt}
 
 
-# Where an event goes in the upload's order: after the log line at `position` (`rank` 1), before
-# it (`rank` -1: a gap that ends there), or it is that line (`rank` 0).
+# Where an event goes in the upload's order: after the log line at `position` (`rank` _AFTER),
+# before it (`rank` _BEFORE: a gap that starts there), or it is that line (`rank` _AT).
 _Placed = tuple[int, int, _Event]
+_BEFORE, _AT, _AFTER = -1, 0, 1
 
 
 @dataclass(frozen=True)
@@ -565,12 +586,12 @@ def place_logs(
         covering = next((s for s in sources if s.lines and s.start <= cursor <= s.end), None)
         if covering is None:
             following = min((s.start for s in sources if s.lines and s.start > cursor), default=end + 1)
-            placed.append((cursor, -1, _gap_event(following - cursor, cursor - 1, attempt)))
+            placed.append((cursor, _BEFORE, _gap_event(following - cursor, cursor - 1, attempt)))
             missing += following - cursor
             cursor = following
             continue
         for index in range(cursor - covering.start, len(covering.lines)):
-            placed.append((covering.start + index, 0, {"type": "log", "line": covering.lines[index]}))
+            placed.append((covering.start + index, _AT, {"type": "log", "line": covering.lines[index]}))
         appended += covering.end - cursor + 1
         cursor = covering.end + 1
     return placed, appended, missing, max(delivered, end)
@@ -596,7 +617,7 @@ def place_steps(
         position = positions.get(node_id, {}).get(_step_position_key(str(event["type"])), default)
         position = max(position, last.get(node_id, position))
         last[node_id] = position
-        placed.append((position, 1, event))
+        placed.append((position, _AFTER, event))
     return placed
 
 

@@ -12,8 +12,9 @@ that would not is absorbed, writing nothing (its `upload_seq` and heartbeat incl
 the answer names the run's end.
 
 A late duplicate returns before anything is written, except the heartbeat, and before the body is
-validated: its `(producer_attempt, upload_seq)` is read from the body's top level (`upload_key`)
-and compared with one narrow read of the run's upload position, taken before the row is locked
+validated: its `(producer_attempt, upload_seq)` is read from the body's top level and checked
+(`upload_key`, once: the body's validation takes the key as read, and its refusals, in the body's
+order) and compared with one narrow read of the run's upload position, taken before the row is locked
 (`_UPLOAD_POSITION_SQL`, in autocommit: a duplicate is one round trip, two with its heartbeat,
 which is guarded to write only while the attempt is still the run's). The attempt only grows and,
 within it, so does `last_upload_seq`, so an upload that is a duplicate in that snapshot stays one
@@ -140,7 +141,9 @@ async def apply_status_upload(
 ) -> shapes.UploadResult:
     """Apply one reporter upload in one transaction and say what it applied.
 
-    `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. Raises
+    `run_id` (from the URL) wins; a body `run_id` that differs is `InvalidInput`. A `RunId` was
+    checked where it entered (the route, the direct transport) and is taken as it is; a library
+    caller's string is checked here, once. Raises
     `StaleAttempt` for an upload from an older producer attempt, `InvalidInput` for a malformed
     upload (or one more than `max_attempt_step` attempts ahead of the run)
     and `RunTerminal` (a `Conflict`) for an upload that would change an ended run;
@@ -159,12 +162,13 @@ async def apply_status_upload(
     # a late duplicate costs one round trip. Anything else is applied in one transaction.
     async with db.autocommit() as conn:
         position = None
-        if key is not None:
+        if key.places:
             position = await _upload_position(conn, run_id)
             early = await _late_duplicate(conn, run_id, key, position)
             if early is not None:
                 return early
-        parsed = parse_upload(run_id, upload)
+        # The key's fields were checked as it was read: the rest of the body is checked here.
+        parsed = parse_upload(run_id, upload, key)
         async with conn.transaction():
             run = await _lock_run(conn, run_id, known=position is not None)
             plan = plan_upload(run_id, _state_from_row(run), parsed, max_attempt_step=max_attempt_step)

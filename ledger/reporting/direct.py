@@ -30,6 +30,7 @@ from ledger.errors import NotFound
 from ledger.ingest.observations import list_observations
 from ledger.ingest.sheets import sheet_outcomes
 from ledger.ingest.store import apply_status_upload
+from ledger.runlog.events import validate_run_id
 from ledger.runlog.store import RunLog
 from reporter.transports.protocol import DeadlineRetries
 
@@ -72,7 +73,9 @@ class DirectTransport:
 
     async def upload_once(self, payload: dict[str, Any]) -> dict[str, Any]:
         """One delivery of the upload, without retries."""
-        return dict(await apply_status_upload(self.db, str(payload["run_id"]), payload))
+        # The run id enters here: checked once, then trusted by the store (`RunId`).
+        run_id = validate_run_id(payload["run_id"])
+        return dict(await apply_status_upload(self.db, run_id, payload))
 
     async def run_state(self, run_id: str) -> dict[str, Any] | None:
         return await self._retried(lambda: self._run_state(run_id))

@@ -1,14 +1,18 @@
 """A run id is checked once, where it enters: the HTTP edge checks the path's run id and hands the
-routes a `RunId`, which the ingest store and the run log take as it is; a library caller's plain
-string is checked once by the store it calls.
+routes a `RunId`, which the ingest store and the run log take as it is; the direct transport checks
+the one it is handed; a library caller's plain string is checked once by the store it calls. A
+status upload's key fields (`upload_seq`, `producer_attempt`, `last_checkpoint_at`, the body's
+`run_id`) are checked once too: read before the rest of the body, for the late-duplicate answer,
+and taken as read by the body's validation.
 
-The service runs in process (httpx's ASGI transport, with its lifespan); every call of the rule
-(`ledger.validate.run_id`) is counted.
+The service runs in process (httpx's ASGI transport, with its lifespan); every call of the rules
+(`ledger.validate.run_id`, `ledger.validate.required_integer`) is counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +21,7 @@ from fastapi import FastAPI
 from ledger import validate
 from ledger.db import Database
 from ledger.ingest.store import apply_status_upload
+from ledger.reporting.direct import DirectTransport
 from ledger.service.app import create_app
 from ledger.service.settings import ServiceSettings
 
@@ -43,6 +48,25 @@ def run_id_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[object]]:
         return real(field, value)
 
     monkeypatch.setattr(validate, "run_id", counted)
+    yield checked
+
+
+# The fields of a status upload's key, each an integer checked by `validate.required_integer`.
+KEY_FIELDS = ("upload_seq", "producer_attempt", "last_checkpoint_at")
+
+
+@pytest.fixture
+def key_checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The key fields checked, by name, in order."""
+    checked: list[str] = []
+    real = validate.required_integer
+
+    def counted(field: str, value: object, **bounds: Any) -> int:
+        if field in KEY_FIELDS:
+            checked.append(field)
+        return real(field, value, **bounds)
+
+    monkeypatch.setattr(validate, "required_integer", counted)
     yield checked
 
 
@@ -94,3 +118,52 @@ async def test_a_library_caller_s_string_is_checked_once(db: Database, run_id_ch
     answer = await apply_status_upload(db, "r-lib", dict(UPLOAD))
     assert answer["terminal_set"] is True
     assert run_id_checks == ["r-lib"]
+
+
+KEYED: dict[str, Any] = {**UPLOAD, "status": "running", "producer_attempt": 1, "last_checkpoint_at": 5}
+
+
+async def test_a_status_upload_checks_each_key_field_once(
+    client: httpx.AsyncClient, key_checks: list[str]
+) -> None:
+    """An upload applied, a late duplicate of it and the next one: each checks each key field once
+    (the late duplicate's read of the key is what answers it; an applied upload's body validation
+    takes the key as read)."""
+    for seq, duplicate in ((1, False), (1, True), (2, False)):
+        answer = await client.post("/v1/runs/r-key/status", json={**KEYED, "upload_seq": seq})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["duplicate"] is duplicate
+        assert key_checks == list(KEY_FIELDS), (seq, duplicate)
+        key_checks.clear()
+
+
+async def test_a_key_field_or_a_foreign_run_id_is_refused_as_the_body_validation_names_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """A key field read before the body is still refused with its own field and words, and the first
+    bad field of the body is the one named: a bad status before a bad `upload_seq`."""
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"upload_seq": 0}, "upload_seq: must be >= 1"),
+        ({"upload_seq": 1, "producer_attempt": -1}, "producer_attempt: must be >= 0"),
+        ({"upload_seq": 1, "last_checkpoint_at": "5"}, "last_checkpoint_at: must be an integer, got str"),
+        (
+            {"upload_seq": 1, "run_id": "r-other"},
+            "run_id: 'r-other' does not match the run 'r-bad' in the URL",
+        ),
+        (
+            {"upload_seq": 0, "status": "done"},
+            "status: must be one of running, interrupted, completed, failed, cancelled, got 'done'",
+        ),
+    ]
+    for fields, error in refusals:
+        answer = await client.post("/v1/runs/r-bad/status", json={**KEYED, **fields})
+        assert (answer.status_code, answer.json()["error"]) == (422, error), fields
+
+
+async def test_the_direct_transport_checks_the_run_id_it_is_handed_once(
+    db: Database, run_id_checks: list[object], key_checks: list[str]
+) -> None:
+    answer = await DirectTransport(db).upload_once({**KEYED, "run_id": "r-direct", "upload_seq": 1})
+    assert answer["duplicate"] is False
+    assert run_id_checks == ["r-direct"]
+    assert key_checks == list(KEY_FIELDS)

@@ -12,16 +12,24 @@ from typing import Any
 
 import pytest
 
+from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
+    Interruption,
+    LogSource,
     UploadKey,
     diff_steps,
+    fence_attempt,
+    in_runner_order,
+    parse_node,
     parse_upload,
+    place_logs,
+    place_steps,
     plan_upload,
     upload_key,
 )
-from ledger.validate import INT32_MAX, INT64_MAX
+from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_EPOCH_MS, MAX_PIPELINE_STEPS
 
 
 def _upload(**kw: Any) -> Any:
@@ -130,36 +138,113 @@ def test_upload_key_reads_seq_attempt_and_heartbeat() -> None:
     """The key is `(producer_attempt, upload_seq)` and whether `last_checkpoint_at` is carried, read
     whatever the rest of the body holds."""
     body = {"run_id": "r", "upload_seq": 3, "producer_attempt": 2, "last_checkpoint_at": 0, "status": 7}
-    assert upload_key("r", body) == UploadKey(upload_seq=3, producer_attempt=2, heartbeat=True)
-    assert upload_key("r", {"upload_seq": 1.0}) == UploadKey(
-        upload_seq=1, producer_attempt=None, heartbeat=False
-    )
+    key = upload_key("r", body)
+    assert key == UploadKey(upload_seq=3, producer_attempt=2, last_checkpoint_at=0)
+    assert key.heartbeat and key.places
+    key = upload_key("r", {"upload_seq": 1.0})
+    assert key == UploadKey(upload_seq=1)
+    assert not key.heartbeat and key.places
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "refused"),
     [
-        [],
-        {"run_id": "other", "upload_seq": 1},
-        {},
-        {"upload_seq": None},
-        {"upload_seq": 0},
-        {"upload_seq": "1"},
-        {"upload_seq": 1, "producer_attempt": -1},
-        {"upload_seq": 1, "producer_attempt": INT32_MAX + 1},
-        {"upload_seq": 1, "last_checkpoint_at": -1},
+        ([], None),
+        ({}, None),
+        ({"upload_seq": None}, None),
+        ({"run_id": "other", "upload_seq": 1}, "run_id: 'other' does not match the run 'r' in the URL"),
+        ({"upload_seq": 0}, "upload_seq: must be >= 1"),
+        ({"upload_seq": "1"}, "upload_seq: must be an integer, got str"),
+        ({"upload_seq": 1, "producer_attempt": -1}, "producer_attempt: must be >= 0"),
+        (
+            {"upload_seq": 1, "producer_attempt": INT32_MAX + 1},
+            f"producer_attempt: must be <= {INT32_MAX}",
+        ),
+        ({"upload_seq": 1, "last_checkpoint_at": -1}, "last_checkpoint_at: must be >= 0"),
     ],
 )
-def test_upload_key_is_none_without_a_valid_seq_or_with_a_malformed_key_field(body: object) -> None:
-    """No key (so full validation decides) when the body is not an object, names another run, has no
-    `upload_seq` >= 1, or a key field is out of its bounds."""
-    assert upload_key("r", body) is None
+def test_upload_key_places_nothing_without_a_valid_seq_or_with_a_malformed_key_field(
+    body: object, refused: str | None
+) -> None:
+    """The key places no upload (so full validation decides) when the body is not an object, names
+    another run, has no `upload_seq` >= 1, or a key field is out of its bounds; the refusal it keeps
+    is the one the full validation raises."""
+    key = upload_key("r", body)
+    assert not key.places
+    kept = key.foreign_run_id or key.malformed
+    assert (None if kept is None else str(kept)) == refused
+
+
+def test_upload_key_holds_no_field_when_one_is_malformed_and_all_with_a_foreign_run_id() -> None:
+    """A malformed key field leaves the key without fields (it places nothing); a foreign run id is
+    refused first, and the fields read are kept."""
+    for body in (
+        {"upload_seq": 0, "producer_attempt": 1, "last_checkpoint_at": 1},
+        {"upload_seq": 2, "producer_attempt": -1, "last_checkpoint_at": 1},
+        {"upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": -1},
+    ):
+        key = upload_key("r", body)
+        assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at) == (None, None, None), body
+        assert key.malformed is not None and not key.heartbeat and not key.places
+    key = upload_key("r", {"run_id": "s", "upload_seq": 2, "producer_attempt": 1, "last_checkpoint_at": 3})
+    assert (key.upload_seq, key.producer_attempt, key.last_checkpoint_at, key.malformed) == (2, 1, 3, None)
+    assert not key.places
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        # The body's run id is checked right after the body itself, before any other field.
+        (
+            {"run_id": "s", "status": "done", "upload_seq": 0},
+            "run_id: 's' does not match the run 'r' in the URL",
+        ),
+        # A key field comes after the status, the nodes, the logs, the lists and the replay ...
+        (
+            {"status": "done", "upload_seq": 0},
+            "status: must be one of running, interrupted, completed, failed, cancelled, got 'done'",
+        ),
+        (
+            {"status": "running", "live_logs": 3, "producer_attempt": -1},
+            "live_logs: must be a list of strings, got int",
+        ),
+        # ... and before `dropped_one_shot_events`.
+        ({"status": "running", "upload_seq": 0, "dropped_one_shot_events": -1}, "upload_seq: must be >= 1"),
+        (
+            {"status": "running", "last_checkpoint_at": -1, "dropped_one_shot_events": -1},
+            "last_checkpoint_at: must be >= 0",
+        ),
+        ({"status": "running", "dropped_one_shot_events": -1}, "dropped_one_shot_events: must be >= 0"),
+    ],
+)
+def test_parse_upload_names_the_first_bad_field_in_the_body_s_order(
+    body: dict[str, Any], refused: str
+) -> None:
+    """The key read before the body does not change which bad field is named: the first of the
+    body's order, as when every field was read in turn."""
+    for key in (None, upload_key("r", body)):
+        with pytest.raises(InvalidInput) as caught:
+            parse_upload("r", body, key)
+        assert str(caught.value) == refused
+
+
+def test_parse_upload_takes_the_key_as_read() -> None:
+    """The key's fields are the key's: not read from the body again."""
+    key = UploadKey(upload_seq=7, producer_attempt=3, last_checkpoint_at=9)
+    upload = parse_upload("r", {"status": "running", "upload_seq": 1}, key)
+    assert (upload.upload_seq, upload.producer_attempt, upload.last_checkpoint_at) == (7, 3, 9)
+    upload = parse_upload(
+        "r", {"status": "running", "upload_seq": 1, "producer_attempt": 2, "last_checkpoint_at": 4}
+    )
+    assert (upload.upload_seq, upload.producer_attempt, upload.last_checkpoint_at) == (1, 2, 4)
 
 
 def test_upload_key_bounds_are_the_ones_validation_applies() -> None:
     """At the bounds the key is read: `upload_seq` 1, attempt 0 and INT32_MAX, the body's own run."""
-    assert upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0}) == UploadKey(1, 0, False)
-    assert upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX}) == UploadKey(1, INT32_MAX, False)
+    key = upload_key("r", {"run_id": "r", "upload_seq": 1, "producer_attempt": 0})
+    assert (key, key.places) == (UploadKey(upload_seq=1, producer_attempt=0), True)
+    key = upload_key("r", {"upload_seq": 1, "producer_attempt": INT32_MAX})
+    assert (key, key.places) == (UploadKey(upload_seq=1, producer_attempt=INT32_MAX), True)
 
 
 # -- parsing -------------------------------------------------------------------------------------
@@ -267,7 +352,8 @@ def test_upload_key_heartbeat_has_no_upper_bound() -> None:
     """`last_checkpoint_at` is not stored, so no column bound applies: past the bigint range it is
     still a heartbeat."""
     key = upload_key("r", {"upload_seq": 1, "last_checkpoint_at": 2**63})
-    assert key == UploadKey(upload_seq=1, producer_attempt=None, heartbeat=True)
+    assert key == UploadKey(upload_seq=1, last_checkpoint_at=2**63)
+    assert key.heartbeat
 
 
 def test_unstored_counters_have_no_upper_bound() -> None:
@@ -291,3 +377,175 @@ def test_a_replay_may_end_exactly_at_the_last_log_position() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_upload("r", {**body, "live_log_total_count": INT64_MAX})
     assert refused.value.field == "terminal_log_replay"
+
+
+# -- rules the mutation check asked for ----------------------------------------------------------
+
+
+def test_an_interruption_may_say_its_signal_without_a_reason_and_its_reason_without_a_signal() -> None:
+    """Both of an interruption's fields are optional plain text."""
+    upload = _upload(status="interrupted", interruption={"signal": "SIGTERM"})
+    assert upload.interruption == Interruption(reason=None, signal="SIGTERM")
+    upload = _upload(status="interrupted", interruption={"reason": "worker stopped"})
+    assert upload.interruption == Interruption(reason="worker stopped", signal=None)
+
+
+@pytest.mark.parametrize(
+    ("interruption", "refused"),
+    [
+        ({"reason": 5}, "interruption.reason: must be a string or null, got int"),
+        ({"signal": 15}, "interruption.signal: must be a string or null, got int"),
+        ([], "interruption: must be an object, got list"),
+    ],
+)
+def test_an_interruption_field_that_is_not_text_is_refused_by_its_name(
+    interruption: object, refused: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="interrupted", interruption=interruption)
+    assert str(caught.value) == refused
+
+
+def test_step_positions_that_are_not_an_object_are_refused_by_name() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(step_positions=[])
+    assert str(caught.value) == "step_positions: must be an object, got list"
+
+
+def test_no_log_source_places_nothing_and_keeps_the_channel_s_count() -> None:
+    """With nothing to place, the channel holds what it held: no line, no gap."""
+    assert place_logs(5, [], 1) == ([], 0, 0, 5)
+
+
+def test_a_line_and_a_gap_go_before_the_step_placed_after_that_position_whichever_group_comes_first() -> None:
+    """The runner's order is decided by position and rank, not by the order the groups are given: a
+    log line comes before the step transition that followed it, and a gap standing where a line
+    went missing comes before a transition that followed that line."""
+    lines, _, _, _ = place_logs(0, [LogSource(2, ["two"])], 1)  # line 1 lost: a gap, then line 2
+    steps_after = place_steps(
+        [
+            {"type": "step.started", "node_id": "a"},
+            {"type": "step.started", "node_id": "b"},
+        ],
+        {"a": {"started": 1}, "b": {"started": 2}},
+        0,
+    )
+    expected = [
+        {"type": "log.gap", "missing": 1, "after_position": 0, "producer_attempt": 1},
+        {"type": "step.started", "node_id": "a"},
+        {"type": "log", "line": "two"},
+        {"type": "step.started", "node_id": "b"},
+    ]
+    assert in_runner_order(lines, steps_after) == expected
+    assert in_runner_order(steps_after, lines) == expected
+
+
+def test_a_step_failing_in_a_failed_upload_gives_the_run_s_error_as_its_reason() -> None:
+    """A node completing in an upload whose status is `failed`, with no error of its own, failed
+    for the run's reason: the upload's terminal error."""
+    plan = plan_upload(
+        "r",
+        IngestState(),
+        _upload(
+            status="failed", error="disk full", live_node_progress={"n": {"started_at": 1, "completed_at": 2}}
+        ),
+    )
+    failed = [event for event in plan.events if event["type"] == "step.failed"]
+    assert failed == [
+        {
+            "type": "step.failed",
+            "node_id": "n",
+            "state": "failed",
+            "outcome": "failed",
+            "completed_at": 2,
+            "reason": "run failed: disk full",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        (
+            {"live_node_progress": {"": {}}},
+            "live_node_progress: node ids must be non-empty strings without NUL or lone surrogates",
+        ),
+        (
+            {"live_node_progress": {"a\x00b": {}}},
+            "live_node_progress: node ids must be non-empty strings without NUL or lone surrogates",
+        ),
+        (
+            {"live_logs": ["x"] * (LIVE_LOG_TAIL_LIMIT + 1)},
+            f"live_logs: holds {LIVE_LOG_TAIL_LIMIT + 1} lines; the tail is at most {LIVE_LOG_TAIL_LIMIT}",
+        ),
+        (
+            {"live_logs": ["x", "y"], "live_log_total_count": 1},
+            "live_log_total_count: 1 is smaller than the 2-line tail",
+        ),
+        (
+            {"live_log_total_count": INT64_MAX, "terminal_log_replay": {"lines": ["z"]}},
+            f"terminal_log_replay: would place lines beyond log position {INT64_MAX}",
+        ),
+    ],
+)
+def test_an_upload_s_node_ids_tail_and_replay_are_refused_in_words_a_person_reads(
+    body: dict[str, Any], refused: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(**body)
+    assert str(caught.value) == refused
+
+
+def test_a_replay_ending_at_the_last_log_position_is_taken() -> None:
+    """The bound itself: a replay whose last line lands on the last position the count can hold."""
+    upload = _upload(live_log_total_count=INT64_MAX - 1, terminal_log_replay={"lines": ["z"]})
+    assert upload.terminal_log_replay is not None
+
+
+def test_a_node_s_plain_integers_within_their_bounds_are_taken_without_the_general_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hot path's shortcut: a count or a time that is a plain int from 0 up to its bound is what
+    the general check (`validate.node_field`) would return, so it is taken as is; anything else still
+    goes through the general check."""
+    checked: list[str] = []
+    real = validate.node_field
+
+    def general(name: str, key: str, value: object) -> object:
+        checked.append(key)
+        return real(name, key, value)
+
+    monkeypatch.setattr(validate, "node_field", general)
+    at_bounds = {"total": 0, "completed": INT64_MAX, "started_at": 0, "completed_at": MAX_EPOCH_MS}
+    assert parse_node("n", at_bounds) == at_bounds
+    assert checked == []
+    parse_node("n", {"total": 2.0, "message": "m"})
+    assert checked == ["total", "message"]
+
+
+def test_an_unknown_replay_mode_is_refused_naming_the_modes() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="completed", terminal_log_replay={"lines": ["a"], "dedupe_mode": "fuzzy"})
+    assert str(caught.value) == "terminal_log_replay.dedupe_mode: must be one of exact, positional"
+
+
+def test_an_attempt_too_far_ahead_is_refused_saying_how_far_and_from_where() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        fence_attempt("r", 1, 12)
+    assert str(caught.value) == "producer_attempt: 12 is more than 10 above the run's current attempt 1"
+
+
+def test_a_replay_count_below_its_lines_is_refused_in_words_a_person_reads() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        _upload(status="completed", terminal_log_replay={"lines": ["a", "b"], "total_count": 1})
+    assert str(caught.value) == "terminal_log_replay.total_count: is smaller than the number of lines"
+
+
+def test_a_pipeline_longer_than_its_bound_is_refused_saying_both_lengths() -> None:
+    steps = [f"s{n}" for n in range(MAX_PIPELINE_STEPS + 1)]
+    with pytest.raises(InvalidInput) as caught:
+        _upload(pipeline_steps=steps)
+    assert str(caught.value) == (
+        f"pipeline_steps: holds {MAX_PIPELINE_STEPS + 1} steps; at most {MAX_PIPELINE_STEPS}"
+    )
+    assert _upload(pipeline_steps=steps[:-1]).pipeline_steps == tuple(steps[:-1])
