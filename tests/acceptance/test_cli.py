@@ -37,7 +37,7 @@ def client_env(server: Server, tmp_path: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-# -- ledger watchdog (database direct; first in the module, before the service's own watchdog) --------
+# -- ledger watchdog (database direct; the session's service runs no watchdog of its own) ------------
 
 
 def add_run(url: str, run_id: str, idle: str) -> None:
