@@ -48,16 +48,12 @@ from ledger.db import Conn, Database, Row
 from ledger.errors import NotFound, RunTerminal
 from ledger.ingest.rules import (
     DEFAULT_MAX_ATTEMPT_STEP,
-    TERMINAL_UPLOAD_STATUSES,
     IngestPlan,
     IngestState,
-    StatusUpload,
-    UploadKey,
     is_late_duplicate,
-    parse_upload,
     plan_upload,
-    upload_key,
 )
+from ledger.ingest.upload import TERMINAL_UPLOAD_STATUSES, StatusUpload, UploadKey, parse_upload, upload_key
 from ledger.runlog.events import NewEvent, TerminalState, validate_run_id
 from ledger.runlog.steps import settle_steps
 from ledger.runlog.store import (
@@ -150,7 +146,7 @@ async def apply_status_upload(
     in every error case nothing is written.
 
     A late duplicate (its attempt's `upload_seq` already applied) is answered from the run's upload
-    position before the rest of the body is validated (`ledger.ingest.rules.upload_key`). On an
+    position before the rest of the body is validated (`ledger.ingest.upload.upload_key`). On an
     ended run, the answer to an upload that changed nothing carries the run's `terminal` state.
 
     Returns what it applied (`events_appended` by type, `steps_changed` as node ids) and the

@@ -14,7 +14,8 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import Depends, Path, Query, Request
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP, STEP_POSITION_KINDS, UPLOAD_STATUSES
+from ledger.ingest.rules import DEFAULT_MAX_ATTEMPT_STEP
+from ledger.ingest.upload import STEP_POSITION_KINDS, UPLOAD_STATUSES
 from ledger.runlog.events import INGESTION_TYPES, RESERVED_KEYS, TERMINAL_STATUSES
 from ledger.runlog.events import RunId as CheckedRunId
 from ledger.service.middleware import checked_run_id

@@ -13,7 +13,7 @@ import pytest
 
 from ledger.errors import InvalidInput
 from ledger.ingest.observations import invocation_seq_from_id, parse_observation
-from ledger.ingest.rules import parse_upload
+from ledger.ingest.upload import parse_upload
 from ledger.pool import rules as pool_rules
 from ledger.runlog.events import parse_after, parse_events, parse_terminal_state, validate_run_id
 from ledger.validate import INT32_MAX, INT64_MAX, MAX_EPOCH_MS

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from ledger import validate
-from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.ingest.rules import IngestState, plan_upload
+from ledger.ingest.upload import parse_upload
 from ledger.runlog.events import parse_events
 from ledger.validate import (
     MAX_BODY_BYTES,

@@ -14,20 +14,16 @@ from hypothesis import strategies as st
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
-    Interruption,
-    LogReplay,
     LogSource,
-    StatusUpload,
     diff_steps,
     fence_attempt,
     is_late_duplicate,
     newer_activities,
-    parse_upload,
     place_logs,
     plan_upload,
     replay_digest,
-    replay_end,
 )
+from ledger.ingest.upload import Interruption, LogReplay, StatusUpload, parse_upload, replay_end
 from ledger.validate import MAX_LOG_LINE_BYTES, MAX_PIPELINE_STEPS
 
 # -- validation ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ answer's counts when the tail and a replay arrive together, and the look at an u
 before the body is validated.
 
 Each test names the rule it checks; with test_rules.py they are what the mutation run
-(`python -m tests.mutation ledger/ingest/rules.py`) measures.
+(`python -m tests.mutation` on `ledger/ingest/upload.py` and `ledger/ingest/rules.py`) measures.
 """
 
 from __future__ import annotations
@@ -16,19 +16,15 @@ from ledger import validate
 from ledger.errors import InvalidInput, StaleAttempt
 from ledger.ingest.rules import (
     IngestState,
-    Interruption,
     LogSource,
-    UploadKey,
     diff_steps,
     fence_attempt,
     in_runner_order,
-    parse_node,
-    parse_upload,
     place_logs,
     place_steps,
     plan_upload,
-    upload_key,
 )
+from ledger.ingest.upload import Interruption, UploadKey, parse_node, parse_upload, upload_key
 from ledger.validate import INT32_MAX, INT64_MAX, LIVE_LOG_TAIL_LIMIT, MAX_EPOCH_MS, MAX_PIPELINE_STEPS
 
 

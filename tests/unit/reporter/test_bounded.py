@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.ingest.rules import IngestState, plan_upload
+from ledger.ingest.upload import parse_upload
 from ledger.validate import INT64_MAX, encode_body
 from reporter.bounded import split_upload
 

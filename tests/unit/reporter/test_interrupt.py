@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.ingest.rules import IngestState, plan_upload
+from ledger.ingest.upload import parse_upload
 from ledger.validate import LIVE_LOG_TAIL_LIMIT
 from reporter import ProgressReporter
 from reporter.state import HOLE_HOLD_MS, ProgressState

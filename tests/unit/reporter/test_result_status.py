@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.ingest.rules import IngestState, plan_upload
+from ledger.ingest.upload import parse_upload
 from reporter import StepState
 from reporter.reporter import RESULT_STATUSES, result_status_problem
 from tests.unit.reporter.fakes import FakeTransport

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.ingest.rules import parse_upload
+from ledger.ingest.upload import parse_upload
 from reporter.sanitize import Sanitizer, sanitize_upload
 
 JUNK_TEXT = st.text(

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ledger.ingest.rules import IngestState, parse_upload, plan_upload
+from ledger.ingest.rules import IngestState, plan_upload
+from ledger.ingest.upload import parse_upload
 from ledger.runlog import steps
 from ledger.validate import MAX_LOG_LINE_BYTES, STEP_STATES
 
