@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from ledger.db import DB_FAULTS, Database
 from ledger.errors import DatabaseUnavailable
 from ledger.runlog.store import RunLog
+from tests.own_postgres import own_postgres
 
 LOCK_TIMEOUT_S = 0.3
 STATEMENT_TIMEOUT_S = 0.5
@@ -117,24 +119,26 @@ def ledger_backends(url: str) -> set[int]:
     return {int(row[0]) for row in rows}
 
 
+@pytest.mark.own_postgres
 async def test_a_backend_that_stops_answering_is_replaced_without_calling_the_database_down(
-    clean_database_url: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A checkout's check that gets no answer in time condemns its connection only: the bound also
     # counts this process's loop running late (a burst of answers on a loaded machine), and calling
-    # the database down for it failed every other request fast with 503 while it was fine.
-    before = ledger_backends(clean_database_url)
-    async with Database(clean_database_url, min_size=1, max_size=1, timeout_s=10.0) as database:
-        (frozen,) = ledger_backends(clean_database_url) - before
-        os.kill(frozen, signal.SIGSTOP)
-        try:
-            with caplog.at_level(logging.WARNING, logger="ledger.db"):
-                # Never handed out before, so the checkout checks it (no recent use to vouch for it).
-                async with database.connection() as conn:
-                    cur = await conn.execute("SELECT pg_backend_pid() AS pid")
-                    row = await cur.fetchone()
-        finally:
-            os.kill(frozen, signal.SIGCONT)
-        assert row is not None and row["pid"] != frozen
-        assert database.available
-        assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == []
+    # the database down for it failed every other request fast with 503 while it was fine. A server
+    # of the test's own, whose backends are processes here to freeze (SIGSTOP).
+    with own_postgres(tmp_path / "own-pg") as server:
+        async with Database(server.url, min_size=1, max_size=1, timeout_s=10.0) as database:
+            (frozen,) = ledger_backends(server.url)
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                with caplog.at_level(logging.WARNING, logger="ledger.db"):
+                    # Never handed out before, so the checkout checks it (no recent use vouches).
+                    async with database.connection() as conn:
+                        cur = await conn.execute("SELECT pg_backend_pid() AS pid")
+                        row = await cur.fetchone()
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+            assert row is not None and row["pid"] != frozen
+            assert database.available
+            assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == []
