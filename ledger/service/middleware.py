@@ -7,7 +7,6 @@ untouched and a client disconnect still reaches the endpoint.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,7 +20,7 @@ from ledger.runlog.events import RunId, validate_run_id
 from ledger.service.errors import error_body
 from ledger.service.json_answer import encode
 from ledger.service.jsontext import BodyRefusal
-from ledger.service.logs import current_run_id
+from ledger.service.logs import AccessLog, current_run_id
 from ledger.service.metrics import ServiceMetrics
 
 __all__ = [
@@ -37,7 +36,7 @@ __all__ = [
     "send_json_error",
 ]
 
-_log = logging.getLogger("ledger.service.access")
+_access = AccessLog("ledger.service.access")
 
 _RUN_PATH = re.compile(r"^/v1/runs/([^/]+)")
 _RAW_RUN_PATH = re.compile(rb"^/v1/runs/([^/?#]+)")
@@ -255,11 +254,5 @@ class RequestContextMiddleware:
             route = _route_template(scope)
             method = scope["method"]
             self.metrics.observe_request(method, route, status, elapsed)
-            _log.info(
-                "%s %s %s",
-                method,
-                scope["path"],
-                status,
-                extra={"route": route, "status": status, "duration_ms": round(elapsed * 1000, 2)},
-            )
+            _access.write(method, scope["path"], status, route, elapsed)
             current_run_id.reset(token)

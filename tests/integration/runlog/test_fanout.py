@@ -416,3 +416,69 @@ async def test_followers_poll_while_the_listener_is_down(
     assert listener.timeouts > timeouts and listener.wakeups == 0
     for f in followers:
         f.follower.close()
+
+
+async def test_callers_of_a_page_now_coming_together_share_one_read(
+    runlog: HeldRunLog, writer: RunLog
+) -> None:
+    # The tails of a run opened at once: one read, one page object, one framing for them all.
+    await writer.append("r1", [{"type": "log", "line": line} for line in ("a", "b")])
+    reads = runlog.reads
+    pages = await asyncio.gather(*(runlog.page_now("r1", 0) for _ in range(50)))
+    assert runlog.reads == reads + 1
+    assert all(page is pages[0] for page in pages) and lines(pages[0].page) == ["a", "b"]
+    # Another cursor or limit is another page: never shared.
+    other = await asyncio.gather(runlog.page_now("r1", 1), runlog.page_now("r1", 0, limit=1))
+    assert [lines(page.page) for page in other] == [["b"], ["a"]] and runlog.reads == reads + 3
+
+
+async def test_a_caller_after_the_read_took_its_connection_gets_a_read_of_its_own(
+    runlog: HeldRunLog, writer: RunLog
+) -> None:
+    # A read whose statement ran before a commit, still answering: a caller coming after the commit
+    # (a client that saw its own append answered) must not be given that read's page.
+    runlog.hold = release = asyncio.Event()
+    early = asyncio.create_task(runlog.page_now("r1", 0))
+    await runlog.held.wait()
+    await writer.append("r1", [{"type": "log", "line": "mine"}])
+    reads = runlog.reads
+    assert lines((await runlog.page_now("r1", 0)).page) == ["mine"]
+    assert runlog.reads == reads + 1
+    release.set()
+    assert lines((await early).page) == []
+
+
+async def test_a_page_now_waiting_for_the_pool_is_shared_and_sees_what_came_before_its_callers(
+    clean_database_url: str, writer: RunLog
+) -> None:
+    async with Database(clean_database_url, min_size=1, max_size=1) as database:
+        runlog = RunLog(database)
+        await runlog.open_run("r1")
+        busy, free = asyncio.Event(), asyncio.Event()
+
+        async def hold_the_pool() -> None:
+            async with database.connection():
+                busy.set()
+                await free.wait()
+
+        holder = asyncio.create_task(hold_the_pool())
+        await busy.wait()
+        reads = runlog.reads
+        first = asyncio.create_task(runlog.page_now("r1", 0))
+        await until(lambda: runlog.reads > reads)  # the first read started: it waits for the pool
+        # Committed after the first caller came, before the second: the read, not sent yet, sees it.
+        await writer.append("r1", [{"type": "log", "line": "between"}])
+        second = asyncio.create_task(runlog.page_now("r1", 0))
+        free.set()
+        pages = await asyncio.gather(first, second)
+        await holder
+        assert runlog.reads == reads + 1
+        assert pages[0] is pages[1] and lines(pages[0].page) == ["between"]
+
+
+async def test_a_page_now_refused_is_refused_to_every_caller_and_not_kept(runlog: HeldRunLog) -> None:
+    refused = await asyncio.gather(*(runlog.page_now("nobody", 0) for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(error, NotFound) for error in refused)
+    with pytest.raises(InvalidInput):
+        await runlog.page_now("r1", "soon")
+    assert runlog._gathering == {}

@@ -156,6 +156,62 @@ async def test_drain_releases_a_waiter_and_cancels_its_work() -> None:
     assert await drain.race(wait_forever()) == (False, None)
 
 
+async def test_drain_races_in_the_callers_own_task() -> None:
+    # No task per race: a thousand waiters woken at once each answer one task step sooner.
+    drain = Drain()
+    tasks = len(asyncio.all_tasks())
+
+    async def count() -> int:
+        return len(asyncio.all_tasks())
+
+    assert await drain.race(count()) == (True, tasks)
+
+
+async def test_drain_after_a_race_leaves_the_task_alone() -> None:
+    # A task that has left its race is doing something else: the drain must not cancel that.
+    drain = Drain()
+    raced, after = asyncio.Event(), asyncio.Event()
+
+    async def served() -> str:
+        assert await drain.race(asyncio.sleep(0, result="page")) == (True, "page")
+        raced.set()
+        await after.wait()
+        return "answered"
+
+    task = asyncio.create_task(served())
+    await raced.wait()
+    drain.start()
+    await asyncio.sleep(0)
+    after.set()
+    assert await task == "answered"
+    assert task.cancelling() == 0
+
+
+async def test_drain_gives_way_to_a_caller_gone_at_the_same_time() -> None:
+    # Cancelled by the drain and by its own caller (the client went away): the caller's wins.
+    drain = Drain()
+    never = asyncio.Event()
+    racing = asyncio.create_task(drain.race(never.wait()))
+    await asyncio.sleep(0)
+    drain.start()
+    racing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await racing
+    # Only the drain: the race answers, and the task carries no cancellation on.
+    alone = Drain()
+
+    async def waiter() -> tuple[tuple[bool, object], int]:
+        answer = await alone.race(never.wait())
+        current = asyncio.current_task()
+        assert current is not None
+        return answer, current.cancelling()
+
+    task = asyncio.create_task(waiter())
+    await asyncio.sleep(0)
+    alone.start()
+    assert await task == ((False, None), 0)
+
+
 def test_json_log_lines_carry_the_run_id_and_extra_fields() -> None:
     record = logging.LogRecord("ledger.x", logging.INFO, __file__, 1, "hello %s", ("there",), None)
     record.route = "/v1/runs/{run_id}"
