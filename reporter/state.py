@@ -92,8 +92,8 @@ class ProgressState:
         self.log_bytes = 0  # UTF-8 bytes of the lines in `logs`
         self.log_total_count = initial_live_log_total_count
         self.total_rows = 0
-        self.progress_dirty = False
-        self.logs_dirty = False
+        # Progress or logs changed since the last snapshot (one flag: every reader asks for either).
+        self.dirty = False
         self.max_pending_one_shot = max_pending_one_shot
         self._lifecycle_events: deque[dict[str, Any]] = deque()
         self._activity: dict[str, dict[str, Any]] = {}
@@ -112,7 +112,7 @@ class ProgressState:
             node = self.nodes[node_id] = NodeProgress()
         merge_patch(node, patch, self.now_ms())
         self._moved(node_id, "progress")
-        self.progress_dirty = True
+        self.dirty = True
 
     def _moved(self, node_id: str, kind: str) -> None:
         positions = self.positions.get(node_id)
@@ -155,11 +155,11 @@ class ProgressState:
             message,
         )
         self._moved(node_id, "progress")
-        self.progress_dirty = True
+        self.dirty = True
 
     def replace_node(self, node_id: str, node: NodeProgress) -> None:
         self.nodes[node_id] = node
-        self.progress_dirty = True
+        self.dirty = True
 
     def note_total_rows(self, total: int | None) -> None:
         if total is not None and total > self.total_rows:
@@ -179,7 +179,7 @@ class ProgressState:
             self.trim_logs()
         else:
             self._keep_log(log_line(trimmed, self.bounds.log_line_bytes))
-        self.logs_dirty = True
+        self.dirty = True
 
     def _keep_log(self, line: str) -> None:
         self.logs.append(line)
@@ -244,8 +244,7 @@ class ProgressState:
     @property
     def has_changes(self) -> bool:
         return (
-            self.progress_dirty
-            or self.logs_dirty
+            self.dirty
             or bool(self._lifecycle_events)
             or bool(self._activity)
             or self.dropped_one_shot_events > 0
@@ -274,8 +273,7 @@ class ProgressState:
         self._lifecycle_events.clear()
         self._activity.clear()
         self.dropped_one_shot_events = 0
-        self.progress_dirty = False
-        self.logs_dirty = False
+        self.dirty = False
         return snap
 
     def requeue(self, snap: Snapshot) -> None:
@@ -294,6 +292,5 @@ class ProgressState:
         self._activity = merged
         self.dropped_one_shot_events += snap.dropped_one_shot_events
         # The progress and logs of the failed upload are still in the state; send them again.
-        self.progress_dirty = True
-        self.logs_dirty = True
+        self.dirty = True
         self._trim()

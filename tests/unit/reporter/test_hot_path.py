@@ -214,11 +214,11 @@ def test_the_log_tail_shortcut_keeps_what_the_general_path_keeps(texts: list[str
         if text.strip():
             general.log_total_count += 1
             general._keep_log(log_line(text.strip(), _LINE_BYTES))
-            general.logs_dirty = True
-        assert (fast.logs, fast.log_bytes, fast.log_total_count, fast.log_hole_after, fast.logs_dirty) == (
+            general.dirty = True
+        assert (fast.logs, fast.log_bytes, fast.log_total_count, fast.log_hole_after, fast.dirty) == (
             general.logs,
             general.log_bytes,
             general.log_total_count,
             general.log_hole_after,
-            general.logs_dirty,
+            general.dirty,
         )

@@ -89,21 +89,31 @@ def test_requeued_observations_of_other_activities_go_before_the_new_ones() -> N
 
 def test_every_write_marks_what_the_next_upload_carries_and_a_snapshot_makes_it_clean() -> None:
     s = state()
-    assert not s.has_changes and not s.progress_dirty and not s.logs_dirty and s.total_rows == 0
+    assert not s.has_changes and not s.dirty and s.total_rows == 0
     s.append_log("  ")  # blank: nothing to carry
     assert not s.has_changes
     s.append_log("a line")
-    assert s.logs_dirty and s.has_changes and list(s.logs) == ["a line"]
+    assert s.dirty and s.has_changes and list(s.logs) == ["a line"]
     s.snapshot()
     assert not s.has_changes
     s.merge_row_counts("m", 1, 0, 2, None, None, None, None, None, None)
-    assert s.progress_dirty and s.has_changes
+    assert s.dirty and s.has_changes
     s.snapshot()
     s.replace_node("m", s.nodes["m"])
-    assert s.progress_dirty and s.has_changes
+    assert s.dirty and s.has_changes
     s.snapshot()
     s.restore_logs(["delivered"], 10)  # already delivered: nothing to upload
     assert not s.has_changes and list(s.logs)[-1] == "delivered" and s.log_total_count == 10
+
+
+def test_a_failed_upload_of_progress_alone_is_given_back_to_go_again() -> None:
+    """Nothing one-shot to give back: only the flag says the next upload must carry it again."""
+    s = state()
+    s.append_log("a line")
+    failed = s.snapshot()
+    assert not s.has_changes
+    s.requeue(failed)
+    assert s.has_changes and s.pending_one_shot_count == 0
 
 
 def test_row_counts_stamp_the_node_with_the_clock() -> None:
