@@ -422,16 +422,11 @@ class RunLog:
 
     async def _read(self, run_id: str, cursor: int | None, limit: int) -> SharedPage:
         self.reads += 1
-        async with self.db.connection() as conn:
-            # One statement is one snapshot already: in autocommit it costs one round trip instead of
-            # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
-            await conn.set_autocommit(True)
-            try:
-                shared, created_at = await read_page(
-                    conn, run_id, cursor, limit, created_at=self._created_at.get(run_id)
-                )
-            finally:
-                await conn.set_autocommit(False)
+        # One statement is one snapshot already: in autocommit it costs one round trip instead of
+        # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
+        async with self.db.connection(autocommit=True) as conn:
+            known = self._created_at.get(run_id)
+            shared, created_at = await read_page(conn, run_id, cursor, limit, created_at=known)
         if len(self._created_at) >= _CREATED_AT_KEPT:
             self._created_at.clear()
         self._created_at[run_id] = created_at
