@@ -45,6 +45,7 @@ from ledger.errors import ConfigError, DatabaseUnavailable, HeldBySession
 
 __all__ = [
     "CONVERTING_SQL",
+    "COPY_BATCH_SQL",
     "DEFAULT_BATCH",
     "OLD_TABLE",
     "Progress",
@@ -91,7 +92,9 @@ SELECT DISTINCT date_trunc(
 FROM ledger.runs ORDER BY 1
 """
 
-_COPY_BATCH_SQL: Final = f"""
+# One batch of the copy (`after_run`, `after_seq`: where the last one ended; `limit`): its rows, its
+# runs locked `FOR SHARE` for the watermark each copies above, and what it read and copied.
+COPY_BATCH_SQL: Final = f"""
 WITH batch AS (
     SELECT o.run_id, o.seq, o.type, o.ts, o.payload FROM {OLD_TABLE} o
     WHERE (o.run_id, o.seq) > (%(after_run)s, %(after_seq)s)
@@ -187,7 +190,7 @@ def convert(
             started = time.monotonic()
             with conn.transaction():
                 done = conn.execute(
-                    _COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
+                    COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
                 ).fetchone()
             progress.longest_batch_s = max(progress.longest_batch_s, time.monotonic() - started)
             assert done is not None

@@ -153,7 +153,7 @@ HEAD: Final = max(RELEASES)
 SHIPPED: Final[Mapping[str, str]] = {
     "append_events.sql": "1e4711c99e6ecefe63e7923ae2f68321b8769625f40432317e95c96f234cba0d",
     "append_events_v2.sql": "7ee0be13bc9200cc6e9928357e98b0cbdff4ce01f145893708a8a0766c38882f",
-    "append_events_v3.sql": "0d94aafa8e71f79725ec09022e238720a05285a381cac210f563ad867ef05f34",
+    "append_events_v3.sql": "ad0d2b34ef4bdf0f64f150517373869d776774e4e08bdd7226de91253fa6c8ca",
     "event_log.sql": "df35d3be8d25dd2200a1b774679e0de5576d7cd4b10255f7952408a88fca8915",
     "instance_runs.sql": "5dd548e86867ccfb252b4726755fde093edefad491006d97c4044d0f4b9f153a",
     "pool_availability.sql": "f957549ba7f08009c36cf20f8770afd7abf3133ee596d917bc4425668b531ee9",

@@ -13,11 +13,12 @@
 -- `trim_chunk` (1,000) seqs at a time: an append deletes, in one range, the whole chunks its move of
 -- the watermark completed, so a run at its cap deletes once per 1,000 trimmed events instead of on
 -- every call, and stores at most 999 rows below its watermark. The chunks are fixed multiples of
--- seq, so where deletion stands follows from the watermark alone: each row is deleted once, and no
--- delete walks the dead rows of the chunks before. The watermark before the move is read, only
--- when a chunk may be complete, by the UPDATE as of its snapshot: never above the one it replaced
--- (the watermark only grows), so no chunk is missed; after a wait on a concurrent appender it may
--- be below it, and the range then starts at chunks that appender deleted already.
+-- seq, so where deletion stands follows from the watermark alone. The watermark before the move is
+-- read (only once a chunk may be complete) by the UPDATE as of its snapshot, never above the one it
+-- replaced, since the watermark only grows: no chunk is ever missed. It is the one replaced unless
+-- the UPDATE waited for a concurrent appender; then it may be lower, and a delete may walk again
+-- the chunk that appender has just deleted. Otherwise no delete walks the dead rows of the chunks
+-- before.
 -- No row: no such run. `refused`: the run had ended, the row is its stored state. Otherwise the run
 -- after the append and the batch's `first_seq`. `p_events` is a JSON array of [type, payload]
 -- pairs, validated by the caller; `p_status` is the status the call moves the run to (NULL: none),

@@ -180,7 +180,7 @@ def test_an_append_waits_for_the_batch_that_copies_its_run(filled_url: str) -> N
     migrate.upgrade(filled_url)
     first = {"after_run": "", "after_seq": 0, "limit": 10}  # r0's first ten events
     with psycopg.connect(filled_url) as batch, psycopg.connect(filled_url, autocommit=True) as appender:
-        assert batch.execute(conversion._COPY_BATCH_SQL, first).fetchone() == (10, 10, "r0", 10)
+        assert batch.execute(conversion.COPY_BATCH_SQL, first).fetchone() == (10, 10, "r0", 10)
         # Bounds the wait for a lock the batch holds until it commits: the append cannot go first.
         appender.execute("SET lock_timeout = '200ms'")
         with pytest.raises(psycopg.errors.LockNotAvailable):
