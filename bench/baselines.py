@@ -50,7 +50,7 @@ SELECT pg_notify('@CHANNEL@', '{"run_id":"@PREFIX@' || :client_id || '","seq":' 
 FROM advanced;
 """
 
-# The same append trimming as ours does (`ledger.append_events_v2`): past `@KEEP@` events the run's
+# The same append trimming as ours does (`ledger.append_events_v3`): past `@KEEP@` events the run's
 # oldest are deleted, from its watermark `events_trimmed_through` up to the new cutoff, the terminal
 # event kept; the watermark moves in the update the append makes. Ours deletes by whole chunks of
 # 1,000 seqs; with the bench's 1,000 events a call that is the same 1,000 rows a call as here.

@@ -46,8 +46,8 @@ FROM generate_series(%(first)s::int, %(last)s::int) AS g CROSS JOIN generate_ser
 """
 
 APPEND = """
-SELECT * FROM ledger.append_events_v2('conv-00000100', '[["log", {"line": "live"}]]'::jsonb, NULL, 0, NULL,
-                                      'ledger_bench', false)
+SELECT * FROM ledger.append_events_v3('conv-00000100', '[["log", {"line": "live"}]]'::jsonb, NULL, 0, NULL,
+                                      'ledger_bench', false, NULL)
 """
 
 
@@ -124,7 +124,7 @@ def main() -> None:
                     f"convert: copy ({progress.batches} batches of {args.batch:,})",
                     f"{(t2 - t1 - progress.drop_s) * 1000:.0f} ms, longest batch"
                     f" {progress.longest_batch_s * 1000:.0f} ms",
-                    "per batch: FOR KEY SHARE on its runs' rows, ROW EXCLUSIVE on partitions",
+                    "per batch: FOR SHARE on its runs' rows, ROW EXCLUSIVE on partitions",
                     *_appends(appender, t1, t2),
                 ),
                 (

@@ -38,7 +38,10 @@ Design notes:
   run under the role's own timeouts.
 - **Autocommit.** `autocommit()` hands out a connection on which every statement is its own
   transaction: a one-statement operation (an append is one function call) then costs one round
-  trip instead of BEGIN, the statement and COMMIT.
+  trip instead of BEGIN, the statement and COMMIT. A connection goes back to the pool in the mode
+  it was used in, and the next checkout switches it only when it asks for the other mode: a run of
+  appends on one connection switches nothing (two switches per append were a tenth of its
+  client's instructions), and every block still gets the mode it asked for.
 - **Shared transaction.** `shared_transaction()` opens one transaction that every
   `transaction()`/`connection()` of the same `Database` joins, as a savepoint, for as long as it
   is open in the current task (a context variable). The service's Idempotency-Key handling runs a
@@ -390,11 +393,14 @@ class Database:
             self._given_back.pop(conn, None)
 
     @asynccontextmanager
-    async def _pooled(self) -> AsyncIterator[Conn]:
-        """A checked connection, committed on a clean exit and rolled back on an error (as
-        psycopg_pool's `connection()` does), given back to the pool either way."""
+    async def _pooled(self, *, autocommit: bool = False) -> AsyncIterator[Conn]:
+        """A checked connection in the mode asked for (`autocommit`, or transactions), committed on
+        a clean exit and rolled back on an error (as psycopg_pool's `connection()` does), given back
+        to the pool either way."""
         conn = await self._checkout()
         try:
+            if conn.autocommit != autocommit:
+                await conn.set_autocommit(autocommit)
             async with conn:
                 yield conn
         except (psycopg.OperationalError, DatabaseUnavailable):
@@ -430,8 +436,10 @@ class Database:
         return shared[1] if shared is not None and shared[0] is self else None
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Conn]:
-        """A pooled connection; the pool commits on a clean exit and rolls back on an error.
+    async def connection(self, *, autocommit: bool = False) -> AsyncIterator[Conn]:
+        """A pooled connection; the pool commits on a clean exit and rolls back on an error. With
+        `autocommit`, each statement is its own transaction (a read of one statement: one round
+        trip), whatever `transaction_pooling` says (no session setting is made for it).
 
         Inside `shared_transaction` it is the shared connection, in a savepoint.
         """
@@ -441,7 +449,7 @@ class Database:
                 async with joined.transaction():
                     yield joined
                 return
-            async with self._pooled() as conn:
+            async with self._pooled(autocommit=autocommit) as conn:
                 yield conn
 
     @asynccontextmanager
@@ -475,14 +483,8 @@ class Database:
                 yield conn
             return
         with driver_errors():
-            async with self._pooled() as conn:
-                await conn.set_autocommit(True)
-                try:
-                    yield conn
-                finally:
-                    # The pool hands connections out in transaction mode; a broken one is discarded.
-                    with contextlib.suppress(psycopg.Error):
-                        await conn.set_autocommit(False)
+            async with self._pooled(autocommit=True) as conn:
+                yield conn
 
     @asynccontextmanager
     async def shared_transaction(self) -> AsyncIterator[Conn]:

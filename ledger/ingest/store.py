@@ -4,8 +4,9 @@ The run row is locked first (`lock_run`, creating the run: a status upload opens
 uploads to one run apply one at a time and the ingestion state read from the row is the state the
 plan is made against. `ledger.ingest.rules.plan_upload` decides everything (fence, duplicate,
 positional logs, step diff, activity watermarks, replay); this module only reads the row, appends
-the planned events through the run log's one append path, stores the new ingestion state and, for
-an upload with a terminal status, sets the terminal state through the first-terminal-wins path.
+the planned events through the run log's one append path, which stores the new ingestion state with
+the same statement (an upload that appends nothing stores it with one of its own), and, for an
+upload with a terminal status, sets the terminal state through the first-terminal-wins path.
 An ended run stays as it ended: an upload to it that would change anything (an event, a node's
 progress, the log count, its end...) is refused (`RunTerminal`) before anything is written, and one
 that would not is absorbed, writing nothing (its `upload_seq` and heartbeat included); either way
@@ -58,6 +59,7 @@ from ledger.runlog.events import NewEvent, TerminalState, validate_run_id
 from ledger.runlog.steps import settle_steps
 from ledger.runlog.store import (
     DEFAULT_MAX_EVENTS_PER_RUN,
+    IngestColumns,
     append_in_transaction,
     lock_run,
     set_terminal_in_transaction,
@@ -110,7 +112,24 @@ def _state_from_row(row: dict[str, Any]) -> IngestState:
     )
 
 
+def _ingest_columns(plan: IngestPlan, status: str) -> IngestColumns:
+    """The ingestion state to store, as the append writes it with the upload's events."""
+    state = plan.state
+    return IngestColumns(
+        status,
+        {
+            "producer_attempt": state.producer_attempt,
+            "last_upload_seq": state.last_upload_seq,
+            "live_log_count": state.live_log_count,
+            "live_node_progress": state.live_node_progress,
+            "activity_watermarks": state.activity_watermarks,
+            "replay_digest": state.replay_digest,
+        },
+    )
+
+
 async def _store_state(conn: Conn, run_id: str, plan: IngestPlan, status: str) -> None:
+    """Store the ingestion state of an upload that appends nothing."""
     state = plan.state
     await conn.execute(
         _STORE_INGEST_STATE_SQL,
@@ -177,13 +196,21 @@ async def apply_status_upload(
             if plan.duplicate:
                 return _answer(plan, run, terminal_set=False)
             if plan.events:
-                # The plan's events are built from the upload checked above: appended as they are.
+                # The plan's events are built from the upload checked above: appended as they are,
+                # and the ingestion state written by the same statement (one round trip less).
                 batch = [
                     NewEvent(event["type"], {key: value for key, value in event.items() if key != "type"})
                     for event in plan.events
                 ]
-                await append_in_transaction(conn, run, batch, max_events_per_run=max_events_per_run)
-            await _store_state(conn, run_id, plan, parsed.status)
+                await append_in_transaction(
+                    conn,
+                    run,
+                    batch,
+                    max_events_per_run=max_events_per_run,
+                    ingest=_ingest_columns(plan, parsed.status),
+                )
+            else:
+                await _store_state(conn, run_id, plan, parsed.status)
             # The plan settled the steps the upload leaves open; the terminal path finds none.
             run["live_node_progress"] = plan.state.live_node_progress
             terminal_set = False

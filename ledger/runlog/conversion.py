@@ -4,14 +4,15 @@ Migration 0013 moves a filled `ledger.run_events` aside (a rename, instant) as
 `ledger_partitions.run_events_unpartitioned` and puts the partitioned table in its place: appends
 go there at once. `convert` then copies the old rows over in key order, one short transaction per
 batch (`ON CONFLICT DO NOTHING`, so a batch that is repeated after a crash changes nothing),
-locking the batch's runs `FOR KEY SHARE` so a run deleted meanwhile (retention) cannot leave
+locking the batch's runs `FOR SHARE` so a run deleted meanwhile (retention) cannot leave
 copied events behind. An append meanwhile trims its run past the event cap in the new table and
 moves the run's trim watermark (`events_trimmed_through`); the old rows at or below it are not
 copied (the terminal event excepted, which is never trimmed), so the watermark carries the
 trims of both logs and a page's `first_seq` is the first event it holds. The append waits for
-the batch that copies its run (its `FOR UPDATE` against the batch's `FOR KEY SHARE`), so a batch
-and an append never disagree about the watermark. Each batch holds row locks only: appends to
-the runs it copies wait for its commit, nothing else waits. Last, the old table's foreign key is
+the batch that copies its run (its `UPDATE` against the batch's `FOR SHARE`: `FOR KEY SHARE` would
+let an update that changes no key through), so a batch and an append never disagree about the
+watermark. Each batch holds row locks only: writes to the runs it copies wait for its commit,
+nothing else waits. Last, the old table's foreign key is
 dropped (that takes `ACCESS EXCLUSIVE` on `ledger.runs` for the moment its triggers are removed,
 under a short `lock_timeout`, retried), then the table, which no one else uses any more.
 
@@ -44,6 +45,7 @@ from ledger.errors import ConfigError, DatabaseUnavailable, HeldBySession
 
 __all__ = [
     "CONVERTING_SQL",
+    "COPY_BATCH_SQL",
     "DEFAULT_BATCH",
     "OLD_TABLE",
     "Progress",
@@ -90,7 +92,9 @@ SELECT DISTINCT date_trunc(
 FROM ledger.runs ORDER BY 1
 """
 
-_COPY_BATCH_SQL: Final = f"""
+# One batch of the copy (`after_run`, `after_seq`: where the last one ended; `limit`): its rows, its
+# runs locked `FOR SHARE` for the watermark each copies above, and what it read and copied.
+COPY_BATCH_SQL: Final = f"""
 WITH batch AS (
     SELECT o.run_id, o.seq, o.type, o.ts, o.payload FROM {OLD_TABLE} o
     WHERE (o.run_id, o.seq) > (%(after_run)s, %(after_seq)s)
@@ -99,7 +103,7 @@ WITH batch AS (
 ), runs AS (
     SELECT r.run_id, r.created_at, r.events_trimmed_through FROM ledger.runs r
     WHERE r.run_id IN (SELECT DISTINCT run_id FROM batch)
-    FOR KEY SHARE
+    FOR SHARE
 ), copied AS (
     INSERT INTO ledger.run_events (run_id, seq, run_created_at, type, ts, payload)
     SELECT b.run_id, b.seq, r.created_at, b.type, b.ts, b.payload
@@ -186,7 +190,7 @@ def convert(
             started = time.monotonic()
             with conn.transaction():
                 done = conn.execute(
-                    _COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
+                    COPY_BATCH_SQL, {"after_run": after_run, "after_seq": after_seq, "limit": batch}
                 ).fetchone()
             progress.longest_batch_s = max(progress.longest_batch_s, time.monotonic() - started)
             assert done is not None

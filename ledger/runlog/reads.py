@@ -29,7 +29,7 @@ __all__ = [
 
 # One snapshot: the run, its oldest retained seq and a page after the cursor (NULL cursor = `now`).
 # Both start above the run's trim watermark: the rows at or below it are trimmed, and are deleted
-# by chunk (`ledger/sql/append_events_v2.sql`), so some may still be stored.
+# by chunk (`ledger/sql/append_events_v3.sql`), so some may still be stored.
 # No row at all means no such run; one row with a NULL seq means an empty page. The run's
 # `created_at` reaches the event reads only as a parameter of the executor: the planner keeps, and
 # the executor locks and sets up, every partition before pruning all but one at run time, a cost

@@ -1,11 +1,13 @@
 """The run log on Postgres: runs, gapless per-run events, first-terminal-wins, long-poll reads.
 
 Design note. The run row is the lock: every write to a run's log locks its `ledger.runs` row
-(`SELECT ... FOR UPDATE`), so appenders to one run serialize and take `seq` from `runs.last_seq`
-without gaps or collisions, while appenders to other runs lock other rows and never wait. The
-append itself is one database function, `ledger.append_events_v2` (`ledger/sql/`): it locks the
-run, refuses a terminal run, inserts the batch, advances the run, records a trailing terminal event,
-trims retention and issues the NOTIFY, so `RunLog.append` is one round trip in autocommit.
+(`SELECT ... FOR UPDATE`, or the append's own `UPDATE`), so appenders to one run serialize and
+take `seq` from `runs.last_seq` without gaps or collisions, while appenders to other runs lock
+other rows and never wait. The append itself is one database function, `ledger.append_events_v3`
+(`ledger/sql/`): it advances the run with the statement that locks it, refuses a terminal run,
+inserts the batch, records a trailing terminal event, trims retention and issues the NOTIFY, so
+`RunLog.append` is one round trip in autocommit. The status ingestion hands it the upload's
+ingestion state too, written by the same statement.
 Retention moves the run's watermark (`runs.events_trimmed_through`) on every append and deletes
 the rows below it by chunk: every read of events starts above the watermark, never at what is
 stored.
@@ -33,7 +35,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from psycopg.types.json import Jsonb
 
@@ -62,6 +64,7 @@ from ledger.runlog.steps import settle_steps
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_RUN",
+    "IngestColumns",
     "RunLog",
     "append_in_transaction",
     "lock_run",
@@ -109,13 +112,14 @@ _RUN_FOR_LOG_LINES_SQL: Final = (
 
 _LOCK_RUN_SQL: Final = "SELECT * FROM ledger.runs WHERE run_id = %(run_id)s FOR UPDATE"
 
-# The whole append (`ledger/sql/append_events_v2.sql`): no row for an unknown
+# The whole append (`ledger/sql/append_events_v3.sql`): no row for an unknown
 # run; `refused` with the stored terminal state for a terminal run; otherwise the run after the
 # append and the batch's first seq. The batch travels as one JSON array of [type, payload] pairs:
-# one parameter, one encode call.
+# one parameter, one encode call; so does the ingestion state to write with it (NULL: none).
 _APPEND_SQL: Final = """
-SELECT * FROM ledger.append_events_v2(
-    %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s
+SELECT * FROM ledger.append_events_v3(
+    %(run_id)s, %(events)s::jsonb, %(status)s, %(max_events)s, %(now)s::timestamptz, %(channel)s, %(notify)s,
+    %(ingest)s::jsonb
 )
 """
 
@@ -175,7 +179,15 @@ async def lock_run(
     return dict(row)
 
 
-# The run row columns `ledger.append_events_v2` answers with: everything an append may change.
+class IngestColumns(NamedTuple):
+    """A status upload's ingestion state, written by the statement that appends its events: the
+    run's status and the ingestion columns by name (those `ledger/sql/append_events_v3.sql` lists)."""
+
+    status: str
+    columns: Mapping[str, Any]
+
+
+# The run row columns `ledger.append_events_v3` answers with: everything an append may change.
 _APPENDED_COLUMNS: Final = (
     "last_seq",
     "updated_at",
@@ -192,7 +204,7 @@ _APPENDED_COLUMNS: Final = (
 
 
 def _refusal(run_id: str, row: Row) -> RunTerminal:
-    """The error for an append `ledger.append_events_v2` refused: the run (`row`) had ended."""
+    """The error for an append `ledger.append_events_v3` refused: the run (`row`) had ended."""
     stored = terminal_from_row(row)
     assert stored is not None
     return RunTerminal(
@@ -212,10 +224,15 @@ async def _append_events(
     max_events_per_run: int,
     now: datetime | None,
     notify: bool,
+    ingest: IngestColumns | None = None,
 ) -> Row:
-    """Run `ledger.append_events_v2`: the run row after the append, or (`refused`) the terminal run's
+    """Run `ledger.append_events_v3`: the run row after the append, or (`refused`) the terminal run's
     row untouched. Raises `NotFound` for an unknown run."""
     status = next((e.run_status for e in reversed(events) if e.run_status is not None), None)
+    if ingest is not None and not (events and events[-1].type == "terminal"):
+        # The upload's status wins over its events' (its state was written after them), unless the
+        # batch ended the run.
+        status = ingest.status
     cur = await conn.execute(
         _APPEND_SQL,
         {
@@ -226,6 +243,7 @@ async def _append_events(
             "now": now,
             "channel": CHANNEL,
             "notify": notify,
+            "ingest": None if ingest is None else jsonb.dumps(ingest.columns),
         },
     )
     row = await cur.fetchone()
@@ -235,7 +253,7 @@ async def _append_events(
 
 
 def _appended(row: Row, events: Sequence[NewEvent]) -> list[shapes.Event]:
-    """The events just appended (answer row of `ledger.append_events_v2`) in API shape."""
+    """The events just appended (answer row of `ledger.append_events_v3`) in API shape."""
     first = int(row["first_seq"])
     ts_ms = to_ms(row["updated_at"])
     return [event_to_wire(first + i, e.type, ts_ms, e.payload) for i, e in enumerate(events)]
@@ -271,6 +289,7 @@ async def _append_locked(
     *,
     max_events_per_run: int,
     now: datetime | None,
+    ingest: IngestColumns | None = None,
 ) -> Row:
     """Append to the run `lock_run` locked in this transaction and bring `run_row` up to date; the
     transaction's first append to the run issues its NOTIFY."""
@@ -281,6 +300,7 @@ async def _append_locked(
         max_events_per_run=max_events_per_run,
         now=now,
         notify=not run_row.get(_NOTIFIED, False),
+        ingest=ingest,
     )
     run_row.update((column, row[column]) for column in _APPENDED_COLUMNS)
     if not row["refused"]:
@@ -295,6 +315,7 @@ async def append_in_transaction(
     *,
     max_events_per_run: int,
     now: datetime | None = None,
+    ingest: IngestColumns | None = None,
 ) -> list[shapes.Event]:
     """Append validated events to the run locked by `lock_run` in this transaction.
 
@@ -305,14 +326,18 @@ async def append_in_transaction(
     the run's last seq, advances the run (status events also set its status), trims retention and
     issues the transaction's one NOTIFY.
     A trailing `terminal` event sets the terminal state (first terminal wins). `run_row` is updated
-    in place, so a second call in the same transaction continues the sequence.
+    in place, so a second call in the same transaction continues the sequence. With `ingest`, the
+    same statement writes the status ingestion's state (the run's status and its ingestion columns:
+    nothing of it is written when the run had ended).
     Returns the stored events in API shape.
     """
     if events and all(isinstance(event, NewEvent) for event in events):
         parsed: list[NewEvent] = [event for event in events if isinstance(event, NewEvent)]
     else:
         parsed = parse_events(events)
-    row = await _append_locked(conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now)
+    row = await _append_locked(
+        conn, run_row, parsed, max_events_per_run=max_events_per_run, now=now, ingest=ingest
+    )
     if row["refused"]:
         raise _refusal(run_row["run_id"], row)
     return _appended(row, parsed)
@@ -400,17 +425,12 @@ class RunLog:
 
     async def _read(self, run_id: str, cursor: int | None, limit: int) -> SharedPage:
         self.reads += 1
-        async with self.db.connection() as conn:
+        # One statement is one snapshot already: in autocommit it costs one round trip instead of
+        # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
+        async with self.db.connection(autocommit=True) as conn:
             self._seal((run_id, cursor, limit))
-            # One statement is one snapshot already: in autocommit it costs one round trip instead of
-            # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
-            await conn.set_autocommit(True)
-            try:
-                shared, created_at = await read_page(
-                    conn, run_id, cursor, limit, created_at=self._created_at.get(run_id)
-                )
-            finally:
-                await conn.set_autocommit(False)
+            known = self._created_at.get(run_id)
+            shared, created_at = await read_page(conn, run_id, cursor, limit, created_at=known)
         if len(self._created_at) >= _CREATED_AT_KEPT:
             self._created_at.clear()
         self._created_at[run_id] = created_at

@@ -16,7 +16,9 @@ SHA-256 differs from `SHIPPED`, and a change is a new file instead.
 - A function whose signature or meaning changes gets a new versioned name (`pool_claim` became
   `pool_claim_v2`) in a new file; its callers move to it, and the migration that loads it drops
   the old one (and its downgrade restores it). Callers never meet a function that changed under
-  the name they know.
+  the name they know. An old one whose meaning still holds may stay beside the new one, for the
+  code of the release before while a deploy rolls (`append_events_v2` beside `append_events_v3`,
+  which only adds to it); the downgrade then drops the new one alone.
 - A view keeps its name (people and `ledger_reader` query it), and so does `pool_windows()` (new
   numbers are meant to reach every reader); the new definition goes into a new file
   (`<name>_2.sql`) and the old file leaves the newest release.
@@ -123,6 +125,25 @@ RELEASES: Final[Mapping[str, tuple[str, ...]]] = {
         "pool_availability.sql",
         "event_log.sql",
     ),
+    "0017": (
+        "pool_windows_2.sql",
+        "append_events_v2.sql",
+        "append_events_v3.sql",
+        "run_event_partitions.sql",
+        "run_events_follow_runs.sql",
+        "step_state.sql",
+        "run_overview_2.sql",
+        "step_progress_2.sql",
+        "stalled_runs_2.sql",
+        "pool_tallies.sql",
+        "pool_counts.sql",
+        "pool_collect_v2.sql",
+        "instance_runs.sql",
+        "pool_claim_v2.sql",
+        "pool_entry_conditions.sql",
+        "pool_availability.sql",
+        "event_log.sql",
+    ),
 }
 
 # The release the schema at head is made of.
@@ -132,6 +153,7 @@ HEAD: Final = max(RELEASES)
 SHIPPED: Final[Mapping[str, str]] = {
     "append_events.sql": "1e4711c99e6ecefe63e7923ae2f68321b8769625f40432317e95c96f234cba0d",
     "append_events_v2.sql": "7ee0be13bc9200cc6e9928357e98b0cbdff4ce01f145893708a8a0766c38882f",
+    "append_events_v3.sql": "ad0d2b34ef4bdf0f64f150517373869d776774e4e08bdd7226de91253fa6c8ca",
     "event_log.sql": "df35d3be8d25dd2200a1b774679e0de5576d7cd4b10255f7952408a88fca8915",
     "instance_runs.sql": "5dd548e86867ccfb252b4726755fde093edefad491006d97c4044d0f4b9f153a",
     "pool_availability.sql": "f957549ba7f08009c36cf20f8770afd7abf3133ee596d917bc4425668b531ee9",

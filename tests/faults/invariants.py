@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 
 from ledger.idempotency import IdempotencyScope
 
-# Seqs per chunk retention deletes at once (`trim_chunk` in `ledger/sql/append_events_v2.sql`).
+# Seqs per chunk retention deletes at once (`trim_chunk` in `ledger/sql/append_events_v3.sql`).
 TRIM_CHUNK = 1000
 
 # (what the rule says, a query returning the rows that break it)

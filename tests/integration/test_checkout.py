@@ -62,3 +62,51 @@ async def test_a_one_call_append_after_its_connection_was_terminated_succeeds(
     assert event["seq"] == 2
     page = await runlog.list_events("r1")
     assert [e["seq"] for e in page["events"]] == [1, 2]
+
+
+async def in_one_transaction(conn: psycopg.AsyncConnection[object]) -> bool:
+    """Whether two statements on `conn` share one transaction (the second sees the first's id)."""
+    first = await (await conn.execute("SELECT txid_current() AS x")).fetchone()
+    second = await (await conn.execute("SELECT txid_current_if_assigned() AS x")).fetchone()
+    if not conn.autocommit:
+        await conn.rollback()
+    assert isinstance(first, dict) and isinstance(second, dict)
+    return bool(first["x"] == second["x"])
+
+
+async def test_each_block_gets_the_mode_it_asks_for_whatever_the_connection_was_last(
+    one_conn: Database,
+) -> None:
+    # One connection for every block: each hands it back in its own mode, the next sets its own.
+    for _ in range(2):
+        async with one_conn.autocommit() as conn:
+            assert conn.autocommit and not await in_one_transaction(conn)
+        async with one_conn.connection() as conn:
+            assert not conn.autocommit and await in_one_transaction(conn)
+        async with one_conn.connection(autocommit=True) as conn:
+            assert conn.autocommit and not await in_one_transaction(conn)
+        async with one_conn.transaction() as conn:
+            assert not conn.autocommit
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+
+
+async def test_appends_one_after_another_switch_the_connection_s_mode_once(
+    one_conn: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two switches per append (to autocommit and back) were a tenth of its client's instructions.
+    switches: list[bool] = []
+    set_autocommit = psycopg.AsyncConnection.set_autocommit
+
+    async def counting(self: psycopg.AsyncConnection[object], value: bool) -> None:
+        switches.append(value)
+        await set_autocommit(self, value)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "set_autocommit", counting)
+    runlog = RunLog(one_conn)
+    await runlog.open_run("r1")
+    switches.clear()  # (the check of a connection never handed out switches it and back)
+    for i in range(5):
+        await runlog.append("r1", [{"type": "log", "line": str(i)}])
+    assert switches == [True]
+    await runlog.get_run("r1")
+    assert switches == [True, False]

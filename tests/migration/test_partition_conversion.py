@@ -69,8 +69,8 @@ def count(url: str, sql: str) -> int:
 
 
 APPEND = (
-    'SELECT * FROM ledger.append_events_v2(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
-    " NULL, 0, NULL, 'ledger_test', false)"
+    'SELECT * FROM ledger.append_events_v3(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
+    " NULL, 0, NULL, 'ledger_test', false, NULL)"
 )
 
 
@@ -134,8 +134,8 @@ def test_a_conversion_left_half_done_downgrades_with_every_event(filled_url: str
 
 CAP = EVENTS_PER_RUN
 APPEND_AT_CAP = (
-    'SELECT * FROM ledger.append_events_v2(\'r1\', \'[["log", {"line": "during"}]]\'::jsonb,'
-    " NULL, %(cap)s, NULL, 'ledger_test', false)"
+    'SELECT * FROM ledger.append_events_v3(%(run)s, \'[["log", {"line": "during"}]]\'::jsonb,'
+    " NULL, %(cap)s, NULL, 'ledger_test', false, NULL)"
 )
 
 
@@ -155,7 +155,7 @@ def test_appends_trimming_at_the_cap_during_the_conversion_leave_one_consistent_
         if progress.batches == 1:
             with psycopg.connect(filled_url, autocommit=True) as conn:
                 for _ in range(appends):
-                    conn.execute(APPEND_AT_CAP, {"cap": CAP})
+                    conn.execute(APPEND_AT_CAP, {"run": "r1", "cap": CAP})
 
     conversion.convert(filled_url, batch=10, report=append_before_r1_is_copied)
     after = event_log(filled_url, "ledger.run_events")
@@ -171,6 +171,24 @@ def test_appends_trimming_at_the_cap_during_the_conversion_leave_one_consistent_
     assert {
         key: value for key, value in after.items() if key[0] != "r1" or key[1] <= EVENTS_PER_RUN
     } == expected
+
+
+def test_an_append_waits_for_the_batch_that_copies_its_run(filled_url: str) -> None:
+    # The batch copies what lies above the run's trim watermark as it read it: an append that moved
+    # the watermark before the batch committed would leave copied rows below it, stored for good.
+    # The append's lock is its UPDATE, which a batch's `FOR KEY SHARE` would let through.
+    migrate.upgrade(filled_url)
+    first = {"after_run": "", "after_seq": 0, "limit": 10}  # r0's first ten events
+    with psycopg.connect(filled_url) as batch, psycopg.connect(filled_url, autocommit=True) as appender:
+        assert batch.execute(conversion.COPY_BATCH_SQL, first).fetchone() == (10, 10, "r0", 10)
+        # Bounds the wait for a lock the batch holds until it commits: the append cannot go first.
+        appender.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            appender.execute(APPEND_AT_CAP, {"run": "r0", "cap": CAP})
+        batch.commit()
+        appender.execute(APPEND_AT_CAP, {"run": "r0", "cap": CAP})
+    row = count(filled_url, "SELECT events_trimmed_through FROM ledger.runs WHERE run_id = 'r0'")
+    assert row == 1
 
 
 def test_retention_drops_no_partition_while_a_conversion_is_pending(filled_url: str) -> None:

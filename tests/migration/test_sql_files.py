@@ -118,6 +118,13 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Reader:
             "function ledger.append_events_v2(text,jsonb,text,bigint,timestamp with time zone,text,boolean)",
         ),
         (
+            "append_events_v3.sql",
+            "r.terminal_status IS NULL",
+            "r.terminal_status IS NOT NULL",
+            "function ledger.append_events_v3(text,jsonb,text,bigint,timestamp with time zone,text,boolean,"
+            "jsonb)",
+        ),
+        (
             "pool_tallies.sql",
             "AFTER TRUNCATE ON ledger.pool_entries",
             "BEFORE TRUNCATE ON ledger.pool_entries",
@@ -245,3 +252,40 @@ def test_0016_replaces_the_append_and_its_downgrade_deletes_what_was_trimmed(emp
     assert _stored(empty_url, "r2") == [1, 2, 3, 4, 5]
     _append(empty_url, "append_events", "r1", 1, 10)
     assert _stored(empty_url, "r1") == list(range(4, 14))
+
+
+APPEND_V3_SIGNATURE = "(text,jsonb,text,bigint,timestamp with time zone,text,boolean,jsonb)"
+
+
+def test_0017_adds_the_append_that_locks_with_its_update_beside_the_one_before(empty_url: str) -> None:
+    migrate.upgrade(empty_url, "0016")
+    at_0016 = _definitions_at(empty_url)
+    migrate.upgrade(empty_url, "0017")
+    at_0017 = _definitions_at(empty_url)
+    # The release before still calls `append_events_v2` while a deploy rolls: it stays as it was.
+    added = sorted(at_0017.keys() - at_0016.keys())
+    assert added == [f"function ledger.append_events_v3{APPEND_V3_SIGNATURE}"]
+    assert sorted(at_0016.keys() - at_0017.keys()) == []
+    assert sorted(k for k in at_0016.keys() & at_0017.keys() if at_0016[k] != at_0017[k]) == []
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO ledger.runs (run_id) VALUES ('r1')")
+    # Both appends write one log: each continues the other's seqs and trims from the same watermark.
+    _append(empty_url, "append_events_v2", "r1", 3, 4)
+    _append_v3(empty_url, "r1", 3, 4)
+    _append(empty_url, "append_events_v2", "r1", 1, 4)
+    with psycopg.connect(empty_url) as conn:
+        row = conn.execute("SELECT last_seq, events_trimmed_through FROM ledger.runs").fetchone()
+    assert row == (7, 3)
+    assert _stored(empty_url, "r1") == list(range(1, 8))
+    migrate.downgrade(empty_url, "0016")
+    assert _definitions_at(empty_url) == at_0016
+
+
+def _append_v3(url: str, run_id: str, events: int, cap: int) -> None:
+    batch = [["log", {"line": str(i)}] for i in range(events)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT * FROM ledger.append_events_v3(%s, %s::jsonb, NULL, %s, NULL, 'ledger_test', false,"
+            " NULL)",
+            (run_id, psycopg.types.json.Jsonb(batch), cap),
+        )

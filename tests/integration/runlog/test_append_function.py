@@ -1,4 +1,4 @@
-"""The append in one round trip (`ledger.append_events_v2`): every rule it carries, on real Postgres.
+"""The append in one round trip (`ledger.append_events_v3`): every rule it carries, on real Postgres.
 
 Each test pins one rule the function took over from separate statements: gapless seqs under
 concurrent one-call appends, refusing a terminal run, first terminal wins, retention sparing the
@@ -26,7 +26,7 @@ from ledger.runlog.store import RunLog, append_in_transaction, lock_run, set_ter
 
 WRITERS = 8
 APPENDS_EACH = 200
-# Seqs per chunk the trim deletes at once (`trim_chunk` in `ledger/sql/append_events_v2.sql`).
+# Seqs per chunk the trim deletes at once (`trim_chunk` in `ledger/sql/append_events_v3.sql`).
 TRIM_CHUNK = 1000
 
 
@@ -90,6 +90,57 @@ async def test_concurrent_one_call_appends_to_one_run_get_exactly_1_to_n(db: Dat
     assert all(seqs == sorted(seqs) for seqs in results)
     assert [seq for seq, _ in await stored(db, "hot")] == list(range(1, total + 1))
     assert (await runlog.get_run("hot"))["last_seq"] == total
+    # Timestamps are ordered like seqs: each append reads the clock once the run is its own.
+    times = await stamped(db, "hot")
+    assert times == sorted(times)
+
+
+async def stamped(db: Database, run_id: str) -> list[datetime]:
+    """The run's event timestamps in seq order."""
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT ts FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,))
+        return [row["ts"] for row in await cur.fetchall()]
+
+
+async def test_an_append_that_waited_for_the_run_reads_the_clock_after_the_wait(
+    db: Database, clean_database_url: str
+) -> None:
+    # The append takes the run's lock with its UPDATE, which reads the clock too: the reading must be
+    # the one made once the wait is over (Postgres evaluates the SET list again on the row version
+    # it waited for), or the waiter's event would be stamped before the one it follows.
+    runlog = RunLog(db, max_events_per_run=0)
+    await runlog.open_run("r1")
+    async with await psycopg.AsyncConnection.connect(clean_database_url) as holder:
+        pid = holder.info.backend_pid
+        await holder.execute("SELECT * FROM ledger.runs WHERE run_id = 'r1' FOR UPDATE")
+        waiting = asyncio.create_task(runlog.append("r1", [{"type": "log", "line": "waited"}]))
+        await blocked_behind(clean_database_url, pid)
+        await holder.execute(
+            'SELECT * FROM ledger.append_events_v3(\'r1\', \'[["log", {"line": "first"}]]\'::jsonb,'
+            " NULL, 0, NULL, %s, false, NULL)",
+            (CHANNEL,),
+        )
+        cur = await holder.execute("SELECT clock_timestamp()")
+        before_commit = await cur.fetchone()
+        assert before_commit is not None
+        await holder.commit()
+        [event] = await waiting
+    assert event["seq"] == 2
+    first, second = await stamped(db, "r1")
+    assert first < before_commit[0] <= second
+
+
+async def blocked_behind(url: str, pid: int) -> None:
+    """Wait until some session waits for a lock the session `pid` holds."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
+        while True:
+            cur = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+            )
+            found = await cur.fetchone()
+            if found is not None and found[0] > 0:
+                return
+            await asyncio.sleep(0.01)
 
 
 async def test_an_append_to_a_terminal_run_is_refused_with_the_stored_state_and_writes_nothing(
@@ -151,7 +202,8 @@ async def test_a_batch_past_retention_trims_itself_but_keeps_its_terminal_event(
     # A tighter limit later (retention configured down): refused, nothing trimmed either.
     async with db.transaction() as conn:
         await conn.execute(
-            "SELECT * FROM ledger.append_events_v2('r1', '[]'::jsonb, NULL, 1, NULL, %s, false)", (CHANNEL,)
+            "SELECT * FROM ledger.append_events_v3('r1', '[]'::jsonb, NULL, 1, NULL, %s, false, NULL)",
+            (CHANNEL,),
         )
     assert await shown(runlog, "r1") == [(5, "log"), (6, "terminal")]
     assert await trimmed_through(db, "r1") == 4
@@ -166,7 +218,7 @@ async def test_the_chunk_delete_never_takes_the_terminal_event(db: Database) -> 
     async with db.connection() as conn:
         await conn.execute("UPDATE ledger.runs SET terminal_status = NULL, completed_at = NULL")
         await conn.execute(
-            "SELECT * FROM ledger.append_events_v2('r1', %s::jsonb, NULL, 1, NULL, %s, false)",
+            "SELECT * FROM ledger.append_events_v3('r1', %s::jsonb, NULL, 1, NULL, %s, false, NULL)",
             (json.dumps([["log", {"line": str(i)}] for i in range(TRIM_CHUNK)]), CHANNEL),
         )
     assert await trimmed_through(db, "r1") == TRIM_CHUNK + 1

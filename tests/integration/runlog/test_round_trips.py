@@ -80,16 +80,45 @@ async def test_an_append_is_one_statement(statements: Statements) -> None:
 
 
 @pytest.mark.parametrize("changed", [1, NODES])
-async def test_an_upload_is_the_position_read_then_a_transaction_of_three_statements(
+async def test_an_upload_is_the_position_read_then_a_transaction_of_two_statements(
     statements: Statements, changed: int
 ) -> None:
-    # The position read (autocommit), then BEGIN, the run's lock, the append, the state, COMMIT.
+    # The position read (autocommit), then BEGIN, the run's lock, the append that writes the
+    # ingestion state too, COMMIT: no statement of its own for the state.
     for seq in range(1, WARM_UP + 1):
         await apply_status_upload(statements.db, "r", progress(seq, changed))
     upload = progress(WARM_UP + 1, changed)
     sent = await statements.count(lambda: apply_status_upload(statements.db, "r", upload))
-    assert len(sent) == 6, sent
+    assert len(sent) == 5, sent
     assert [sent[1], sent[-1]] == ['Query "BEGIN"', 'Query "COMMIT"']
+    assert await stored_position(statements.db) == (WARM_UP + 1, WARM_UP + 1)
+
+
+async def test_an_upload_that_appends_nothing_writes_its_state_with_a_statement_of_its_own(
+    statements: Statements,
+) -> None:
+    for seq in range(1, WARM_UP + 1):
+        await apply_status_upload(statements.db, "r", progress(seq, NODES))
+    # The same nodes again under the next upload_seq: no event, the state still moves.
+    unchanged = progress(WARM_UP, NODES) | {"upload_seq": WARM_UP + 1}
+    answers = []
+
+    async def upload() -> None:
+        answers.append(await apply_status_upload(statements.db, "r", unchanged))
+
+    sent = await statements.count(upload)
+    assert answers[0]["events_appended"] == {} and not answers[0]["duplicate"]
+    assert len(sent) == 5, sent
+    assert await stored_position(statements.db) == (WARM_UP + 1, WARM_UP)
+
+
+async def stored_position(db: Database) -> tuple[int, int]:
+    """The run's `last_upload_seq` and the `completed` count its first node holds."""
+    async with db.connection() as conn:
+        cur = await conn.execute("SELECT last_upload_seq, live_node_progress FROM ledger.runs")
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["last_upload_seq"]), int(row["live_node_progress"]["node-00"]["completed"])
 
 
 async def test_a_late_duplicate_is_one_statement(statements: Statements) -> None:

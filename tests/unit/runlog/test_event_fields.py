@@ -60,7 +60,7 @@ def test_refusals_name_the_field_and_what_it_should_hold() -> None:
 
 
 def test_the_notify_payload_is_the_compact_text_the_sql_function_writes() -> None:
-    """`ledger.append_events_v2` builds the same text in SQL (`'{"run_id":' || ... || ',"seq":' ...`):
+    """`ledger.append_events_v3` builds the same text in SQL (`'{"run_id":' || ... || ',"seq":' ...`):
     one spelling of the payload, whichever side sends it."""
     from ledger.runlog.events import notify_payload, parse_notify_payload
 
