@@ -182,11 +182,14 @@ async def apply_status_upload(
             early = await _late_duplicate(conn, run_id, key, position)
             if early is not None:
                 return early
-        # The key's fields were checked as it was read: the rest of the body is checked here.
-        parsed = parse_upload(run_id, upload, key)
         async with conn.transaction():
             run = await _lock_run(conn, run_id, known=position is not None)
-            plan = plan_upload(run_id, _state_from_row(run), parsed, max_attempt_step=max_attempt_step)
+            state = _state_from_row(run)
+            # The key's fields were checked as it was read: the rest of the body is checked here,
+            # against the stored snapshot (what a node repeats of it is not checked again). A
+            # refusal rolls the transaction back: nothing is written.
+            parsed = parse_upload(run_id, upload, key, state.live_node_progress)
+            plan = plan_upload(run_id, state, parsed, max_attempt_step=max_attempt_step)
             if run["terminal_status"] is not None:
                 # An ended run waits for no producer (no heartbeat) and stays as it ended.
                 if not plan.duplicate:
