@@ -87,6 +87,8 @@ DEFAULT_MAX_ATTEMPT_STEP = 10
 
 _COUNT_FIELDS = validate.NODE_COUNT_FIELDS
 _TEXT_FIELDS: tuple[str, ...] = ("message", "artifact_table_namespace")
+# What a `step.progress` event carries of its node.
+_PROGRESS_FIELDS = (*_COUNT_FIELDS, *_TEXT_FIELDS)
 
 _Event = dict[str, Any]
 
@@ -193,9 +195,10 @@ def diff_steps(
             node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
         if _counts(node) != _counts(old):
             progress: _Event = {"type": "step.progress", "node_id": node_id}
-            for key in (*_COUNT_FIELDS, *_TEXT_FIELDS):
-                if node.get(key) is not None:
-                    progress[key] = node[key]
+            for key in _PROGRESS_FIELDS:
+                value = node.get(key)
+                if value is not None:
+                    progress[key] = value
             node_events.append(progress)
         state = node["state"]
         if state in steps.SETTLED_STATES and state != steps.derived_state(old):

@@ -214,12 +214,14 @@ def parse_upload(
     progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
     nodes: NodeSnapshot = {}
     for node_id, node in progress.items():
-        try:
-            validate.node_id("live_node_progress", node_id)
-        except InvalidInput:
-            raise InvalidInput(
-                "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
-            ) from None
+        # A node id the stored snapshot holds was checked when it was stored.
+        if stored is None or type(node_id) is not str or node_id not in stored:
+            try:
+                validate.node_id("live_node_progress", node_id)
+            except InvalidInput:
+                raise InvalidInput(
+                    "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
+                ) from None
         entry = None if stored is None else stored.get(node_id)
         nodes[node_id] = parse_node(
             f"live_node_progress.{node_id}", node, entry if type(entry) is dict else None

@@ -107,7 +107,7 @@ _FIELD_VALUES: dict[str, list[Any]] = {
     "position": [0, 1, "x"],
     "extra": ["x", 1],
 }
-_NODE_IDS = ["a", "b", "é"]
+_NODE_IDS = ["a", "b", "é", " ", "\ud800"]
 
 
 def _accepted(key: str, value: object) -> bool:
@@ -200,6 +200,8 @@ def _repeat(draw: st.DrawFn, stored: dict[str, Any]) -> object:
         elif how == "reordered":
             node = dict(reversed(node.items()))
         nodes[node_id] = node
+    for node_id in draw(st.lists(st.sampled_from(_NODE_IDS), unique=True, max_size=2)):
+        nodes.setdefault(node_id, draw(_nodes()))
     return nodes
 
 
@@ -301,10 +303,19 @@ def test_a_node_repeating_its_stored_entry_is_not_checked_again(monkeypatch: pyt
     )
     assert stored["a"]["position"] == 0
     checked = _checks(monkeypatch)
-    tick = {"a": REPORTED, "b": {**REPORTED, "message": "4 / 10 rows processed"}}
+    ids: list[object] = []
+    real_id = validate.node_id
+
+    def node_id(name: str, value: object) -> str:
+        ids.append(value)
+        return real_id(name, value)
+
+    monkeypatch.setattr(validate, "node_id", node_id)
+    tick = {"a": REPORTED, "b": {**REPORTED, "message": "4 / 10 rows processed"}, "c": {}}
     body = {"status": "running", "live_node_progress": tick}
     upload = parse_upload("r", body, None, stored)
     assert checked == ["live_node_progress.b.message"]
+    assert ids == ["c"]
     assert _typed(upload.live_node_progress) == _typed(parse_upload("r", body).live_node_progress)
 
 
@@ -346,6 +357,23 @@ def test_a_repeated_node_io_whose_parts_are_no_json_is_refused_as_the_general_pa
         with pytest.raises(InvalidInput) as fast:
             parse_node("n", {"node_io": node_io}, stored)
         assert (fast.value.field, str(fast.value)) == (general.value.field, str(general.value))
+
+
+def test_a_node_id_is_checked_unless_the_stored_snapshot_holds_it() -> None:
+    """A stored node id was checked when it was stored; an id equal to one but not text is not it."""
+    stored = {"a": {"state": "running"}}
+    assert parse_upload("r", {"status": "running", "live_node_progress": {"a": {}}}, None, stored)
+    for node_id in (_Key(), " ", "\ud800"):
+        body = {"status": "running", "live_node_progress": {node_id: {}}}
+        with pytest.raises(InvalidInput) as fast:
+            parse_upload("r", body, None, stored)
+        with pytest.raises(InvalidInput) as general:
+            parse_upload("r", body)
+        assert (
+            str(fast.value)
+            == str(general.value)
+            == ("live_node_progress: node ids must be non-empty strings without NUL or lone surrogates")
+        )
 
 
 def test_a_stored_value_in_another_field_or_node_is_no_reason_to_skip_a_check() -> None:
