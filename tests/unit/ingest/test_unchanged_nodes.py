@@ -241,7 +241,7 @@ _uploads = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, database=None)
 @given(st.data(), _progress(), _uploads, _uploads)
 def test_the_unchanged_node_shortcuts_agree_with_the_general_path(
     data: st.DataObject, first: object, earlier: dict[str, Any], later: dict[str, Any]
