@@ -21,9 +21,11 @@ which is guarded to write only while the attempt is still the run's). The attemp
 within it, so does `last_upload_seq`, so an upload that is a duplicate in that snapshot stays one
 (or becomes stale), and answering from the snapshot is answering as of it. That spares a retried
 upload the validation of its whole body, the lock, which it would wait for behind a long upload,
-and the read and decoding of the stored progress snapshot. Anything else is validated next (bad
-input raises `InvalidInput` before anything is written) and applied in one transaction under the
-row's lock; a run the position read found is not opened again. (Its statements are not pipelined:
+and the read and decoding of the stored progress snapshot. Anything else is validated and applied
+in one transaction under the row's lock; a run the position read found is not opened again. It is
+validated against the stored snapshot the row holds (what a node repeats of its stored entry is
+not checked again: `ledger.ingest.upload.parse_node`); bad input raises `InvalidInput`, which rolls
+the transaction back, so nothing is written (nor a run opened). (Its statements are not pipelined:
 measured, psycopg's async pipeline cost more CPU than the two round trips it saved.) A stale
 attempt raises before anything is written (`StaleAttempt`, HTTP 409).
 
