@@ -377,6 +377,16 @@ def test_a_node_id_is_checked_unless_the_stored_snapshot_holds_it() -> None:
         )
 
 
+def test_a_stored_entry_that_is_no_object_is_no_stored_node() -> None:
+    """A snapshot entry that is not an object (no ledger writes one) holds no field: the node is
+    checked whole, as without a stored snapshot."""
+    body = {"status": "running", "live_node_progress": {"a": {"total": 1.0}, "b": {"message": "m"}, "c": {}}}
+    stored: dict[str, Any] = {"a": [1], "b": "m", "c": None}
+    assert _outcome(lambda: parse_upload("r", body, None, stored)) == _outcome(
+        lambda: parse_upload("r", body)
+    )
+
+
 def test_a_stored_value_in_another_field_or_node_is_no_reason_to_skip_a_check() -> None:
     """Only the same field of the same node's stored entry counts: a message stored as another
     node's message, or the same text stored as another field, is not this field's value."""
