@@ -48,7 +48,8 @@ Builder = Callable[[int], dict[str, Any]]
 
 
 def progress(changed: int, nodes: int = NODES) -> Builder:
-    """Uploads of a `nodes`-node progress map whose first `changed` nodes advance every upload."""
+    """Uploads of a `nodes`-node progress map whose first `changed` nodes advance every upload
+    (the others repeat themselves unchanged, `updated_at` too, as the reporter sends them)."""
 
     def build(seq: int) -> dict[str, Any]:
         progress_map = {
@@ -57,7 +58,7 @@ def progress(changed: int, nodes: int = NODES) -> Builder:
                 "total": 10_000,
                 "completed": seq if n < changed else 0,
                 "message": f"{seq if n < changed else 0:,} / 10,000 rows processed",
-                "updated_at": seq,
+                "updated_at": seq if n < changed else 1,
             }
             for n in range(nodes)
         }

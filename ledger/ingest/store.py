@@ -21,9 +21,11 @@ which is guarded to write only while the attempt is still the run's). The attemp
 within it, so does `last_upload_seq`, so an upload that is a duplicate in that snapshot stays one
 (or becomes stale), and answering from the snapshot is answering as of it. That spares a retried
 upload the validation of its whole body, the lock, which it would wait for behind a long upload,
-and the read and decoding of the stored progress snapshot. Anything else is validated next (bad
-input raises `InvalidInput` before anything is written) and applied in one transaction under the
-row's lock; a run the position read found is not opened again. (Its statements are not pipelined:
+and the read and decoding of the stored progress snapshot. Anything else is validated and applied
+in one transaction under the row's lock; a run the position read found is not opened again. It is
+validated against the stored snapshot the row holds (what a node repeats of its stored entry is
+not checked again: `ledger.ingest.upload.parse_node`); bad input raises `InvalidInput`, which rolls
+the transaction back, so nothing is written (nor a run opened). (Its statements are not pipelined:
 measured, psycopg's async pipeline cost more CPU than the two round trips it saved.) A stale
 attempt raises before anything is written (`StaleAttempt`, HTTP 409).
 
@@ -182,11 +184,14 @@ async def apply_status_upload(
             early = await _late_duplicate(conn, run_id, key, position)
             if early is not None:
                 return early
-        # The key's fields were checked as it was read: the rest of the body is checked here.
-        parsed = parse_upload(run_id, upload, key)
         async with conn.transaction():
             run = await _lock_run(conn, run_id, known=position is not None)
-            plan = plan_upload(run_id, _state_from_row(run), parsed, max_attempt_step=max_attempt_step)
+            state = _state_from_row(run)
+            # The key's fields were checked as it was read: the rest of the body is checked here,
+            # against the stored snapshot (what a node repeats of it is not checked again). A
+            # refusal rolls the transaction back: nothing is written.
+            parsed = parse_upload(run_id, upload, key, state.live_node_progress)
+            plan = plan_upload(run_id, state, parsed, max_attempt_step=max_attempt_step)
             if run["terminal_status"] is not None:
                 # An ended run waits for no producer (no heartbeat) and stays as it ended.
                 if not plan.duplicate:

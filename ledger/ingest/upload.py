@@ -10,6 +10,7 @@ free text (log lines, the run's error, a step's message) is repaired and cut, ne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -121,8 +122,13 @@ _INT_FIELD_BOUNDS: dict[str, int] = {
 }
 
 
-def parse_node(name: str, value: object) -> dict[str, Any]:
-    """One node's progress with only the known fields, `None`s dropped (unknown keys ignored)."""
+def parse_node(name: str, value: object, stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One node's progress with only the known fields, `None`s dropped (unknown keys ignored).
+
+    `stored` is the node's entry in the run's stored snapshot, if any: a field whose value is the
+    stored one, JSON type for JSON type (`_repeats`), is taken as is. The stored snapshot holds
+    only what this check returned (the ledger alone writes it, from checked uploads and the states
+    it derives), and the check returns such a value unchanged, so it would return this one too."""
     raw = _object(name, value)
     node: dict[str, Any] = {}
     for key in validate.NODE_FIELDS:
@@ -130,11 +136,32 @@ def parse_node(name: str, value: object) -> dict[str, Any]:
         if item is None:
             continue
         bound = _INT_FIELD_BOUNDS.get(key)
-        if bound is not None and type(item) is int and 0 <= item <= bound:
+        # A plain int within the field's bounds is what the check would return, and so is the
+        # value the node's stored entry holds for the field.
+        if (bound is not None and type(item) is int and 0 <= item <= bound) or (
+            stored is not None and _repeats(item, stored.get(key))
+        ):
             node[key] = item
         else:
             node[key] = validate.node_field(f"{name}.{key}", key, item)
     return node
+
+
+def _repeats(value: object, stored: object) -> bool:
+    """Whether `value` is `stored` exactly: equal, and of the same JSON type at every level (`==`
+    takes `1` for `1.0` or `True`, and any object that says it is equal)."""
+    if type(value) is not type(stored) or value != stored:
+        return False
+    # Equal containers have the same keys and lengths: what is left to see is every item's type.
+    pending: list[tuple[Any, Any]] = [(value, stored)]
+    while pending:
+        item, twin = pending.pop()
+        children = item.items() if type(item) is dict else enumerate(item) if type(item) is list else ()
+        for key, child in children:
+            if (type(item) is dict and type(key) is not str) or type(child) is not type(twin[key]):
+                return False
+            pending.append((child, twin[key]))
+    return True
 
 
 def _parse_replay(value: object) -> LogReplay | None:
@@ -164,12 +191,16 @@ def replay_end(replay: LogReplay, live_log_total_count: int) -> int:
     return live_log_total_count + len(replay.lines)
 
 
-def parse_upload(run_id: str, body: object, key: UploadKey | None = None) -> StatusUpload:
+def parse_upload(
+    run_id: str, body: object, key: UploadKey | None = None, stored: Mapping[str, Any] | None = None
+) -> StatusUpload:
     """Validate a status upload; `InvalidInput` names the first bad field and nothing is applied.
 
     The URL's `run_id` wins; a body `run_id` that differs is an error. Unknown top-level fields are
     ignored (forward compatibility with newer reporters). `key` is the body's key as `upload_key`
-    read it already (read here when not given): its fields are not checked again.
+    read it already (read here when not given): its fields are not checked again. `stored` is the
+    run's stored progress snapshot: what a node repeats of its stored entry is not checked again
+    (`parse_node`).
     """
     raw = _object("body", body)
     if key is None:
@@ -183,13 +214,18 @@ def parse_upload(run_id: str, body: object, key: UploadKey | None = None) -> Sta
     progress = {} if raw_progress is None else _object("live_node_progress", raw_progress)
     nodes: NodeSnapshot = {}
     for node_id, node in progress.items():
-        try:
-            validate.node_id("live_node_progress", node_id)
-        except InvalidInput:
-            raise InvalidInput(
-                "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
-            ) from None
-        nodes[node_id] = parse_node(f"live_node_progress.{node_id}", node)
+        # A node id the stored snapshot holds was checked when it was stored.
+        if stored is None or type(node_id) is not str or node_id not in stored:
+            try:
+                validate.node_id("live_node_progress", node_id)
+            except InvalidInput:
+                raise InvalidInput(
+                    "live_node_progress", "node ids must be non-empty strings without NUL or lone surrogates"
+                ) from None
+        entry = None if stored is None else stored.get(node_id)
+        nodes[node_id] = parse_node(
+            f"live_node_progress.{node_id}", node, entry if type(entry) is dict else None
+        )
     logs = _lines("live_logs", raw.get("live_logs"))
     if len(logs) > LIVE_LOG_TAIL_LIMIT:
         raise InvalidInput("live_logs", f"holds {len(logs)} lines; the tail is at most {LIVE_LOG_TAIL_LIMIT}")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ledger import validate
 from ledger.db import Database
 from ledger.errors import Conflict, InvalidInput, StaleAttempt
 from ledger.ingest.store import apply_status_upload
@@ -434,3 +435,60 @@ async def test_the_views_count_the_pipeline_steps_that_have_not_started(db: Data
     assert progress == [("load", True), ("map", False), ("notify", True)]
     # Only the step that reported made events.
     assert [kind for kind, _ in await events(db, "r-pipeline")] == ["step.started", "step.progress"]
+
+
+async def test_a_progress_tick_checks_only_what_changed_and_a_bad_node_still_writes_nothing(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every upload carries the whole snapshot: what a node repeats of its stored entry (as the
+    database returns it) is not checked again, and the tick applies as the general path applies
+    it. A node that is bad, even one beside nodes repeated unchanged, is refused as before, naming
+    its field, and nothing is written."""
+    node = {
+        "started_at": 1,
+        "total": 10,
+        "completed": 3,
+        "message": "3 / 10 rows processed",
+        "state": "running",
+        "node_io": {"attempt": 1, "inputs": {"table": "t", "rows": [1, 2.5]}},
+    }
+    nodes = {f"n{i}": dict(node) for i in range(3)}
+    await apply_status_upload(
+        db, "r1", upload(upload_seq=1, pipeline_steps=["n0", "n1"], live_node_progress=nodes)
+    )
+    before = await run_row(db, "r1")
+    checked: list[str] = []
+    real = validate.node_field
+
+    def general(name: str, key: str, value: object) -> object:
+        checked.append(name)
+        return real(name, key, value)
+
+    monkeypatch.setattr(validate, "node_field", general)
+    for bad, field in (({"completed": -1}, "completed"), ({"node_io": {"a": float("nan")}}, "node_io")):
+        with pytest.raises(InvalidInput) as refused:
+            await apply_status_upload(
+                db, "r1", upload(upload_seq=2, live_node_progress={**nodes, "n1": {**node, **bad}})
+            )
+        assert refused.value.field == f"live_node_progress.n1.{field}"
+    assert await run_row(db, "r1") == before
+    checked.clear()
+    tick = {**nodes, "n2": {**node, "completed": 4, "message": "4 / 10 rows processed"}}
+    answer = await apply_status_upload(db, "r1", upload(upload_seq=2, live_node_progress=tick))
+    assert checked == ["live_node_progress.n2.message"]
+    assert answer["steps_changed"] == ["n2"] and answer["events_appended"] == {"step.progress": 1}
+    after = await run_row(db, "r1")
+    assert after is not None and before is not None
+    assert after["live_node_progress"] == {
+        **before["live_node_progress"],
+        "n2": {**before["live_node_progress"]["n2"], "completed": 4, "message": "4 / 10 rows processed"},
+    }
+
+
+async def test_a_bad_node_in_the_first_upload_of_a_run_opens_no_run(db: Database) -> None:
+    # The body is checked under the run's lock, against its stored snapshot: a refusal rolls back
+    # the run the upload would have opened.
+    with pytest.raises(InvalidInput) as refused:
+        await apply_status_upload(db, "r1", upload(live_node_progress={"a": {"state": "done"}}))
+    assert refused.value.field == "live_node_progress.a.state"
+    assert await run_row(db, "r1") is None
