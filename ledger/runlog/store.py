@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from functools import partial
 from typing import Any, Final, NamedTuple
 
 from psycopg.types.json import Jsonb
@@ -420,15 +419,12 @@ class RunLog:
         # Each read run's `created_at` (it never changes): its next read names its partition.
         self._created_at: dict[str, datetime] = {}
         self._fanout = Fanout(listener, self._read) if listener is not None else None
-        # `page_now`'s reads of each page key that have not taken their connection yet.
-        self._gathering: dict[tuple[str, int | None, int], asyncio.Future[SharedPage]] = {}
 
     async def _read(self, run_id: str, cursor: int | None, limit: int) -> SharedPage:
         self.reads += 1
         # One statement is one snapshot already: in autocommit it costs one round trip instead of
         # BEGIN/SELECT/COMMIT, which is most of a woken long-poll's latency.
         async with self.db.connection(autocommit=True) as conn:
-            self._seal((run_id, cursor, limit))
             known = self._created_at.get(run_id)
             shared, created_at = await read_page(conn, run_id, cursor, limit, created_at=known)
         if len(self._created_at) >= _CREATED_AT_KEPT:
@@ -614,43 +610,6 @@ class RunLog:
                     seen, shared = woken
         finally:
             listener.unwatch(watch)
-
-    async def page_now(
-        self, run_id: str, after: int | str = -1, limit: int = DEFAULT_LIST_LIMIT
-    ) -> SharedPage:
-        """`list_events` without waiting, as the page shared by every caller of the same run, cursor
-        and limit who came before its read took a connection: read it, never change it.
-
-        A read that has not taken its connection has not sent its statement either, so it sees
-        every commit any of those callers could have seen (a client's own append answered before it
-        asked included); a caller coming later gets a read of its own (the next one gathering).
-        The tails of a run opened together (a dashboard reloaded by a thousand clients) then cost
-        about one read each time the pool is busy, where a read each would queue for the pool
-        until some of them are refused.
-        """
-        run_id = validate_run_id(run_id)
-        key = (run_id, parse_after(after), check_limit(limit))
-        read = self._gathering.get(key)
-        if read is None:
-            read = self._gathering[key] = asyncio.ensure_future(self._read(*key))
-            read.add_done_callback(partial(self._gathered, key))
-        # Shielded: one caller giving up (its client went away) must not cancel the others' read.
-        return await asyncio.shield(read)
-
-    def _seal(self, key: tuple[str, int | None, int]) -> None:
-        """The read running now took its connection: if it is `page_now`'s read of `key`, callers
-        from now on need another (its statement goes out before they came)."""
-        read = self._gathering.get(key)
-        if read is not None and read is asyncio.current_task():
-            del self._gathering[key]
-
-    def _gathered(self, key: tuple[str, int | None, int], read: asyncio.Future[SharedPage]) -> None:
-        # A read that failed before taking a connection (the pool timed out) is still gathering.
-        if self._gathering.get(key) is read:
-            del self._gathering[key]
-        # Its error is seen by its callers; mark it seen even if every one of them has gone away.
-        if not read.cancelled():
-            read.exception()
 
     def follow(
         self,

@@ -25,7 +25,6 @@ from fastapi.responses import Response, StreamingResponse
 from ledger import shapes, tracing, validate
 from ledger.errors import LedgerFailure
 from ledger.runlog.events import DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, MAX_LIST_TIMEOUT_MS
-from ledger.runlog.fanout import SharedPage
 from ledger.service.errors import error_responses
 from ledger.service.json_answer import encode
 from ledger.service.models import CURSOR_PATTERN, RunId
@@ -153,12 +152,11 @@ async def stream_answer(svc: Services, run_id: str, after: str, last_event_id: s
     stream starts, as the route raises it."""
     raw, source = _cursor(after, last_event_id)
     cursor = validate.cursor(source, raw)
-    # Read before answering: an unknown run or an expired cursor get a proper status. Tails of the
-    # run opening together share this read (and its framing) as long-polls share theirs.
-    first = await svc.runlog.page_now(run_id, "now" if cursor is None else cursor, _PAGE)
-    if not first.page["events"] and first.page["terminal"] is not None:
+    # Read before answering: an unknown run or an expired cursor get a proper status.
+    first = await svc.runlog.list_events(run_id, "now" if cursor is None else cursor, 0, _PAGE)
+    if not first["events"] and first["terminal"] is not None:
         return Response(status_code=204)
-    start = first.page["latest_seq"] if cursor is None else cursor
+    start = first["latest_seq"] if cursor is None else cursor
     return StreamingResponse(
         _tail(svc, run_id, start, first),
         media_type="text/event-stream",
@@ -166,11 +164,11 @@ async def stream_answer(svc: Services, run_id: str, after: str, last_event_id: s
     )
 
 
-async def _tail(svc: Services, run_id: str, cursor: int, first: SharedPage) -> AsyncIterator[str]:
+async def _tail(svc: Services, run_id: str, cursor: int, first: shapes.EventPage) -> AsyncIterator[str]:
     keepalive_ms = max(1, int(svc.settings.sse_keepalive_s * 1000))
     # Sent at once so the client sees the stream open even before the first event.
     yield ": stream open\n\n"
-    page, frames = first.page, first.frames(_sse_event)
+    page, frames = first, "".join(_sse_event(event) for event in first["events"])
     try:
         while True:
             events = page["events"]

@@ -242,40 +242,6 @@ async def test_sse_tails_of_one_run_share_their_reads_after_a_wake_up(quiet_serv
     assert 1 <= reads <= tails / 4
 
 
-async def test_sse_tails_opened_together_share_their_first_read(server: Server, client: httpx.Client) -> None:
-    # A run's tails opened at once (a dashboard reloaded by many clients): each tail's first read was
-    # its own, queued for the pool until some were refused 503; tails coming together share one.
-    run_id = open_run(client)
-    append(client, run_id, "one", "two")
-    async with server.async_client() as http:
-        finished = await http.put(f"/v1/runs/{run_id}/terminal", json={"status": "completed"})
-    assert finished.status_code == 200
-    tails = 200
-    parts = httpx.URL(server.base_url)
-    request = (
-        f"GET /v1/runs/{run_id}/events/stream?after=0 HTTP/1.1\r\nHost: {parts.host}\r\n"
-        f"Authorization: Bearer {server.token}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    before = await event_reads(server)
-    connections = [await asyncio.open_connection(parts.host, parts.port) for _ in range(tails)]
-    try:
-        # Every request sent before any answer is read: they arrive together.
-        for _, writer in connections:
-            writer.write(request)
-        answers = await asyncio.wait_for(asyncio.gather(*(reader.read() for reader, _ in connections)), 60)
-    finally:
-        for _, writer in connections:
-            writer.close()
-    reads = await event_reads(server) - before
-    # The run is finished: each tail is its first page, whole, then the end of the stream.
-    statuses = [answer.split(b"\r\n", 1)[0] for answer in answers]
-    assert statuses == [b"HTTP/1.1 200 OK"] * tails, set(statuses)
-    assert all(
-        b"id: 3\nevent: terminal\n" in answer and b"id: 1\nevent: log\n" in answer for answer in answers
-    )
-    assert 1 <= reads <= tails / 10, reads
-
-
 async def test_sse_sends_keep_alive_comments_while_idle(server: Server, client: httpx.Client) -> None:
     run_id = open_run(client)
     received: list[sse.Message] = []
