@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
     stop_any,
-    wait_random_exponential,
+    wait_exponential,
 )
 
 from ledger.client._errors import handled
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_RETRY", "AsyncSleep", "RetryPolicy", "Sleep"]
 
 _T = TypeVar("_T")
+
+_JITTER: Final = random.Random()
 
 # How each face waits between tries (the sync one is generated from the async one: one name each).
 Sleep = Callable[[float], None]
@@ -95,7 +98,10 @@ class RetryPolicy:
             self.first_failure(state.outcome.exception())
 
     def wait(self, state: RetryCallState) -> float:
-        backoff = wait_random_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
+        # Full jitter, drawn from a generator of our own: a client retrying in a thread must not
+        # move the process's shared `random` state under code that replays it (property tests).
+        ceiling = wait_exponential(multiplier=self.initial_wait_s, max=self.max_wait_s)(state)
+        backoff = _JITTER.uniform(0, ceiling)
         error = state.outcome.exception() if state.outcome is not None else None
         if isinstance(error, LedgerUnavailable) and error.retry_after is not None:
             return max(backoff, error.retry_after)

@@ -78,6 +78,7 @@ __all__ = [
     "plan_upload",
     "replay_digest",
     "settle_upload",
+    "step_counts",
     "with_pipeline",
 ]
 
@@ -164,7 +165,9 @@ def replay_digest(attempt: int, lines: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps([attempt, list(lines)]).encode()).hexdigest()
 
 
-def _counts(node: Mapping[str, Any]) -> list[Any]:
+def step_counts(node: Mapping[str, Any]) -> list[Any]:
+    """The node's counts (`validate.NODE_COUNT_FIELDS`, in order, None where absent): a node whose
+    counts equal its stored entry's makes no progress event."""
     # `map` over the bound method: no Python frame per node (a comprehension has one).
     return list(map(node.get, _COUNT_FIELDS))
 
@@ -193,7 +196,7 @@ def diff_steps(
         node_events: list[_Event] = []
         if node.get("started_at") is not None and old.get("started_at") is None:
             node_events.append({"type": "step.started", "node_id": node_id, "started_at": node["started_at"]})
-        if _counts(node) != _counts(old):
+        if step_counts(node) != step_counts(old):
             progress: _Event = {"type": "step.progress", "node_id": node_id}
             for key in _PROGRESS_FIELDS:
                 value = node.get(key)

@@ -44,6 +44,9 @@ START: Final = "-1"
 NOW: Final = "now"
 _OFFSET_ZERO: Final = "0000000000000000_0000000000000000"
 _MAX_SAFE_INTEGER: Final = 2**53 - 1
+# The cursor's jitter comes from a generator of our own: serving a read never moves the process's
+# shared `random` state.
+_JITTER: Final = random.Random()
 MAX_NAME_BYTES: Final = 1024
 _DEFAULT_CONTENT_TYPE: Final = "application/octet-stream"
 
@@ -198,7 +201,7 @@ def cursor_for(now_s: float, client_cursor: str | None) -> str:
     own cursor (with jitter), so a CDN never serves one cached answer in a loop."""
     current = int((now_s - _CURSOR_EPOCH_S) // _CURSOR_INTERVAL_S)
     if client_cursor is not None and client_cursor.isdigit() and int(client_cursor) >= current:
-        return str(int(client_cursor) + random.randint(1, 180))
+        return str(int(client_cursor) + _JITTER.randint(1, 180))
     return str(current)
 
 

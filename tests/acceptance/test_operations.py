@@ -135,7 +135,8 @@ def test_access_log_is_json_with_the_run_id(server: Server, client: httpx.Client
     while True:
         # Only whole lines: the server may be half-way through writing the last one.
         whole = server.log().rpartition("\n")[0]
-        lines = [json.loads(line) for line in whole.splitlines() if line.startswith("{")]
+        # Split at "\n" only: a JSON string may hold U+2028 or U+0085, which `splitlines` breaks at.
+        lines = [json.loads(line) for line in whole.split("\n") if line.startswith("{")]
         access = [entry for entry in lines if entry.get("run_id") == "logged-run-42"]
         if access or time.monotonic() > deadline:
             break

@@ -22,10 +22,11 @@ Both record every payload the ledger received, for the redelivery check.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -59,10 +60,14 @@ class DirectFaults:
     block an injected fault is tried again by the ledger's one policy (`DeadlineRetries`), and the
     inner transport's reads retry within the same block."""
 
-    def __init__(self, inner: Transport, plan: FaultPlan) -> None:
+    def __init__(
+        self, inner: Transport, plan: FaultPlan, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    ) -> None:
         self.inner = inner
         self.plan = plan
-        self.retries = DeadlineRetries(RetryPolicy(max_attempts=1, initial_wait_s=0.001))
+        # The harness passes its tiny sleep: a plan of twenty faults in a row backs off to the
+        # policy's 5 s cap, which with real sleeps outlasts the reporter's deadline.
+        self.retries = DeadlineRetries(RetryPolicy(max_attempts=1, initial_wait_s=0.001), sleep)
 
     @contextlib.contextmanager
     def deadline(self, seconds: float | None) -> Iterator[None]:

@@ -104,7 +104,7 @@ class DirectBackend:
         async def close() -> None:
             return None
 
-        return (inner if plan is None else DirectFaults(inner, plan)), close
+        return (inner if plan is None else DirectFaults(inner, plan, fast_sleep)), close
 
     async def disrupt(self, kind: str, action: Action) -> None:
         if kind in ("pg_restart", "pg_outage") and self.pg is not None:

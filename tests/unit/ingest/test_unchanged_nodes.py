@@ -419,13 +419,13 @@ def test_a_node_that_is_its_stored_entry_is_not_compared_field_by_field(
     pipeline's `position`, or uploaded without a state that derives to the stored one, is not
     compared count by count; a node that differs in anything is."""
     compared: list[object] = []
-    real = rules._counts
+    real = rules.step_counts
 
     def counts(node: Any) -> list[Any]:
         compared.append(dict(node))
         return real(node)
 
-    monkeypatch.setattr(rules, "_counts", counts)
+    monkeypatch.setattr(rules, "step_counts", counts)
     node = {"started_at": 1, "total": 10, "completed": 3, "state": "running"}
     for stored in ({"n": node}, {"n": {**node, "position": 2}}):
         assert diff_steps(stored, {"n": dict(node)}, "running") == ([], [], {"n": node})
