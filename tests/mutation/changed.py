@@ -90,6 +90,11 @@ def hashes_of(read: Callable[[str], str | None], modules: list[str]) -> dict[str
     return hashes
 
 
+def _short(of: str) -> str:
+    """A commit's name cut to 12 hex digits; anything else ('the working tree') whole."""
+    return of[:12] if all(c in "0123456789abcdef" for c in of) else of
+
+
 def _working_tree(module: str) -> str | None:
     path = ROOT / module
     return path.read_text("utf-8") if path.exists() else None
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         baseline = json.loads(BASELINE.read_text("utf-8"))
         before = baseline["functions"]
-        print(f"changed since {BASELINE.relative_to(ROOT)} (the functions as of {str(baseline['of'])[:12]})")
+        of = _short(str(baseline["of"]))
+        print(f"changed since {BASELINE.relative_to(ROOT)} (the functions as of {of})")
     changed = changed_functions(before, hashes_of(_working_tree, modules))
     for line in _names(changed):
         print(f"  {line}")
