@@ -569,9 +569,7 @@ STORY_PARAMS = [
     pytest.param(
         name,
         id=name,
-        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name])]
-        if name in KNOWN_FAILURES
-        else [],
+        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name])] if name in KNOWN_FAILURES else [],
     )
     for name in STORIES
 ]
