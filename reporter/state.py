@@ -17,7 +17,9 @@ that goes on longer shows its live log again, and the lines the tail lost are th
 
 Each node's *positions* say where on the log its transitions happened (the log count when it
 started, when its progress last changed, when it settled): the ledger puts its step events right
-after those lines, so the log reads in the order the runner wrote.
+after those lines, so the log reads in the order the runner wrote. It can only when the lines come
+first: an upload that holds back the lines past a hole holds back the nodes that moved after them
+too (the ledger keeps what it holds of them), and the upload that carries the lines carries them.
 
 One-shot events are bounded (``max_pending_one_shot`` per kind) so that a ledger that stays down
 cannot grow the worker's memory without limit: the oldest are dropped and counted, and the count
@@ -252,22 +254,31 @@ class ProgressState:
 
     def snapshot(self, *, whole_tail: bool = False) -> Snapshot:
         """Copy progress and logs, drain the one-shot events, and mark everything clean. Past a
-        hole in the tail only an upload of the `whole_tail` carries lines (module docstring)."""
+        hole in the tail only an upload of the `whole_tail` carries lines, and the nodes that moved
+        after them (module docstring)."""
         held = self.log_hole_after is not None and self.now_ms() - self.log_hole_opened_ms < HOLE_HOLD_MS
         if self.log_hole_after is not None and held and not whole_tail:
             logs, total = [], self.log_hole_after
         else:
             logs, total = list(self.logs), self.log_total_count
             self.log_sent_through, self.log_hole_after = total, None
+        # A node that moved after the last line this upload carries stays out of it (the ledger
+        # keeps what it holds): its transitions go with the lines they followed, or the ledger
+        # would store them before the lines the result's logs fill in later.
+        carried = [
+            node_id
+            for node_id in self.nodes
+            if all(position <= total for position in self.positions.get(node_id, {}).values())
+        ]
         snap = Snapshot(
-            live_node_progress={node_id: node.to_wire() for node_id, node in self.nodes.items()},
+            live_node_progress={node_id: self.nodes[node_id].to_wire() for node_id in carried},
             live_logs=logs,
             live_log_total_count=total,
             dataset_lifecycle_events=list(self._lifecycle_events),
             activity_observations=list(self._activity.values()),
             dropped_one_shot_events=self.dropped_one_shot_events,
             step_positions={
-                node_id: dict(marks) for node_id, marks in self.positions.items() if node_id in self.nodes
+                node_id: dict(self.positions[node_id]) for node_id in carried if node_id in self.positions
             },
         )
         self._lifecycle_events.clear()

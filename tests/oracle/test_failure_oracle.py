@@ -561,22 +561,15 @@ def play_and_check(
 
 # Each story of `tests.oracle.failure_examples` once, by name (a story whose fix has not landed
 # can be marked on its own).
-# Stories whose fix has not landed yet. Not strict: the bug shows only when the reporter's uploads
-# fall behind the runner (it holds lines back past a hole in the live tail while it sends their
-# step transitions), which depends on the machine's speed, so the story passes on some runs.
-KNOWN_FAILURES: dict[str, str] = {
-    "result-logs-fill-the-live-tail": (
-        "step transitions of an upload whose log lines the result's logs fill are stored before "
-        "the first line instead of after the line they followed (when the uploads fall behind)"
-    ),
-}
+# Stories whose fix has not landed yet, each with why. Strict: a story listed here fails on every
+# run; one that fails only on some (when the machine is slow, say) passes or fails by luck and
+# needs a deterministic reproduction before it can be listed.
+KNOWN_FAILURES: dict[str, str] = {}
 STORY_PARAMS = [
     pytest.param(
         name,
         id=name,
-        marks=[pytest.mark.xfail(strict=False, reason=KNOWN_FAILURES[name])]
-        if name in KNOWN_FAILURES
-        else [],
+        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name])] if name in KNOWN_FAILURES else [],
     )
     for name in STORIES
 ]

@@ -488,6 +488,47 @@ def test_a_transition_before_the_lines_already_held_goes_first_and_a_nodes_event
     ]
 
 
+def test_a_transition_after_lines_the_replay_fills_goes_after_them() -> None:
+    """The uploads of a reporter whose live tail lost lines 2 … 4: a running one held back at line
+    1 (neither the lines past it nor the step that completed after line 4), then the run's end with
+    the tail's last lines (5, 6) and the result's logs (1 … 6) filling the hole."""
+    held = plan_upload(
+        "r",
+        IngestState(),
+        _upload(
+            upload_seq=1,
+            live_logs=["a"],
+            live_log_total_count=1,
+            live_node_progress={"n": {"started_at": 1}},
+            step_positions={"n": {"started": 1}},
+        ),
+    )
+    end = plan_upload(
+        "r",
+        held.state,
+        _upload(
+            upload_seq=2,
+            status="completed",
+            live_logs=["e", "f"],
+            live_log_total_count=6,
+            live_node_progress={"n": {"started_at": 1, "completed_at": 2}},
+            step_positions={"n": {"started": 1, "settled": 4}},
+            terminal_log_replay={"lines": ["a", "b", "c", "d", "e", "f"], "total_count": 6},
+        ),
+    )
+    assert [e.get("line", e["type"]) for e in (*held.events, *end.events)] == [
+        "a",
+        "step.started",
+        "b",
+        "c",
+        "d",
+        "step.completed",
+        "e",
+        "f",
+    ]
+    assert end.log_gap == 0
+
+
 def test_transitions_without_positions_follow_the_live_lines_and_precede_the_replay() -> None:
     upload = _upload(
         status="completed",
