@@ -34,6 +34,8 @@ INTERVAL_S = 0.1
 LONG_DETACH_WAIT_S = 60.0
 SHORT_DETACH_WAIT_S = 0.5
 READER = "bi-reader"
+# Longer than every bounded wait of a test in a row, shorter than pytest's timeout.
+HANG_BOUND_S = 100.0
 
 
 async def wait_for(condition: Callable[[], Awaitable[bool]], *, within_s: float, what: str) -> None:
@@ -171,33 +173,37 @@ async def test_finishing_a_pending_detach_beside_an_open_reader_never_holds_up_a
     # Finishing the detach takes ACCESS EXCLUSIVE on it; waiting for that in the lock queue would
     # queue every statement that touches the partition behind it, the appends of the watchdog's
     # terminal events among them. It only ever tries briefly.
-    due = await old_finished_run(db, "old", 68)
-    await read_all(open_reader)
-    await Watchdog(db, detach_wait_s=SHORT_DETACH_WAIT_S).drop_partitions()
-    assert await partition_state(db, due) == "pending"
-    dog = Watchdog(db, stall_after_s=STALL_S, interval_s=INTERVAL_S, detach_wait_s=LONG_DETACH_WAIT_S)
-    dog.start()
-    try:
-        runlog = RunLog(db)
-        await runlog.open_run("stalled")
-        await runlog.append("stalled", [{"type": "log", "line": "then nothing"}])
-        for n in range(20):
-            await runlog.open_run(f"busy-{n}")
-            await runlog.append(f"busy-{n}", [{"type": "log", "line": "still here"}])
+    # Every wait below is bounded on its own; this bound, under pytest's 120 s, turns a hang
+    # into a traceback that ends at the await that hung (a hang was seen once, on the docker
+    # backend, and pytest's own timeout showed only the idle event loop).
+    async with asyncio.timeout(HANG_BOUND_S):
+        due = await old_finished_run(db, "old", 68)
+        await read_all(open_reader)
+        await Watchdog(db, detach_wait_s=SHORT_DETACH_WAIT_S).drop_partitions()
+        assert await partition_state(db, due) == "pending"
+        dog = Watchdog(db, stall_after_s=STALL_S, interval_s=INTERVAL_S, detach_wait_s=LONG_DETACH_WAIT_S)
+        dog.start()
+        try:
+            runlog = RunLog(db)
+            await runlog.open_run("stalled")
+            await runlog.append("stalled", [{"type": "log", "line": "then nothing"}])
+            for n in range(20):
+                await runlog.open_run(f"busy-{n}")
+                await runlog.append(f"busy-{n}", [{"type": "log", "line": "still here"}])
 
-        async def failed() -> bool:
-            return await runlog.get_terminal("stalled") is not None
+            async def failed() -> bool:
+                return await runlog.get_terminal("stalled") is not None
 
-        await wait_for(failed, within_s=STALL_S * 10 + 5, what="the stalled run failed")
-        assert await partition_state(db, due) == "pending", "the reader no longer held the partition"
-        await open_reader.close()
+            await wait_for(failed, within_s=STALL_S * 10 + 5, what="the stalled run failed")
+            assert await partition_state(db, due) == "pending", "the reader no longer held the partition"
+            await open_reader.close()
 
-        async def dropped() -> bool:
-            return await partition_state(db, due) == "gone"
+            async def dropped() -> bool:
+                return await partition_state(db, due) == "gone"
 
-        await wait_for(dropped, within_s=30, what="the partition dropped once the reader ended")
-    finally:
-        await dog.stop()
+            await wait_for(dropped, within_s=30, what="the partition dropped once the reader ended")
+        finally:
+            await dog.stop()
 
 
 async def test_a_detach_past_its_wait_is_cancelled_naming_the_reader_and_finished_next_time(
