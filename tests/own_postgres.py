@@ -6,6 +6,8 @@ use it are marked `own_postgres` (deselected when an external backend is asked f
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,11 +48,19 @@ class OwnPostgres:
 
 
 @contextmanager
-def own_postgres(data_dir: Path) -> Iterator[OwnPostgres]:
-    handle = EmbeddedPostgres(data_dir)
-    url = handle.url()
-    migrate.upgrade(url)
+def own_postgres() -> Iterator[OwnPostgres]:
+    """A server in a directory of its own outside pytest's: run as root, the wheel's server runs as
+    another user, which must traverse the path; every pytest session of this user makes its
+    temporary root private again as it starts, so a restart under it fails while another session
+    (a second suite run) begins."""
+    data_dir = Path(tempfile.mkdtemp(prefix="ledger-own-pg-"))
     try:
-        yield OwnPostgres(handle, url)
+        handle = EmbeddedPostgres(data_dir)
+        url = handle.url()
+        migrate.upgrade(url)
+        try:
+            yield OwnPostgres(handle, url)
+        finally:
+            handle.stop()
     finally:
-        handle.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)

@@ -69,8 +69,8 @@ class Bouncer:
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPostgres]:
-    with own_postgres(tmp_path_factory.mktemp("pgbouncer-pg")) as server:
+def postgres() -> Iterator[OwnPostgres]:
+    with own_postgres() as server:
         yield server
 
 

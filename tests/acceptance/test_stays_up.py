@@ -113,8 +113,8 @@ def test_a_run_whose_row_is_held_slows_only_requests_for_that_run(
 
 
 @pytest.fixture
-def own_pg(tmp_path: Path) -> Iterator[OwnPostgres]:
-    with own_postgres(tmp_path / "own-pg") as server:
+def own_pg() -> Iterator[OwnPostgres]:
+    with own_postgres() as server:
         yield server
 
 

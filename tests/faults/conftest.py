@@ -15,8 +15,8 @@ from tests.own_postgres import OwnPostgres, own_postgres
 
 
 @pytest.fixture
-def own_pg(tmp_path: Path) -> Iterator[OwnPostgres]:
-    with own_postgres(tmp_path / "own-pg") as server:
+def own_pg() -> Iterator[OwnPostgres]:
+    with own_postgres() as server:
         yield server
 
 

@@ -27,8 +27,8 @@ APPENDS = 10
 
 
 @pytest.fixture(scope="module")
-def shared_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPostgres]:
-    with own_postgres(tmp_path_factory.mktemp("own-pg")) as server:
+def shared_pg() -> Iterator[OwnPostgres]:
+    with own_postgres() as server:
         yield server
 
 

@@ -31,9 +31,9 @@ WATCHDOG_ENV = {"LEDGER_WATCHDOG_INTERVAL_S": "0.05", "LEDGER_WATCHDOG_STALL_S":
 
 
 @pytest.fixture(scope="module")
-def shared_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPostgres]:
+def shared_pg() -> Iterator[OwnPostgres]:
     """One Postgres and three processes for the module: starting them is most of its time."""
-    with own_postgres(tmp_path_factory.mktemp("own-pg")) as server:
+    with own_postgres() as server:
         yield server
 
 

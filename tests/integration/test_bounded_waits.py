@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -121,13 +120,13 @@ def ledger_backends(url: str) -> set[int]:
 
 @pytest.mark.own_postgres
 async def test_a_backend_that_stops_answering_is_replaced_without_calling_the_database_down(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A checkout's check that gets no answer in time condemns its connection only: the bound also
     # counts this process's loop running late (a burst of answers on a loaded machine), and calling
     # the database down for it failed every other request fast with 503 while it was fine. A server
     # of the test's own, whose backends are processes here to freeze (SIGSTOP).
-    with own_postgres(tmp_path / "own-pg") as server:
+    with own_postgres() as server:
         async with Database(server.url, min_size=1, max_size=1, timeout_s=10.0) as database:
             (frozen,) = ledger_backends(server.url)
             os.kill(frozen, signal.SIGSTOP)

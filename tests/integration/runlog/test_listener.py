@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -266,10 +265,10 @@ async def test_a_shared_read_serves_only_readers_woken_before_it_started(
 
 
 @pytest.mark.own_postgres
-async def test_a_frozen_listener_backend_is_replaced_and_the_waiter_still_woken(tmp_path: Path) -> None:
+async def test_a_frozen_listener_backend_is_replaced_and_the_waiter_still_woken() -> None:
     """A backend that stops answering (SIGSTOP: what a dead network looks like from here) raises
     no error; only the probe's deadline finds it. Default settings: they are what ships."""
-    with own_postgres(tmp_path / "own-pg") as server:
+    with own_postgres() as server:
         async with (
             Database(server.url, min_size=1, max_size=2) as database,
             Database(server.url, min_size=1, max_size=1) as writer,
