@@ -26,8 +26,8 @@ RECOVERY_S = 60.0
 
 
 @pytest.fixture
-def own_postgres(tmp_path: Path) -> Iterator[OwnPostgres]:
-    with own_server(tmp_path / "own-pg") as server:
+def own_postgres() -> Iterator[OwnPostgres]:
+    with own_server() as server:
         yield server
 
 

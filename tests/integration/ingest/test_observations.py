@@ -148,7 +148,9 @@ async def test_bad_observation_rejects_the_batch(db: Database, bad: Any, field: 
 
 async def test_concurrent_recorders_keep_the_newest(clean_database_url: str) -> None:
     """Writers on separate connections send every version of the same invocations in random order."""
-    dbs = [Database(clean_database_url, min_size=1, max_size=1) for _ in range(4)]
+    # A checkout's wait far past the default: on a loaded machine a writer's one connection may be
+    # slow to come back, and the test is about order, not speed.
+    dbs = [Database(clean_database_url, min_size=1, max_size=1, timeout_s=30.0) for _ in range(4)]
     for database in dbs:
         await database.open()
     versions = [
