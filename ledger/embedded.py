@@ -8,12 +8,14 @@ it exits (or calls `stop`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 import platformdirs
+import psutil
 
 __all__ = [
     "EmbeddedPostgres",
@@ -61,12 +63,14 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         """Release this process's handle; the server stops when no live process holds one."""
         self._forget_dead_handles()
-        self._server.cleanup()
+        # A server stopped earlier can linger unreaped; the wheel then finds `pg_ctl stop` has
+        # nothing to stop, signals the process itself, and may meet it already gone: stopped.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self._server.cleanup()
 
     def _forget_dead_handles(self) -> None:
         # The wheel counts handles by pid in a file and stops the server when the last one leaves;
         # a process killed before its exit hook ran would otherwise keep the server up forever.
-        import psutil
 
         def alive(pid: int) -> bool:
             # A killed process its parent has not reaped yet is a zombie: as gone as a dead one.

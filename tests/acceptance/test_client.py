@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from ledger import migrate
 from ledger.client import AsyncLedgerClient, LedgerClient, RetryPolicy
-from ledger.embedded import EmbeddedPostgres
 from ledger.errors import (
     Conflict,
     InvalidInput,
@@ -27,8 +25,8 @@ from ledger.errors import (
     Unauthorized,
 )
 from tests.acceptance.conftest import Server, new_id, start_server, stop_server
-from tests.acceptance.test_database_faults import OwnPostgres
 from tests.acceptance.test_events_api import metric_value, wait_for_waiters
+from tests.own_postgres import own_postgres
 
 Api = Callable[..., Awaitable[Any]]
 
@@ -252,16 +250,13 @@ async def test_the_tail_resumes_after_a_dropped_connection(server: Server) -> No
 
 @pytest.fixture
 def service_without_database(tmp_path: Path) -> Iterator[Server]:
-    own = OwnPostgres(EmbeddedPostgres(tmp_path / "own-pg"), "")
-    own.url = own.handle.url()
-    migrate.upgrade(own.url)
-    running = start_server(own.url, tmp_path / "serve", LEDGER_DB_POOL_TIMEOUT_S="1", LEDGER_WATCHDOG="0")
-    try:
-        own.stop()
-        yield running
-    finally:
-        stop_server(running)
-        own.handle.stop()
+    with own_postgres() as own:
+        running = start_server(own.url, tmp_path / "serve", LEDGER_DB_POOL_TIMEOUT_S="1", LEDGER_WATCHDOG="0")
+        try:
+            own.stop()
+            yield running
+        finally:
+            stop_server(running)
 
 
 @pytest.mark.own_postgres

@@ -11,6 +11,8 @@ reporter's transport uses (left alone: how it copes with a restart is part of wh
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,11 +60,17 @@ def http_backend(
 
 
 @pytest.fixture(scope="session")
-def oracle_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnPostgres]:
-    """A Postgres server of the oracle's own, migrated (never the shared one: it gets restarted)."""
-    server = OwnPostgres(Path(tmp_path_factory.mktemp("oracle-own-pg")))
+def oracle_postgres() -> Iterator[OwnPostgres]:
+    """A Postgres server of the oracle's own, migrated (never the shared one: it gets restarted).
+
+    Its directory lies outside pytest's temporary root, which every new pytest session of this user
+    makes private again: run as root, the wheel's server runs as another user, and a restart would
+    fail while a second suite starts."""
+    data_dir = Path(tempfile.mkdtemp(prefix="ledger-oracle-pg-"))
+    server = OwnPostgres(data_dir)
     yield server
     server.close()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
