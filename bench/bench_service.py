@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import psycopg
 from bare_http import BareConnection
-from common import bench_database, print_footer, print_table, serve
+from common import bench_database, cpu_ns, print_footer, print_table, serve
 
 TOKEN = "bench-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -114,7 +114,14 @@ async def light_appends(base: str, clients: int, seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
-async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, float]:
+async def fanout(
+    base: str, url: str | None, readers: int, *, sse: bool, server_pid: int | None = None
+) -> dict[str, float]:
+    """`readers` long-polls (or SSE tails) of one new run woken by one append: the latency from
+    the append to each answer (p50, p99, max, ms), the answers counted, the server's Postgres
+    connections while they wait (`url`'s; 0 without a database) and, given the server's
+    `server_pid`, its CPU (with its children's) from just before the append to the last answer,
+    per answer (`cpu_us`)."""
     limits = httpx.Limits(max_connections=readers + 10, max_keepalive_connections=readers + 10)
     async with httpx.AsyncClient(base_url=base, headers=HEADERS, limits=limits, timeout=60) as http:
         run = f"fan-{'sse' if sse else 'poll'}-{time.time_ns()}"
@@ -164,16 +171,20 @@ async def fanout(base: str, url: str, readers: int, *, sse: bool) -> dict[str, f
             if waiting >= readers:
                 break
             await asyncio.sleep(0.05)
-        held = connections(url)
+        held = connections(url) if url is not None else 0
+        cpu_before = cpu_ns(server_pid) if server_pid is not None else 0
         appended = time.perf_counter()
         await http.post(f"/v1/runs/{run}/events", json={"events": [{"type": "log", "line": "wake"}]})
         await asyncio.gather(*tasks)
+        cpu = cpu_ns(server_pid) - cpu_before if server_pid is not None else 0
     latencies = [(t - appended) * 1000 for t in answered]
     return {
         "p50": statistics.median(latencies),
         "p99": pct(latencies, 0.99),
         "max": max(latencies),
         "connections": held,
+        "answers": len(answered),
+        "cpu_us": cpu / 1000 / len(answered),
     }
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -100,6 +101,21 @@ def free_port() -> int:
         return port
 
 
+def wait_ready(proc: subprocess.Popen[bytes], base: str, what: str) -> None:
+    """Return once `base`/readyz answers 200; exit the bench if `proc` ends first or takes a minute."""
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited with code {proc.returncode} before it was ready")
+        try:
+            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"{what} did not become ready")
+
+
 def serve(url: str, work: Path, token: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
     """`ledger serve` on `url` as a process of its own (its log in `work`), once it answers ready."""
     port = free_port()
@@ -113,12 +129,42 @@ def serve(url: str, work: Path, token: str, **extra_env: str) -> tuple[subproces
         stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("ledger serve did not become ready")
+    wait_ready(proc, base, "ledger serve")
+    return proc, base
+
+
+def serve_floor(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`bench/floor_app.py` (a bare app under uvicorn as `ledger serve` runs it) started as `serve`
+    starts ours: a process of its own in the same environment, once it answers ready."""
+    port = free_port()
+    log = (work / "floor.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "floor_app.py"), "--port", str(port)],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(proc, base, "the floor app")
+    return proc, base
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time so far of process `pid` and its live descendants, every thread, in nanoseconds.
+
+    From `/proc/<pid>/task/*/schedstat`: `/proc/<pid>/stat` counts 10 ms ticks, too coarse for the
+    few hundred microseconds one answer costs. A process already gone counts 0.
+    """
+    try:
+        pids = [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for each in pids:
+        for schedstat in Path(f"/proc/{each}/task").glob("*/schedstat"):
+            try:
+                total += int(schedstat.read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended between the listing and the read
+    return total

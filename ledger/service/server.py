@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from ledger.service.http_limits import HttpLimits, apply_limits
 from ledger.service.settings import ServiceSettings
@@ -39,10 +40,11 @@ _log = logging.getLogger("ledger.service")
 class LedgerServer(uvicorn.Server):
     """uvicorn's server, draining the app's waiters at the start of shutdown.
 
-    Without `app` (a worker process of `serve_workers`), the app is the one uvicorn loaded.
+    Without `app` (a worker process of `serve_workers`), the app is the one uvicorn loaded. An app
+    that is not ours (the bench's floor, `bench/floor_app.py`) has nothing to drain.
     """
 
-    def __init__(self, config: uvicorn.Config, app: FastAPI | None = None) -> None:
+    def __init__(self, config: uvicorn.Config, app: ASGIApp | None = None) -> None:
         super().__init__(config)
         self.ledger_app = app
 
@@ -97,7 +99,7 @@ def _raise_open_files_limit(wanted: int) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def build_server(app: FastAPI, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
+def build_server(app: ASGIApp, settings: ServiceSettings, **overrides: Any) -> LedgerServer:
     # Connections, plus the pool, the listener, logs and a margin.
     _raise_open_files_limit(settings.max_connections + settings.db_pool_size + 100)
     config = uvicorn.Config(
