@@ -250,14 +250,16 @@ def previous_release_page(conn: psycopg.Connection[tuple[object, ...]], after: i
     return int(rows[0][8]), [int(row[9]) for row in rows if row[9] is not None]
 
 
-def previous_release_migrations(tmp_path: Path) -> Config:
-    """Alembic as the previous release ran it at start-up: its scripts end at 0010."""
+def previous_release_migrations(tmp_path: Path, url: str) -> Config:
+    """Alembic as the previous release ran it at start-up on `url`: its scripts end at 0010."""
     scripts = tmp_path / "previous-release-migrations"
     shutil.copytree(Path(migrate.__file__).parent / "migrations", scripts)
     for version in (scripts / "versions").glob("00*.py"):
         if version.name >= "0011":
             version.unlink()
-    cfg = migrate.alembic_config("")
+    # The URL given, not the configured one: with none, env.py would migrate whatever database this
+    # process's settings name, and the refusal would say nothing of the database converted here.
+    cfg = migrate.alembic_config(url)
     cfg.set_main_option("script_location", str(scripts))
     return cfg
 
@@ -295,7 +297,7 @@ def test_no_reader_of_either_release_gets_a_partial_log_during_the_conversion(
     migrate.upgrade(url)
     assert conversion.pending(url)
     with pytest.raises(CommandError, match="Can't locate revision"):
-        command.upgrade(previous_release_migrations(tmp_path), "head")
+        command.upgrade(previous_release_migrations(tmp_path, url), "head")
 
     async def during_the_window() -> tuple[str, int]:
         async with Database(url) as db:
