@@ -3,8 +3,11 @@ from the `ledger.testing` plugin, which its `ledger` entry point loads."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 
 import psycopg_pool.base
@@ -26,6 +29,17 @@ __all__ = ["delete_all_rows"]
 # global generator for each example and compares its state around every draw, reads such a change
 # as a strategy using `random`: the example fails as flaky. The pools get a generator of their own.
 psycopg_pool.base.random = random.Random().random  # type: ignore[attr-defined]
+
+# The suite never reaches the ledger's real database or the user's data. Code that names no
+# database of its own reads its settings from the environment: here that is an empty data
+# directory of this process's, never LEDGER_DATABASE_URL or the user's data dir. A test that relied
+# on what some earlier command left there (a database the demo had migrated) then fails the same
+# way on every machine, where it passed only on machines that had run that command.
+for _name in ("LEDGER_DATABASE_URL", "LEDGER_LISTEN_URL"):
+    os.environ.pop(_name, None)
+SESSION_DATA_DIR = tempfile.mkdtemp(prefix="ledger-test-data-")
+os.environ["LEDGER_DATA_DIR"] = SESSION_DATA_DIR
+atexit.register(shutil.rmtree, SESSION_DATA_DIR, ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
