@@ -77,10 +77,12 @@ WHERE application_name IN ('run-ledger', 'run-ledger-listener')
 ORDER BY pid
 """
 
-# Retention dropping a partition (`ledger.runlog.partitions` names its sessions so).
+# Retention dropping a partition (`ledger.runlog.partitions` names its sessions so) in this
+# database: another ledger's database on the same server has partitions of the same names.
 _DROPPING_SQL: Final = """
 SELECT pid, application_name, state FROM pg_stat_activity
-WHERE application_name LIKE 'run-ledger detach %%' AND pid <> pg_backend_pid()
+WHERE application_name LIKE 'run-ledger detach %%'
+  AND datname = current_database() AND pid <> pg_backend_pid()
 ORDER BY pid
 """
 

@@ -164,6 +164,8 @@ def test_a_failed_run_shows_each_step_s_state_and_reason_and_why_it_ended(
     sign_in(page)
     page.goto(f"/ui/runs/{run_id}")
     page.locator("#log .ev-terminal").wait_for()
+    # The steps come from the run's own read, not from the log's stream: one may arrive first.
+    page.locator('.step[data-node-id="notify"]').wait_for()
     states = page.locator(".step").evaluate_all("els => els.map(e => e.dataset.state)")
     assert states == ["completed", "failed", "skipped"]
     enrich = page.locator('.step[data-node-id="enrich"]')

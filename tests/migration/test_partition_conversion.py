@@ -221,6 +221,16 @@ def test_conversion_refuses_to_start_while_retention_drops_a_partition(filled_ur
     assert not conversion.pending(filled_url)
 
 
+def test_retention_in_another_database_of_the_server_does_not_hold_the_conversion(
+    filled_url: str, pg_admin_url: str
+) -> None:
+    migrate.upgrade(filled_url)
+    # Another ledger on the same server dropping a partition of the same name.
+    with psycopg.connect(pg_admin_url, application_name="run-ledger detach run_events_20200101_20200102"):
+        conversion.convert(filled_url)
+    assert not conversion.pending(filled_url)
+
+
 # The page query of the release before partitioning (its `ledger.runlog.store.READ_PAGE_SQL`,
 # revision 0010), as its service ran it on every read of a run's events.
 PREVIOUS_RELEASE_READ_PAGE = """
