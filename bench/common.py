@@ -116,38 +116,32 @@ def wait_ready(proc: subprocess.Popen[bytes], base: str, what: str) -> None:
     raise SystemExit(f"{what} did not become ready")
 
 
+def start_server(
+    argv: list[str], env: dict[str, str], log_path: Path, what: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`argv` plus `--port` on a free port, as a process of its own logging to `log_path`, once it
+    answers ready: its process and base URL."""
+    port = free_port()
+    # The child holds the log open itself; the bench's copy is closed at once.
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([*argv, "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(proc, base, what)
+    return proc, base
+
+
 def serve(url: str, work: Path, token: str, **extra_env: str) -> tuple[subprocess.Popen[bytes], str]:
     """`ledger serve` on `url` as a process of its own (its log in `work`), once it answers ready."""
-    port = free_port()
     env = {**os.environ, "LEDGER_DATABASE_URL": url, "LEDGER_API_TOKENS": token, "LEDGER_DATA_DIR": str(work)}
-    log = (work / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ledger.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env={**env, **extra_env},
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(proc, base, "ledger serve")
-    return proc, base
+    argv = [sys.executable, "-m", "ledger.cli", "serve"]
+    return start_server(argv, {**env, **extra_env}, work / "server.log", "ledger serve")
 
 
 def serve_floor(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     """`bench/floor_app.py` (a bare app under uvicorn as `ledger serve` runs it) started as `serve`
     starts ours: a process of its own in the same environment, once it answers ready."""
-    port = free_port()
-    log = (work / "floor.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "floor_app.py"), "--port", str(port)],
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdout=log,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-    wait_ready(proc, base, "the floor app")
-    return proc, base
+    argv = [sys.executable, str(ROOT / "bench" / "floor_app.py")]
+    return start_server(argv, dict(os.environ), work / "floor.log", "the floor app")
 
 
 def cpu_ns(pid: int) -> int:

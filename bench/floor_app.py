@@ -165,11 +165,7 @@ class FloorApp:
             method == "GET"
             and len(parts) == 5
             and parts[:2] == ["v1", "runs"]
-            and parts[3:]
-            == [
-                "events",
-                "stream",
-            ]
+            and parts[3:] == ["events", "stream"]
         ):
             await self.tail(self.run(parts[2]), receive, send)
         else:
