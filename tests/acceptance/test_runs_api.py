@@ -105,24 +105,27 @@ def test_terminal_status_outside_the_enum_is_422_naming_the_field(client: httpx.
 def test_mapping_block_race_has_exactly_one_winner(client: httpx.Client) -> None:
     run_id = new_id("mapped")
     base = f"/v1/runs/{run_id}/mapping"
-    assert client.put(base, json={"instance_id": "i-1", "version": "v1"}).json() == {"mapped": True}
+    # Instances of this test's own: the session's database is shared, and another test's pool
+    # holding a live entry of the same id refuses the mapping.
+    first, second = new_id("instance"), new_id("instance")
+    assert client.put(base, json={"instance_id": first, "version": "v1"}).json() == {"mapped": True}
     resolved = client.get(base, params={"version": "v1"}).json()
-    assert resolved == {"instance_id": "i-1", "started_at": None}
-    # The coordinator gives up on i-1 before it starts: i-1 may no longer map itself.
-    assert client.post(base + "/block", json={"instance_id": "i-1", "version": "v1"}).json() == {
+    assert resolved == {"instance_id": first, "started_at": None}
+    # The coordinator gives up on the instance before it starts: it may no longer map itself.
+    assert client.post(base + "/block", json={"instance_id": first, "version": "v1"}).json() == {
         "blocked": True,
         "started": False,
     }
-    assert client.put(base, json={"instance_id": "i-1", "version": "v1", "started": True}).json() == {
+    assert client.put(base, json={"instance_id": first, "version": "v1", "started": True}).json() == {
         "mapped": False
     }
     # Another run that started first cannot be blocked.
     other = new_id("mapped")
-    client.put(f"/v1/runs/{other}/mapping", json={"instance_id": "i-2", "version": "v1", "started": True})
-    block = client.post(f"/v1/runs/{other}/mapping/block", json={"instance_id": "i-2", "version": "v1"})
+    client.put(f"/v1/runs/{other}/mapping", json={"instance_id": second, "version": "v1", "started": True})
+    block = client.post(f"/v1/runs/{other}/mapping/block", json={"instance_id": second, "version": "v1"})
     assert block.json() == {"blocked": False, "started": True}
     started = client.get(f"/v1/runs/{other}/mapping", params={"version": "v1"}).json()
-    assert started["instance_id"] == "i-2"
+    assert started["instance_id"] == second
     assert isinstance(started["started_at"], int)
     # Another version's mapping resolves to none.
     assert client.get(f"/v1/runs/{other}/mapping", params={"version": "v2"}).json()["instance_id"] is None
