@@ -86,16 +86,23 @@ _LOCK_RETRY_S: Final = 0.25
 _APPLICATION_PREFIX: Final = "run-ledger detach "
 
 # Who the detach (or drop) of a partition waits for: the sessions blocking the backend that runs
-# it, and those holding a lock on the partition itself, oldest transaction first.
+# it, and those holding a lock on the partition itself, oldest transaction first. Only sessions of
+# this database: another ledger's database on the same server has partitions, and detach sessions,
+# of the same names, and a relation's OID means nothing in another database's locks.
 _BLOCKERS_SQL: Final = """
 SELECT b.pid, b.application_name, b.state, b.xact_start
 FROM pg_stat_activity b
-WHERE b.pid <> pg_backend_pid() AND b.application_name IS DISTINCT FROM %(application_name)s AND (
+WHERE b.pid <> pg_backend_pid() AND b.datname = current_database()
+  AND b.application_name IS DISTINCT FROM %(application_name)s AND (
     b.pid IN (
         SELECT unnest(pg_blocking_pids(w.pid)) FROM pg_stat_activity w
-        WHERE w.application_name = %(application_name)s
+        WHERE w.application_name = %(application_name)s AND w.datname = current_database()
     )
-    OR b.pid IN (SELECT l.pid FROM pg_locks l WHERE l.granted AND l.relation = to_regclass(%(table)s))
+    OR b.pid IN (
+        SELECT l.pid FROM pg_locks l
+        WHERE l.granted AND l.relation = to_regclass(%(table)s)
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    )
 )
 ORDER BY b.xact_start NULLS LAST, b.pid
 """

@@ -11,21 +11,25 @@ on conditions, bounded by the configured limits with a wide margin."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 from click.testing import CliRunner
 
+from ledger import migrate
 from ledger.cli.app import cli
 from ledger.cli.exits import EXIT_BLOCKED
 from ledger.clock import DatabaseClock, ManualClock
 from ledger.db import Database
+from ledger.errors import HeldBySession
 from ledger.runlog import partitions
 from ledger.runlog.store import RunLog
 from ledger.runlog.watchdog import Watchdog
+from tests import postgres
 from tests.debian_postgres import debian_postgres_15, fresh_database
 
 STALL_S = 1.0
@@ -51,7 +55,11 @@ async def old_finished_run(db: Database, run_id: str, days_ago: int) -> str:
     partition. Each test takes a day of its own: partitions outlive a test's rows."""
     async with db.connection() as conn:
         now = await DatabaseClock().now(conn)
-    created = now - timedelta(days=days_ago)
+    return await finished_run(db, run_id, now - timedelta(days=days_ago))
+
+
+async def finished_run(db: Database, run_id: str, created: datetime) -> str:
+    """A run created and finished at `created`; the name of its partition."""
     runlog = RunLog(db, clock=ManualClock(created))
     await runlog.open_run(run_id)
     await runlog.append(run_id, [{"type": "log", "line": "long ago"}])
@@ -72,6 +80,20 @@ def clean_database_url(request: pytest.FixtureRequest, clean_database_url: str) 
     if request.param == "embedded":
         return clean_database_url
     return fresh_database(request.getfixturevalue("postgres_15"), "open_reader")
+
+
+@pytest.fixture
+def other_ledger_url(clean_database_url: str, worker_id: str) -> Iterator[str]:
+    """A second ledger's database on the server of `clean_database_url`, migrated: its partitions,
+    and the sessions that detach them, have the same names as the first ledger's. Dropped after."""
+    name = f"ledger_test_blockers_{worker_id}_{os.getpid()}"
+    url = postgres.create_empty_database(clean_database_url, name)
+    try:
+        migrate.upgrade(url)
+        yield url
+    finally:
+        with psycopg.connect(clean_database_url, autocommit=True) as conn:
+            postgres.drop_database(conn, name)
 
 
 @pytest.fixture
@@ -104,6 +126,7 @@ async def detach_waiting(db: Database) -> bool:
         cur = await conn.execute(
             "SELECT count(*) AS n FROM pg_stat_activity"
             " WHERE application_name LIKE 'run-ledger detach %' AND wait_event_type = 'Lock'"
+            " AND datname = current_database()"
         )
         row = await cur.fetchone()
     return row is not None and row["n"] > 0
@@ -227,6 +250,54 @@ async def test_a_detach_past_its_wait_is_cancelled_naming_the_reader_and_finishe
     await open_reader.close()
     dropped = await dog.drop_partitions()
     assert [p.name for p in dropped] == [due] and dog.retention_blocked is None
+    assert await partition_state(db, due) == "gone"
+
+
+async def test_a_detach_names_only_the_sessions_of_its_own_database(
+    db: Database,
+    open_reader: psycopg.AsyncConnection[object],
+    other_ledger_url: str,
+) -> None:
+    # Another ledger on the same server detaches its partition of the same name at the same time,
+    # its detach (a session of the same name) waiting for a reader of its own.
+    async with db.connection() as conn:
+        created = await DatabaseClock().now(conn) - timedelta(days=70)
+    due = await finished_run(db, "old", created)
+    other_reader = await psycopg.AsyncConnection.connect(other_ledger_url, application_name=READER)
+    async with Database(other_ledger_url, min_size=1, max_size=4) as other:
+        assert await finished_run(other, "old", created) == due
+        async with other.connection() as conn:
+            (other_due,) = [p for p in await partitions.list_partitions(conn) if p.name == due]
+        await read_all(other_reader)
+        other_detach = asyncio.ensure_future(
+            partitions.drop_partition(other, other_due, wait_s=LONG_DETACH_WAIT_S)
+        )
+        try:
+            await wait_for(
+                lambda: detach_waiting(other), within_s=30, what="the other ledger's detach waiting"
+            )
+            other_pid = f"pid {other_reader.info.backend_pid} ("
+            # Nothing of this database waits for anyone or holds the partition.
+            named = await partitions.blocking_sessions(db, "run-ledger detach " + due, due)
+            assert other_pid not in named
+            assert named == "a session that ended meanwhile"
+
+            # This ledger's detach, held by a reader of its own: that reader alone is named.
+            await read_all(open_reader)
+            async with db.connection() as conn:
+                (own_due,) = [p for p in await partitions.list_partitions(conn) if p.name == due]
+            with pytest.raises(HeldBySession) as held:
+                await partitions.drop_partition(db, own_due, wait_s=SHORT_DETACH_WAIT_S)
+            message = str(held.value)
+            assert f"pid {open_reader.info.backend_pid} (application_name '{READER}'" in message
+            assert other_pid not in message
+            assert await detach_waiting(other), "the other ledger's detach ended: the test proved nothing"
+        finally:
+            await other_reader.close()
+            await asyncio.wait_for(other_detach, timeout=30)
+    assert await partition_state(db, due) == "pending"
+    await open_reader.close()
+    await Watchdog(db).drop_partitions()
     assert await partition_state(db, due) == "gone"
 
 
