@@ -77,6 +77,20 @@ SELECT pg_notify('@CHANNEL@', '{"run_id":"@PREFIX@' || :client_id || '","seq":' 
 FROM advanced;
 """
 
+
+def append_statement() -> str:
+    """`APPEND_WITH_NOTIFY` of one event as psycopg runs it: the same statement, its run id a
+    parameter (`%(run_id)s`) in place of pgbench's client variable, so a Python client can run the
+    baseline's very work (bench/append_floor.py)."""
+    quoted_run_id = "' || to_json(%(run_id)s::text)::text || '"
+    return (
+        APPEND_WITH_NOTIFY.replace("\"@PREFIX@' || :client_id || '\"", quoted_run_id)
+        .replace("'@PREFIX@' || :client_id", "%(run_id)s")
+        .replace("@N@", "1")
+        .replace("@CHANNEL@", CHANNEL)
+    )
+
+
 CLAIM_SKIP_LOCKED = """
 WITH picked AS (
   SELECT pool, id FROM ledger.pool_entries

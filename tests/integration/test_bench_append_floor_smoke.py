@@ -1,0 +1,63 @@
+"""`bench/append_floor.py --quick --json` on a database of its own, and its floor's honesty.
+
+The psycopg side runs the baseline's statement (`baselines.append_statement`) in place of pgbench;
+it is worth measuring only while it does the baseline's work: one event a call at the run's next
+seq, the run advanced, one NOTIFY with the run and its seq. That is checked here against a real
+listener. The bench run is checked for its shape only; timings are never asserted (the machine is
+shared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from bench import baselines
+from ledger.runlog.events import parse_notify_payload
+from ledger.runlog.listener import CHANNEL
+from tests.integration.bench_runs import database_of_its_own, quick_json
+
+SIDES = {"pgbench", "psycopg, the statement", "psycopg, the function", "ours"}
+
+
+@pytest.fixture
+def bench_database_url(pg_admin_url: str) -> Iterator[str]:
+    with database_of_its_own(pg_admin_url, "ledger_bench_append_floor") as url:
+        yield url
+
+
+@pytest.mark.timeout(180)
+def test_quick_append_floor_measures_every_side(bench_database_url: str) -> None:
+    document = quick_json(bench_database_url, ["bench/append_floor.py"], timeout_s=160)
+    assert set(document["rates"]) == SIDES
+    for side, by_runs in document["rates"].items():
+        assert set(by_runs) == {"1", "8"}, side
+        assert all(rate > 0 for rate in by_runs.values()), (side, by_runs)
+    assert set(document["cpu"]) == SIDES - {"pgbench"}
+    for side, cpu in document["cpu"].items():
+        # The test's database is on this machine (the embedded server or a local one in CI), so
+        # the server's side is read too.
+        assert cpu["client_us"] > 0 and cpu["server_us"] is not None and cpu["server_us"] > 0, (side, cpu)
+    assert len(document["rounds"]) == 1
+
+
+def test_the_python_floor_appends_as_the_baseline_does(bench_database_url: str) -> None:
+    run_id = 'floor "honest" run'
+    with (
+        psycopg.connect(bench_database_url, autocommit=True) as conn,
+        psycopg.connect(bench_database_url, autocommit=True) as listener,
+    ):
+        listener.execute(f"LISTEN {CHANNEL}")
+        conn.execute("INSERT INTO ledger.runs (run_id) VALUES (%s)", (run_id,))
+        for _ in range(3):
+            conn.execute(baselines.append_statement(), {"run_id": run_id}).fetchall()
+        stored = conn.execute(
+            "SELECT seq, type, payload FROM ledger.run_events WHERE run_id = %s ORDER BY seq", (run_id,)
+        ).fetchall()
+        last_seq = conn.execute("SELECT last_seq FROM ledger.runs WHERE run_id = %s", (run_id,)).fetchone()
+        notified = [parse_notify_payload(n.payload) for n in listener.notifies(timeout=5, stop_after=3)]
+    assert stored == [(seq, "log", {"line": "x"}) for seq in (1, 2, 3)]
+    assert last_seq == (3,)
+    assert notified == [(run_id, seq) for seq in (1, 2, 3)]
