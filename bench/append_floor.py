@@ -118,8 +118,14 @@ async def bare_append(conn: psycopg.AsyncConnection[Any], sql: str, params: dict
 
 
 def backend_cpu_ns(pid: int) -> int | None:
-    """The backend's CPU so far, or None when it is not a process of this machine."""
-    return cpu_ns(pid) if psutil.pid_exists(pid) else None
+    """The backend's CPU so far, or None when it is not a process of this machine (a server
+    elsewhere has its own pids: one here by the same number is some other program)."""
+    try:
+        if "postgres" not in psutil.Process(pid).name():
+            return None
+    except psutil.Error:
+        return None
+    return cpu_ns(pid)
 
 
 async def per_call_cpu(
