@@ -78,15 +78,15 @@ FROM advanced;
 """
 
 
-def append_statement() -> str:
-    """`APPEND_WITH_NOTIFY` of one event as psycopg runs it: the same statement, its run id a
+def append_statement(batch: int = 1) -> str:
+    """`APPEND_WITH_NOTIFY` of `batch` events as psycopg runs it: the same statement, its run id a
     parameter (`%(run_id)s`) in place of pgbench's client variable, so a Python client can run the
     baseline's very work (bench/append_floor.py)."""
     quoted_run_id = "' || to_json(%(run_id)s::text)::text || '"
     return (
         APPEND_WITH_NOTIFY.replace("\"@PREFIX@' || :client_id || '\"", quoted_run_id)
         .replace("'@PREFIX@' || :client_id", "%(run_id)s")
-        .replace("@N@", "1")
+        .replace("@N@", str(batch))
         .replace("@CHANNEL@", CHANNEL)
     )
 
