@@ -49,6 +49,7 @@ import bench_runlog
 import psutil
 import psycopg
 from common import bench_database, cpu_ns, print_footer, print_table
+from psycopg.rows import tuple_row
 
 from ledger.db import Database
 from ledger.embedded import client_bin_dir
@@ -146,32 +147,38 @@ async def rate(side: str, url: str, runs: int, seconds: float, batch: int) -> fl
     return await bare_rate(url, runs, seconds, sql, batch)
 
 
-def backend_cpu_ns(pid: int) -> int | None:
-    """The backend's CPU so far, or None when it is not a process of this machine (a server
-    elsewhere has its own pids: one here by the same number is some other program)."""
+async def backend_pid(conn: psycopg.AsyncConnection[Any]) -> int | None:
+    """The pid of `conn`'s server backend on this machine, or None when it is not a process of
+    this machine: a server in a container or elsewhere numbers its own processes, and a process
+    here by the same number is some other program. A backend works in its server's data directory,
+    which tells them apart (reading the setting takes a superuser or `pg_read_all_settings`)."""
+    pid = conn.info.backend_pid
     try:
-        if "postgres" not in psutil.Process(pid).name():
-            return None
+        cur = conn.cursor(row_factory=tuple_row)
+        row = await (await cur.execute("SELECT current_setting('data_directory')")).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    try:
+        return pid if row is not None and psutil.Process(pid).cwd() == row[0] else None
     except psutil.Error:
         return None
-    return cpu_ns(pid)
 
 
 async def per_call_cpu(
-    call: Callable[[], Awaitable[Any]], backend_pid: int, calls: int
+    call: Callable[[], Awaitable[Any]], pid: int | None, calls: int
 ) -> tuple[float, float | None]:
-    """(client µs, server µs or None) per `call`, after a warm-up."""
+    """(client µs, server µs or None) per `call`, after a warm-up; `pid` is the server backend's
+    (`backend_pid`), None when its CPU cannot be read here."""
     for _ in range(50):
         await call()
-    server_before = backend_cpu_ns(backend_pid)
+    server_before = cpu_ns(pid) if pid is not None else 0
     client_before = time.process_time()
     for _ in range(calls):
         await call()
     client_us = (time.process_time() - client_before) / calls * 1e6
-    server_after = backend_cpu_ns(backend_pid)
-    if server_before is None or server_after is None:
+    if pid is None:
         return client_us, None
-    return client_us, (server_after - server_before) / calls / 1e3
+    return client_us, (cpu_ns(pid) - server_before) / calls / 1e3
 
 
 async def cpu_round(url: str, calls: int, batch: int, upload: bool) -> dict[str, tuple[float, float | None]]:
@@ -182,13 +189,13 @@ async def cpu_round(url: str, calls: int, batch: int, upload: bool) -> dict[str,
         try:
             await conn.execute("SET synchronous_commit = off")
             call = functools.partial(bare_call, conn, sql, bare_params(run_ids[0], batch))
-            measured[side] = await per_call_cpu(call, conn.info.backend_pid, calls)
+            measured[side] = await per_call_cpu(call, await backend_pid(conn), calls)
         finally:
             await conn.close()
     async with Database(url, min_size=1, max_size=1) as db:
         async with db.autocommit() as conn:
             await conn.execute("SET synchronous_commit = off")
-            pid = conn.info.backend_pid
+            pid = await backend_pid(conn)
         (run_id,) = new_run_ids(APPEND, 1)
         await bench_runlog.open_runs(db, [run_id])
         runlog, batch_events = RunLog(db), events(batch)

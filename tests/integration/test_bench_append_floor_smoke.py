@@ -45,10 +45,11 @@ def test_quick_append_floor_measures_every_side(
         assert set(by_runs) == {"1", "8"}, side
         assert all(rate > 0 for rate in by_runs.values()), (side, by_runs)
     assert set(document["cpu"]) == sides - {"pgbench"}
-    for side, cpu in document["cpu"].items():
-        # The test's database is on this machine (the embedded server or a local one in CI), so
-        # the server's side is read too.
-        assert cpu["client_us"] > 0 and cpu["server_us"] is not None and cpu["server_us"] > 0, (side, cpu)
+    assert all(cpu["client_us"] > 0 for cpu in document["cpu"].values()), document["cpu"]
+    # The server's CPU is read when its backends are processes of this machine (the embedded
+    # server), and left out for every side alike when they are not (a server in a container).
+    servers = [cpu["server_us"] for cpu in document["cpu"].values()]
+    assert all(s is None for s in servers) or all(s is not None and s > 0 for s in servers), servers
     assert len(document["rounds"]) == 1
 
 
