@@ -1,5 +1,4 @@
-"""What separates our single append, and a status upload, from pgbench's append: the same work from a
-Python client, step by step.
+"""Our single append, and a status upload, beside pgbench's append: the same work, step by step.
 
     .venv/bin/python bench/append_floor.py [--upload] [--rounds 3] [--seconds 5] [--quick] [--json]
 
