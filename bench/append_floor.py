@@ -47,7 +47,7 @@ import bench_ingest
 import bench_runlog
 import psutil
 import psycopg
-from common import bench_database, cpu_ns, print_footer, print_table
+from common import bench_database, cpu_ns, print_footer, print_load_average, print_table
 from psycopg.rows import tuple_row
 
 from ledger.db import Database
@@ -77,10 +77,6 @@ def sides(upload: bool) -> tuple[str, ...]:
     return (PGBENCH, STATEMENT, FUNCTION, APPEND, *((UPLOAD,) if upload else ()))
 
 
-def events(batch: int) -> list[dict[str, str]]:
-    return [{"type": "log", "line": f"line {i}"} for i in range(batch)]
-
-
 def new_run_ids(side: str, runs: int) -> list[str]:
     """Runs new to this measure (each starts empty, as the baseline's do)."""
     stamp = time.time_ns()
@@ -98,7 +94,8 @@ async def open_bare(url: str, run_ids: list[str]) -> list[psycopg.AsyncConnectio
 def bare_params(run_id: str, batch: int) -> dict[str, Any]:
     return {
         "run_id": run_id,
-        "events": json.dumps([[event["type"], {"line": event["line"]}] for event in events(batch)]),
+        # The batch `RunLog.append` is given, as it passes it on: [type, payload] pairs.
+        "events": json.dumps([[e["type"], {"line": e["line"]}] for e in bench_runlog.log_events(batch)]),
         "max_events": DEFAULT_MAX_EVENTS_PER_RUN,
         "channel": CHANNEL,
     }
@@ -197,7 +194,7 @@ async def cpu_round(url: str, calls: int, batch: int, upload: bool) -> dict[str,
             pid = await backend_pid(conn)
         (run_id,) = new_run_ids(APPEND, 1)
         await bench_runlog.open_runs(db, [run_id])
-        runlog, batch_events = RunLog(db), events(batch)
+        runlog, batch_events = RunLog(db), bench_runlog.log_events(batch)
         measured[APPEND] = await per_call_cpu(lambda: runlog.append(run_id, batch_events), pid, calls)
         if upload:
             (run_id,) = new_run_ids(UPLOAD, 1)
@@ -299,10 +296,7 @@ def main() -> None:
         server_cell = "not on this machine" if server is None else f"{server:.0f} ({servers})"
         cpu_rows.append((side, f"{client:.0f} ({clients})", server_cell))
     print_table(("side", "client µs", "server µs"), cpu_rows, align="right")
-    print(
-        f"\nload average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in load_start)},"
-        f" at the end {', '.join(f'{x:.1f}' for x in load_end)}"
-    )
+    print_load_average(load_start, load_end)
     print_footer(started, database.where)
 
 

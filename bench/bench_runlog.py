@@ -51,6 +51,11 @@ async def open_runs(db: Database, run_ids: list[str]) -> None:
         await runlog.open_run(run_id)
 
 
+def log_events(batch: int) -> list[dict[str, str]]:
+    """The batch every append measure sends: `batch` log lines."""
+    return [{"type": "log", "line": f"line {i}"} for i in range(batch)]
+
+
 async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
     """Events/s appended by `runs` concurrent appenders, one run each, `batch` events per call.
 
@@ -62,7 +67,7 @@ async def throughput(url: str, runs: int, batch: int, seconds: float) -> float:
         run_ids = [f"py-{runs}-{batch}-{time.time_ns()}-{i}" for i in range(runs)]
         await open_runs(db, run_ids)
         runlog = RunLog(db)
-        events = [{"type": "log", "line": f"line {i}"} for i in range(batch)]
+        events = log_events(batch)
         deadline = time.perf_counter() + seconds
         counts = [0] * runs
 

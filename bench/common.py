@@ -94,6 +94,15 @@ def print_footer(started: float, where: str | None = None) -> None:
     print(f"\n({'; '.join(parts)})")
 
 
+def print_load_average(start: Sequence[float], end: Sequence[float]) -> None:
+    """The machine's load average (`os.getloadavg()`) at a measure's start and end: whether the
+    figures above it were taken on a quiet machine."""
+    print(
+        f"\nload average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in start)},"
+        f" at the end {', '.join(f'{x:.1f}' for x in end)}"
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

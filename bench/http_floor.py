@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_service
-from common import bench_database, print_footer, print_table, serve, serve_floor
+from common import bench_database, print_footer, print_load_average, print_table, serve, serve_floor
 
 SERVERS = ("ours", "floor")
 FIGURES = ("poll_p50", "poll_p99", "sse_p50", "sse_p99", "poll_cpu_us", "sse_cpu_us")
@@ -151,10 +151,7 @@ def main() -> None:
         for server in SERVERS
     ]
     print_table(("round", "server", *HEADER), rows, align="right")
-    print(
-        f"\nload average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in load_start)},"
-        f" at the end {', '.join(f'{x:.1f}' for x in load_end)}"
-    )
+    print_load_average(load_start, load_end)
     print_footer(started, database.where)
 
 
