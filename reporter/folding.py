@@ -19,6 +19,7 @@ Counting rules worth knowing:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -42,7 +43,18 @@ from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import NodeProgress, calls_in_flight_message, rows_processed_message, settled_map_patch
 from reporter.sanitize import Sanitizer, bounded
 from reporter.state import ProgressState
-from reporter.wire import LogMode, as_count, as_epoch_ms, as_int, invocation_sequence, is_durable_log
+from reporter.wire import (
+    MAP_START_MARKER,
+    PERF_MAP_SETUP_MARKER,
+    TOOL_BATCH_MARKER,
+    LogMode,
+    as_count,
+    as_epoch_ms,
+    as_int,
+    invocation_sequence,
+    is_durable_log,
+    tool_batch_calls,
+)
 
 __all__ = [
     "JUNK_OUTSIDE_CONTRACT",
@@ -51,6 +63,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger("reporter")
+
+# Every tool-batch line of a map builds its message, and the lines between two of the map's
+# progress events state the same counts: a hit costs a quarter of building the text.
+_in_flight_message = functools.lru_cache(maxsize=256)(calls_in_flight_message)
 
 # The kinds of junk the sanitizer counts (`ledger report` sums them into the lines it could not use):
 # a line the runner protocol refuses, and a line or checkpoint frame naming a step the contract does
@@ -258,18 +274,19 @@ class EventFolder:
     def _fold_log_line(self, line: str) -> None:
         # Most lines carry no fact: a diagnostic's regex runs only on a line with its marker.
         lowered = line.lower()
-        if wire.MAP_START_MARKER in lowered:
+        if MAP_START_MARKER in lowered:
             start = wire.parse_map_start(line)
             if start is not None:
                 self._map_started_from_log(start.table_namespace, start.total, start.already_satisfied)
-        if wire.PERF_MAP_SETUP_MARKER in lowered:
+        if PERF_MAP_SETUP_MARKER in lowered:
             setup = wire.parse_map_setup(line)
             if setup is not None:
                 self._map_started_from_log(setup.table_namespace, setup.rows, 0)
-        if self.active_map_node_id is not None and wire.TOOL_BATCH_MARKER in lowered:
-            calls = wire.tool_batch_calls(line, lowered)
+        node_id = self.active_map_node_id
+        if node_id is not None and TOOL_BATCH_MARKER in lowered:
+            calls = tool_batch_calls(line, lowered)
             if calls is not None:
-                self._tool_batch_in_flight(self.active_map_node_id, calls)
+                self._tool_batch_in_flight(node_id, calls)
 
     def _map_started_from_log(self, namespace: str, total: int, already_satisfied: int) -> None:
         ref = self.pipeline.resolve_namespace(namespace)
@@ -325,7 +342,7 @@ class EventFolder:
             (waiting if waiting > 0 else 0) if total > 0 else None,
             completed,
             None,
-            calls_in_flight_message(active, settled, total),
+            _in_flight_message(active, settled, total),
         )
 
     # -- execution events -------------------------------------------------------------------------

@@ -230,7 +230,7 @@ def tool_batch_calls(line: str, lowered: str) -> int | None:
         if at == 0 or (before > 0 and line[before - 1] == "]"):
             match = _TOOL_BATCH_AT.match(lowered, at)
             if match is not None:
-                digits = match.group(1)
+                digits = match[1]
                 # Up to 18 digits are always a count: the bound is checked only past them.
                 return int(digits) if len(digits) < 19 else _digits(digits)
         at = lowered.find(TOOL_BATCH_MARKER, at + 1)

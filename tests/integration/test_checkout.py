@@ -110,3 +110,20 @@ async def test_appends_one_after_another_switch_the_connection_s_mode_once(
     assert switches == [True]
     await runlog.get_run("r1")
     assert switches == [True, False]
+
+
+async def test_an_autocommit_block_commits_nothing_at_its_end(one_conn: Database) -> None:
+    # Its statements committed themselves; a transaction opened by hand and left open is not
+    # committed by the block's end (the pool rolls it back when the connection comes back).
+    # Session settings undo with their transaction, and leave nothing in the schema.
+    async with one_conn.autocommit() as conn:
+        await conn.execute("SELECT set_config('ledger_test.kept', 'yes', false)")
+        await conn.execute("BEGIN")
+        await conn.execute("SELECT set_config('ledger_test.left_open', 'yes', false)")
+    async with one_conn.connection() as conn:  # the one connection, as it came back
+        cur = await conn.execute(
+            "SELECT current_setting('ledger_test.kept', true) AS kept,"
+            " current_setting('ledger_test.left_open', true) AS open"
+        )
+        row = await cur.fetchone()
+    assert row is not None and row["kept"] == "yes" and row["open"] != "yes"
