@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 
+from bench_runlog import log_events
 from common import bench_database, print_footer, print_table
 
 from ledger.db import Database
@@ -66,7 +67,7 @@ async def runlog_appends(db: Database, writers: int, batch: int, seconds: float)
     run_ids = [f"bench-{writers}-{batch}-{i}-{time.monotonic_ns()}" for i in range(writers)]
     for run_id in run_ids:
         await runlog.open_run(run_id)
-    events = [{"type": "log", "line": f"line {i}"} for i in range(batch)]
+    events = log_events(batch)
     return await rate(writers, seconds, batch, lambda i: runlog.append(run_ids[i], events))
 
 
@@ -90,7 +91,7 @@ async def reads(db: Database, seconds: float) -> tuple[float, float]:
     runlog = RunLog(db, max_events_per_run=0)
     run_id = f"bench-read-{time.monotonic_ns()}"
     await runlog.open_run(run_id)
-    await runlog.append(run_id, [{"type": "log", "line": f"line {i}"} for i in range(BATCH)])
+    await runlog.append(run_id, log_events(BATCH))
     store = StreamStore(db)
     name = f"bench/read-{time.monotonic_ns()}"
     await store.create(name, create_request("application/json"))
