@@ -156,11 +156,7 @@ class ProgressState:
             artifact_table_namespace,
             message,
         )
-        # `_moved` written out: this runs for every map progress event and tool-batch line.
-        positions = self.positions.get(node_id)
-        if positions is None:
-            positions = self.positions[node_id] = {}
-        positions["progress"] = self.log_total_count
+        self._moved(node_id, "progress")
         self.dirty = True
 
     def replace_node(self, node_id: str, node: NodeProgress) -> None:
