@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ledger import validate
+from ledger.validate import MAX_LOG_LINE_BYTES
 from reporter import reconcile, wire
 from reporter.lifecycle import StepLifecycleTracker, StepState, StepTransition, transition_patch
 from reporter.lines import (
@@ -46,13 +47,14 @@ from reporter.state import ProgressState
 from reporter.wire import (
     MAP_START_MARKER,
     PERF_MAP_SETUP_MARKER,
+    TOOL_BATCH_AT_START,
     TOOL_BATCH_MARKER,
     LogMode,
     as_count,
     as_epoch_ms,
     as_int,
+    durable_log_filter,
     invocation_sequence,
-    is_durable_log,
     tool_batch_calls,
 )
 
@@ -123,7 +125,9 @@ class EventFolder:
         self.state = state
         self.sanitizer = sanitizer or Sanitizer("")
         self.pipeline = pipeline
-        self.mode: LogMode = mode
+        self._durable_log = durable_log_filter(mode)
+        # A line of up to this many characters, ASCII without NUL, is kept and parsed as it is.
+        self._kept_line_bytes = min(state.bounds.log_line_bytes, MAX_LOG_LINE_BYTES)
         self.active_map_node_id: str | None = None
         self.lifecycle = StepLifecycleTracker(pipeline.nodes, state.nodes, self._on_transition, state.now_ms)
         # Folded, not sent: the first event or the end sends it, and a reporter that continues an
@@ -228,11 +232,58 @@ class EventFolder:
             if kind == "log":
                 line, source = event.get("line"), event.get("source")
                 if line and type(line) is str and (source is None or type(source) is str):
-                    if is_durable_log(self.mode, line, source):
-                        self.state.append_log(line)
-                    self._fold_log_line(line)
-                    # Lines arriving faster than the uploads: upload now, before the tail drops one.
-                    self.schedule(self.state.unsent_log_lines >= _LOG_BACKLOG)
+                    lowered = line.lower()
+                    node_id = self.active_map_node_id
+                    state = self.state
+                    # The usual tool-batch line of the active map, folded with every step written
+                    # out: one comes for each of the map's batches, and a call per rule cost twice
+                    # what decoding the line does. Usual: every line durable; the diagnostic at
+                    # the line's start and no other; the line kept as it is (ASCII, no NUL,
+                    # nothing to strip, within the bound); the map's step known and not
+                    # completed. `_fold_log`, the general path, folds every other line, and the
+                    # tests hold the two to the same state.
+                    if (
+                        node_id is not None
+                        and lowered.startswith(TOOL_BATCH_MARKER)
+                        and self._durable_log is None
+                        and len(line) <= self._kept_line_bytes
+                        and line.isascii()
+                        and "\x00" not in line
+                        and line[-1] > " "  # (ASCII: nothing for `str.strip` to take)
+                        and MAP_START_MARKER not in lowered
+                        and (match := TOOL_BATCH_AT_START.match(lowered)) is not None
+                        and len(digits := match[1]) < 19  # up to 18 digits are always a count
+                        and (calls := int(digits)) > 0
+                        and (node := state.nodes.get(node_id)) is not None
+                        and node.completed_at is None
+                        and (positions := state.positions.get(node_id)) is not None
+                    ):
+                        # The tail keeps the line (`ProgressState.append_log`).
+                        state.log_total_count += 1
+                        logs = state.logs
+                        logs.append(line)
+                        state.log_bytes += len(line)
+                        state.trim_logs()
+                        # The map's calls in flight, merged (`ProgressState.merge_row_counts`; not
+                        # completed, so the stale-completion rule has nothing to undo).
+                        started, active, waiting, completed, message = _calls_in_flight(node, calls)
+                        node.started_rows = started
+                        node.active_rows = active
+                        if waiting is not None:
+                            node.waiting_rows = waiting
+                        node.completed_rows = completed
+                        node.message = message
+                        node.updated_at = state.now_ms()
+                        positions["progress"] = state.log_total_count
+                        state.dirty = True
+                        # Lines arriving faster than the uploads: upload now, before the tail
+                        # drops one (`ProgressState.unsent_log_lines`).
+                        self.schedule(
+                            state.log_hole_after is None
+                            and state.log_total_count - state.log_sent_through >= _LOG_BACKLOG
+                        )
+                        return
+                    self._fold_log(line, source, lowered)
                     return
             elif kind == "row_update":
                 # Sheet rows belong to the data plane's writer, never to progress.
@@ -260,10 +311,7 @@ class EventFolder:
                 line = event.get("line")
                 if not isinstance(line, str) or not line:
                     return
-                if is_durable_log(self.mode, line, event.get("source")):
-                    self.state.append_log(line)
-                self._fold_log_line(line)
-                self.schedule(self.state.unsent_log_lines >= _LOG_BACKLOG)
+                self._fold_log(line, event.get("source"), line.lower())
             # "row_update": sheet rows belong to the data plane's writer, never to progress.
         except (TypeError, ValueError, KeyError, AttributeError):
             # Junk of a shape we did not foresee; progress is best-effort, the run goes on.
@@ -271,9 +319,12 @@ class EventFolder:
 
     # -- log lines --------------------------------------------------------------------------------
 
-    def _fold_log_line(self, line: str) -> None:
+    def _fold_log(self, line: str, source: object, lowered: str) -> None:
+        """Fold a log line (`lowered` is ``line.lower()``): the general path, each rule by its
+        own implementation."""
+        if self._durable_log is None or self._durable_log(line, source):
+            self.state.append_log(line)
         # Most lines carry no fact: a diagnostic's regex runs only on a line with its marker.
-        lowered = line.lower()
         if MAP_START_MARKER in lowered:
             start = wire.parse_map_start(line)
             if start is not None:
@@ -287,6 +338,8 @@ class EventFolder:
             calls = tool_batch_calls(line, lowered)
             if calls is not None:
                 self._tool_batch_in_flight(node_id, calls)
+        # Lines arriving faster than the uploads: upload now, before the tail drops one.
+        self.schedule(self.state.unsent_log_lines >= _LOG_BACKLOG)
 
     def _map_started_from_log(self, namespace: str, total: int, already_satisfied: int) -> None:
         ref = self.pipeline.resolve_namespace(namespace)
@@ -321,28 +374,11 @@ class EventFolder:
     def _tool_batch_in_flight(self, node_id: str, calls: int) -> None:
         if calls <= 0:
             return
-        current = self.state.nodes.get(node_id) or NodeProgress()
-        completed = current.completed or 0
-        total = current.total or 0
-        settled = completed + (current.failed or 0)
-        # Conditional expressions, not min()/max(): this runs for every tool-batch line.
-        room = total - settled if total > settled else 0
-        active = (calls if calls < room else room) if total > 0 else calls
-        started = current.started_rows or 0
-        if settled + active > started:
-            started = settled + active
-        waiting = total - settled - active
+        started, active, waiting, completed, message = _calls_in_flight(
+            self.state.nodes.get(node_id) or NodeProgress(), calls
+        )
         self.state.merge_row_counts(
-            node_id,
-            None,
-            None,
-            None,
-            started if total <= 0 or started < total else total,
-            active,
-            (waiting if waiting > 0 else 0) if total > 0 else None,
-            completed,
-            None,
-            _in_flight_message(active, settled, total),
+            node_id, None, None, None, started, active, waiting, completed, None, message
         )
 
     # -- execution events -------------------------------------------------------------------------
@@ -580,6 +616,29 @@ class EventFolder:
             namespace,
             rows_processed_message(settled, progress_total),
         )
+
+
+def _calls_in_flight(node: NodeProgress, calls: int) -> tuple[int, int, int | None, int, str]:
+    """What a tool batch of `calls` (at least one) in flight makes of its map's counts: the rows
+    started, active and waiting (None without a total), completed, and the message. As many rows as
+    calls are active, within the rows left; started rows never go down, nor past the total."""
+    completed = node.completed or 0
+    total = node.total or 0
+    settled = completed + (node.failed or 0)
+    # Conditional expressions, not min()/max(): this runs for every tool-batch line.
+    room = total - settled if total > settled else 0
+    active = (calls if calls < room else room) if total > 0 else calls
+    started = node.started_rows or 0
+    if settled + active > started:
+        started = settled + active
+    waiting = total - settled - active
+    return (
+        started if total <= 0 or started < total else total,
+        active,
+        (waiting if waiting > 0 else 0) if total > 0 else None,
+        completed,
+        _in_flight_message(active, settled, total),
+    )
 
 
 def _carry(node_io: dict[str, Any], event: Mapping[str, Any], name: str, key: str) -> None:

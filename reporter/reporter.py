@@ -155,12 +155,9 @@ class ProgressReporter:
             schedule=self.uploader.schedule,
             sanitizer=self.uploader.sanitizer,
         )
-
-    # -- the hot path -----------------------------------------------------------------------------
-
-    def on_runner_event(self, event: object) -> None:
-        """Fold one raw runner event (synchronous, cheap, never raises on junk)."""
-        self.folder.on_runner_event(event)
+        # The hot path: fold one raw runner event (synchronous, cheap, never raises on junk). The
+        # folder's own method, not a method of ours calling it: a call costs a tenth of a line.
+        self.on_runner_event: Callable[[object], None] = self.folder.on_runner_event
 
     # -- terminal truth ---------------------------------------------------------------------------
 

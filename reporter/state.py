@@ -191,12 +191,16 @@ class ProgressState:
     def trim_logs(self) -> None:
         """Drop the oldest lines of the tail past its bounds (lines and bytes)."""
         logs = self.logs
-        while len(logs) > LIVE_LOG_TAIL_LIMIT or (self.log_bytes > self.bounds.log_tail_bytes and logs):
-            position = self.log_total_count - len(logs) + 1
-            if position > self.log_sent_through and self.log_hole_after is None:
+        tail_bytes = self.bounds.log_tail_bytes
+        while len(logs) > LIVE_LOG_TAIL_LIMIT or (self.log_bytes > tail_bytes and logs):
+            if self.log_hole_after is None and self.log_total_count - len(logs) >= self.log_sent_through:
+                # The oldest line goes before any upload carried it: a hole opens after the last
+                # line that was.
                 self.log_hole_after = self.log_sent_through
                 self.log_hole_opened_ms = self.now_ms()
-            self.log_bytes -= utf8_length(logs.popleft())
+            line = logs.popleft()
+            # (Most lines are ASCII: a byte a character, told without a call.)
+            self.log_bytes -= len(line) if line.isascii() else utf8_length(line)
 
     def restore_logs(self, tail: list[str], total_count: int) -> None:
         """Continue the positional channel after `total_count` lines, `tail` the last of them

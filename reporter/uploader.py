@@ -185,6 +185,10 @@ class CoalescingUploader:
     # so a running request that came meanwhile (a trailing flush while the transport was still
     # retrying the final upload) is not sent after it.
     ended = False
+    # Until when the last flush's interval runs, for the run's rows then: set by every flush, read
+    # by `schedule` only while a trailing flush is armed, which only a flush does.
+    _quiet_rows: int
+    _quiet_until: float
 
     def __init__(
         self,
@@ -252,13 +256,14 @@ class CoalescingUploader:
         change and the next flush from async code, or finalize, sends it.
         """
         # The common case on the event path, decided without the loop: a flush was made within
-        # the interval and the trailing flush that will carry this change is already armed.
-        last = self._last_flush_at
+        # the interval and the trailing flush that will carry this change is already armed. (The
+        # interval is the one for the run's rows at that flush; with other rows `_request`
+        # decides.)
         if (
             not force
             and self._trailing_task is not None
-            and last is not None
-            and self._clock() - last < self._interval(self.state.total_rows)
+            and self.state.total_rows == self._quiet_rows
+            and self._clock() < self._quiet_until
         ):
             return
         try:
@@ -326,6 +331,8 @@ class CoalescingUploader:
             self._arm_trailing(self._last_flush_at + self._interval(self.state.total_rows) - now)
             return self._idle_future(loop) if waiter else None
         self._last_flush_at = now
+        self._quiet_rows = self.state.total_rows
+        self._quiet_until = now + self._interval(self._quiet_rows)
         request = FlushRequest(
             status=status,
             terminal_log_replay=replay,

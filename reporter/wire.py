@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -35,6 +36,7 @@ __all__ = [
     "MAP_START_PATTERN",
     "PERF_MAP_SETUP_MARKER",
     "PERF_MAP_SETUP_PATTERN",
+    "TOOL_BATCH_AT_START",
     "TOOL_BATCH_MARKER",
     "TOOL_BATCH_PATTERN",
     "LogMode",
@@ -45,9 +47,9 @@ __all__ = [
     "as_epoch_ms",
     "as_int",
     "bounded_line",
+    "durable_log_filter",
     "has_timestamp_prefix",
     "invocation_sequence",
-    "is_durable_log",
     "parse_map_setup",
     "parse_map_start",
     "parse_tool_batch",
@@ -55,7 +57,7 @@ __all__ = [
     "tool_batch_calls",
 ]
 
-# Which log lines are durable: all of them, or not the worker host's own (see `is_durable_log`).
+# Which log lines are durable: all of them, or not the worker host's own (see `durable_log_filter`).
 LogMode = Literal["progress_reporter", "direct_worker"]
 
 _FLAGS = re.IGNORECASE | re.ASCII
@@ -77,9 +79,10 @@ TOOL_BATCH_PATTERN = re.compile(
     r"(?:^|\]\s*)Executing tool batch\s+([A-Za-z0-9_:-]+):\s+(\d+)\s+calls\b", _FLAGS
 )
 # `TOOL_BATCH_PATTERN` from where its literal starts, lower case and case-sensitive, for
-# `tool_batch_calls` (which matches it in an ASCII line's lower case form, where a case-insensitive
-# pattern costs a case fold per character): what may come before the literal is checked by hand.
-_TOOL_BATCH_AT = re.compile(r"executing tool batch\s+[a-z0-9_:-]+:\s+(\d+)\s+calls\b", re.ASCII)
+# `tool_batch_calls` and the fold's tool-batch line (which match it in an ASCII line's lower case
+# form, where a case-insensitive pattern costs a case fold per character): what may come before
+# the literal is checked by hand.
+TOOL_BATCH_AT_START = re.compile(r"executing tool batch\s+[a-z0-9_:-]+:\s+(\d+)\s+calls\b", re.ASCII)
 # What `\s` matches under `re.ASCII`.
 _ASCII_SPACE = " \t\n\r\f\v"
 # A literal each pattern above holds (lower-cased): a line whose `str.lower()` lacks it cannot
@@ -228,7 +231,7 @@ def tool_batch_calls(line: str, lowered: str) -> int | None:
         while before > 0 and line[before - 1] in _ASCII_SPACE:
             before -= 1
         if at == 0 or (before > 0 and line[before - 1] == "]"):
-            match = _TOOL_BATCH_AT.match(lowered, at)
+            match = TOOL_BATCH_AT_START.match(lowered, at)
             if match is not None:
                 digits = match[1]
                 # Up to 18 digits are always a count: the bound is checked only past them.
@@ -276,6 +279,13 @@ def _digits(text: str | None) -> int | None:
     return number if number <= INT64_MAX else None
 
 
-def is_durable_log(mode: LogMode, line: str, source: object) -> bool:
-    """In direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
-    return mode != "direct_worker" or source != "worker" or line.startswith(_PERF_TRACE_MARKER)
+def durable_log_filter(mode: LogMode) -> Callable[[str, object], bool] | None:
+    """Which log lines (`line`, `source`) of `mode` are durable: None when all of them are; in
+    direct_worker mode the worker host's own lines stay out, except perf-trace markers."""
+    if mode != "direct_worker":
+        return None
+    return _durable_direct_worker_line
+
+
+def _durable_direct_worker_line(line: str, source: object) -> bool:
+    return source != "worker" or line.startswith(_PERF_TRACE_MARKER)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -189,14 +191,15 @@ def test_perf_setup_resolves_the_field_namespace_of_an_unnamed_dataset_step() ->
     assert wire["message"] == "0 / 12 rows processed"
 
 
-def test_tool_batch_marks_calls_in_flight_on_the_active_map_only() -> None:
+@pytest.mark.parametrize("sent_as", [dict, MappingProxyType], ids=["written-out fold", "general fold"])
+def test_tool_batch_marks_calls_in_flight_on_the_active_map_only(sent_as: type[Mapping[str, Any]]) -> None:
     folder, _, _ = make()
-    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:1: 25 calls"})
+    folder.on_runner_event(sent_as({"type": "log", "line": "Executing tool batch b:1: 25 calls"}))
     assert folder.state.nodes.get("enrich") is None  # no active map yet
     folder.on_runner_event(
         ex(type="map.progress", artifactTableNamespace="leads", totalRows=100, completedRows=80, failedRows=5)
     )
-    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:2: 25 calls"})
+    folder.on_runner_event(sent_as({"type": "log", "line": "Executing tool batch b:2: 25 calls"}))
     wire = node(folder, "enrich")
     assert wire["active_rows"] == 15  # capped by what is left
     assert wire["started_rows"] == 100

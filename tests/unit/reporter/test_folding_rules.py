@@ -7,6 +7,7 @@ Each test names the rule it checks; with test_folding.py they are what the mutat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,9 +20,14 @@ from reporter.pipeline import StaticPipeline
 from reporter.state import ProgressState
 from tests.unit.reporter.test_folding import Clock, ex, make, node
 
+Batch = Callable[[int], Mapping[str, Any]]
 
-def batch(calls: int) -> dict[str, Any]:
-    return {"type": "log", "line": f"Executing tool batch b:1: {calls} calls"}
+
+@pytest.fixture(params=[dict, MappingProxyType], ids=["written-out fold", "general fold"])
+def batch(request: pytest.FixtureRequest) -> Batch:
+    """A tool-batch line of `calls` calls, as decoded JSON (a dict: the fold's written-out path
+    takes it) and as another mapping (its general path does): both must fold alike."""
+    return lambda calls: request.param({"type": "log", "line": f"Executing tool batch b:1: {calls} calls"})
 
 
 def start_log(total: int, satisfied: int) -> dict[str, Any]:
@@ -162,7 +168,7 @@ def test_map_start_log_with_every_item_satisfied_waits_for_none() -> None:
 # -- tool batches -------------------------------------------------------------------------------------
 
 
-def test_one_call_in_flight_is_one_active_row() -> None:
+def test_one_call_in_flight_is_one_active_row(batch: Batch) -> None:
     """A batch of exactly one call puts one row in flight."""
     folder, _, _ = make()
     folder.on_runner_event(
@@ -175,7 +181,7 @@ def test_one_call_in_flight_is_one_active_row() -> None:
     assert wire["completed_rows"] == 0
 
 
-def test_calls_in_flight_on_a_map_without_a_total_are_all_active() -> None:
+def test_calls_in_flight_on_a_map_without_a_total_are_all_active(batch: Batch) -> None:
     """Without a total every call is an active row; no waiting rows, and the message names only the
     calls."""
     folder, _, _ = make()
@@ -187,7 +193,7 @@ def test_calls_in_flight_on_a_map_without_a_total_are_all_active() -> None:
     assert wire["message"] == "4 calls in flight"
 
 
-def test_calls_in_flight_are_capped_by_the_rows_left_at_a_one_row_total() -> None:
+def test_calls_in_flight_are_capped_by_the_rows_left_at_a_one_row_total(batch: Batch) -> None:
     """With a total of one row, five calls put one row in flight."""
     folder, _, _ = make()
     folder.on_runner_event(
@@ -198,7 +204,7 @@ def test_calls_in_flight_are_capped_by_the_rows_left_at_a_one_row_total() -> Non
     assert (wire["active_rows"], wire["started_rows"], wire["waiting_rows"]) == (1, 1, 0)
 
 
-def test_calls_in_flight_on_a_settled_map_put_no_row_in_flight() -> None:
+def test_calls_in_flight_on_a_settled_map_put_no_row_in_flight(batch: Batch) -> None:
     """When every row settled (or more than the total did), a batch puts no row in flight, the rows
     started stay at most the total and nothing waits."""
     for total, completed in ((10, 10), (10, 12), (1, 2)):
@@ -217,7 +223,7 @@ def test_calls_in_flight_on_a_settled_map_put_no_row_in_flight() -> None:
         assert (wire["active_rows"], wire["started_rows"], wire["waiting_rows"]) == (0, total, 0)
 
 
-def test_waiting_rows_after_a_batch_count_the_rows_not_started() -> None:
+def test_waiting_rows_after_a_batch_count_the_rows_not_started(batch: Batch) -> None:
     """total - settled - in flight rows wait: 100 - 10 - 5 = 85, and exactly 1 when one is left."""
     folder, _, _ = make()
     folder.on_runner_event(
@@ -233,7 +239,7 @@ def test_waiting_rows_after_a_batch_count_the_rows_not_started() -> None:
     assert node(folder, "enrich")["waiting_rows"] == 1
 
 
-def test_rows_started_never_go_down_with_a_smaller_batch() -> None:
+def test_rows_started_never_go_down_with_a_smaller_batch(batch: Batch) -> None:
     """Started rows are monotonic: a batch of 5 after one of 30 leaves 30 started."""
     folder, _, _ = make()
     folder.on_runner_event(
@@ -244,7 +250,7 @@ def test_rows_started_never_go_down_with_a_smaller_batch() -> None:
     assert node(folder, "enrich")["started_rows"] == 30
 
 
-def test_a_tool_batch_with_no_active_map_changes_no_node() -> None:
+def test_a_tool_batch_with_no_active_map_changes_no_node(batch: Batch) -> None:
     """A batch line before any map started, or after the map settled, touches no node."""
     folder, _, _ = make()
     before = {k: v.to_wire() for k, v in folder.state.nodes.items()}

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.validate import UploadBounds, log_line, repair_text
 from reporter import wire
-from reporter.pipeline import storable
+from reporter.folding import EventFolder
+from reporter.pipeline import StaticPipeline, storable
 from reporter.progress import PROGRESS_FIELDS, NodeProgress, grouped, merge_patch, merge_row_counts
 from reporter.state import ProgressState
+from reporter.wire import LogMode
 
 ROW_FIELDS = (
     "completed",
@@ -215,6 +220,7 @@ def test_the_log_tail_shortcut_keeps_what_the_general_path_keeps(texts: list[str
             general.log_total_count += 1
             general._keep_log(log_line(text.strip(), _LINE_BYTES))
             general.dirty = True
+        assert fast.log_bytes == sum(len(line.encode()) for line in fast.logs)
         assert (fast.logs, fast.log_bytes, fast.log_total_count, fast.log_hole_after, fast.dirty) == (
             general.logs,
             general.log_bytes,
@@ -222,3 +228,217 @@ def test_the_log_tail_shortcut_keeps_what_the_general_path_keeps(texts: list[str
             general.log_hole_after,
             general.dirty,
         )
+
+
+# -- the tool-batch line, written out in the fold, against the fold's general path ----------------
+
+_FOLD_CONTRACT = {
+    "staticPipeline": {
+        "substeps": [
+            {"type": "dataset", "id": "enrich", "field": "rows", "tableNamespace": "leads"},
+            {"type": "dataset", "id": "score", "field": "scores", "tableNamespace": "scores"},
+        ]
+    }
+}
+_FOLD_LINE_BYTES = 64
+
+
+class _CountingClock:
+    """A clock that moves on every reading: two folds read it equally only if they read it as
+    often, in the same order."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000
+
+    def __call__(self) -> int:
+        self.ms += 1
+        return self.ms
+
+
+def _folder(
+    mode: LogMode, line_bytes: int, unsent: int = 0
+) -> tuple[EventFolder, list[bool], _CountingClock]:
+    clock = _CountingClock()
+    scheduled: list[bool] = []
+    bounds = UploadBounds(log_line_bytes=line_bytes, log_tail_bytes=6 * _FOLD_LINE_BYTES)
+    # A run continued after 1,000 lines, `unsent` of them not yet carried by an upload.
+    state = ProgressState(now_ms=clock, bounds=bounds, initial_live_log_total_count=1_000)
+    state.log_sent_through -= unsent
+    folder = EventFolder(state, StaticPipeline(_FOLD_CONTRACT), mode=mode, schedule=scheduled.append)
+    return folder, scheduled, clock
+
+
+def _padded(line: str, length: int) -> str:
+    return line + " " + "x" * (length - len(line) - 1) if length > len(line) + 1 else line
+
+
+# The usual line, as the runner writes it (what the written-out fold takes), and the same line with
+# one thing changed: where the diagnostic stands, its case and spacing, its count (zero, at and past
+# the bigint bound), what follows it (whitespace the tail strips, a control or wider character, NUL,
+# another diagnostic), its length about the line bound.
+_usual_tool_batch_lines = st.builds(
+    lambda marker, calls: f"{marker} b-{calls}:1: {calls} calls",
+    st.sampled_from(["Executing tool batch", "eXECUTING tool BATCH"]),
+    st.sampled_from([1, 3, 25, 10**17]),
+)
+_CHANGES: tuple[Callable[[str], str], ...] = (
+    lambda line: line,
+    lambda line: " " + line,
+    lambda line: "]" + line,
+    lambda line: "[2026-01-01T00:00:00.000Z] " + line,
+    lambda line: "x " + line,
+    lambda line: line.replace("tool batch", "tool  batch"),
+    lambda line: line.replace("batch", "batc"),
+    lambda line: "Executing tool batch b:1: 0 calls",
+    lambda line: f"Executing tool batch b:1: {2**63 - 1} calls",
+    lambda line: f"Executing tool batch b:1: {2**63} calls",
+    lambda line: line + " ",
+    lambda line: line + "\t",
+    lambda line: line + "\n",
+    lambda line: line + "\x01",
+    lambda line: line + " é",
+    lambda line: line + " \x00 x",
+    lambda line: line + " starting map over 9 items x (key: scores)",
+    lambda line: line + " [perf] runtime map setup table=scores rows=7",
+    lambda line: _padded(line, _FOLD_LINE_BYTES - 1),
+    lambda line: _padded(line, _FOLD_LINE_BYTES),
+    lambda line: _padded(line, _FOLD_LINE_BYTES + 1),
+)
+_tool_batch_lines = st.builds(
+    lambda line, change: change(line), _usual_tool_batch_lines, st.sampled_from(_CHANGES)
+)
+_counts = st.none() | st.sampled_from([0, 1, 2, 10, 40, 10**6])
+_map_events = st.builds(
+    lambda kind, node, total, completed, failed: {
+        "type": "execution_event",
+        "event": {
+            "type": kind,
+            "mapNodeId": node,
+            "artifactTableNamespace": "leads",
+            "totalRows": total,
+            "completedRows": completed,
+            "failedRows": failed,
+        },
+    },
+    st.sampled_from(
+        ["map.started", "map.progress", "map.progress", "map.progress", "map.completed", "map.failed"]
+    ),
+    st.sampled_from(["enrich", "enrich", "score", None]),
+    _counts,
+    st.sampled_from([0, 1, 2, 10, 40, 10**6]),  # the protocol's count, never absent
+    _counts,
+)
+_log_events = st.builds(
+    lambda line, source: {"type": "log", "line": line, "source": source},
+    _tool_batch_lines
+    | st.sampled_from(
+        [
+            "Starting map over 50 items with concurrency 2 (key: leads)",
+            "[perf] runtime map setup table=scores rows=7",
+            "row 3 enriched",
+            "   ",
+        ]
+    ),
+    st.sampled_from([None, "runner", "worker"]),
+)
+_fold_ops = st.lists(
+    _log_events | _log_events | _map_events | st.sampled_from(["upload", "upload the whole tail"]),
+    min_size=8,
+    max_size=60,
+)
+
+
+def _seen(folder: EventFolder, scheduled: list[bool], clock: _CountingClock) -> tuple[object, ...]:
+    state = folder.state
+    return (
+        state.nodes,
+        state.positions,
+        list(state.logs),
+        state.log_bytes,
+        state.log_total_count,
+        state.log_sent_through,
+        state.log_hole_after,
+        state.log_hole_opened_ms,
+        state.dirty,
+        state.total_rows,
+        folder.active_map_node_id,
+        folder.step_states(),
+        scheduled,
+        clock.ms,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["progress_reporter", "direct_worker"]),
+    st.sampled_from([_FOLD_LINE_BYTES, wire.MAX_LOG_LINE_BYTES]),
+    st.sampled_from([0, 497, 498, 499, 500]),  # about the backlog that asks for an upload at once
+    _fold_ops,
+)
+def test_the_written_out_tool_batch_fold_is_the_general_fold(
+    mode: LogMode, line_bytes: int, unsent: int, ops: list[Any]
+) -> None:
+    # The same stream folded twice: as decoded JSON (plain dicts: the written-out fold takes the
+    # usual tool-batch lines), and as another kind of mapping, which the fold takes through its
+    # general path alone. Every reading of the state, the clock and the flushes asked must agree.
+    fast, general = _folder(mode, line_bytes, unsent), _folder(mode, line_bytes, unsent)
+    for op in ops:
+        if isinstance(op, str):
+            whole_tail = op == "upload the whole tail"
+            assert fast[0].state.snapshot(whole_tail=whole_tail) == general[0].state.snapshot(
+                whole_tail=whole_tail
+            )
+        else:
+            fast[0].on_runner_event(op)
+            general[0].on_runner_event(MappingProxyType(op))
+        assert _seen(*fast) == _seen(*general)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Executing tool batch b:1: 3 calls",
+        "eXECUTING tool BATCH b:1: 3 calls",
+        f"Executing tool batch b:1: {10**17 + 3} calls",  # 18 digits: always a count
+        "Executing tool batch b:1: 1 calls",
+        "Executing tool batch b:1: 3 calls (batch 7)",
+        _padded("Executing tool batch b:1: 3 calls", _FOLD_LINE_BYTES),  # at the line bound
+    ],
+)
+def test_the_usual_tool_batch_line_takes_the_written_out_fold(line: str) -> None:
+    # Held to the general path above, the shortcut must also be taken: the usual line of the
+    # active map never reaches the general path; the same line with one thing changed does.
+    folder = _folder("progress_reporter", _FOLD_LINE_BYTES)[0]
+    folder.on_runner_event(
+        {
+            "type": "execution_event",
+            "event": {"type": "map.progress", "mapNodeId": "enrich", "totalRows": 10**18, "completedRows": 2},
+        }
+    )
+    general: list[str] = []
+    folder._fold_log = lambda line, source, lowered: general.append(line)  # type: ignore[method-assign]
+    folder.on_runner_event({"type": "log", "line": line, "source": "runner"})
+    assert general == []
+    assert list(folder.state.logs) == [line]
+    calls = int(line.split(": ")[1].split()[0])
+    assert folder.state.nodes["enrich"].active_rows == calls
+    changed = [" " + line, line + " ", _padded("Executing tool batch b:1: 3 calls", _FOLD_LINE_BYTES + 1)]
+    for other in changed:
+        folder.on_runner_event({"type": "log", "line": other, "source": "runner"})
+    assert general == changed
+
+
+@pytest.mark.parametrize(("unsent", "at_once"), [(498, False), (499, True), (500, True)])
+def test_the_written_out_fold_asks_for_an_upload_at_the_backlog(unsent: int, at_once: bool) -> None:
+    # Half the live tail unsent (the line itself included) asks for an upload at once.
+    folder, scheduled, _ = _folder("progress_reporter", _FOLD_LINE_BYTES, unsent)
+    folder.on_runner_event(
+        {
+            "type": "execution_event",
+            "event": {"type": "map.progress", "mapNodeId": "enrich", "completedRows": 0},
+        }
+    )
+    scheduled.clear()
+    folder.on_runner_event({"type": "log", "line": "Executing tool batch b:1: 3 calls", "source": None})
+    assert folder.state.nodes["enrich"].active_rows == 3
+    assert scheduled == [at_once]

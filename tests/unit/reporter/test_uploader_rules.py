@@ -81,6 +81,25 @@ async def test_the_trailing_timer_waits_out_the_rest_of_the_interval() -> None:
     await uploader.aclose()
 
 
+async def test_a_change_after_the_rows_moved_is_throttled_by_their_interval() -> None:
+    """The interval is the one for the run's rows now: a change 0.5 s after a flush waits while the
+    rows' interval runs, and goes at once when the rows moved to a shorter one that has run out."""
+    uploader, state, transport, clock = make(interval=lambda rows: 1.5 if rows < 10 else 0.25)
+    touch(state, 1)
+    await uploader.flush()
+    await clock.advance(0.5)
+    touch(state, 2)
+    uploader.schedule()
+    await settle()
+    assert len(transport.payloads) == 1  # 0.5 s into 1.5 s: held for the trailing flush
+    state.note_total_rows(10)
+    touch(state, 3)
+    uploader.schedule()
+    await settle()
+    assert [p["live_node_progress"]["n"]["completed"] for p in transport.payloads] == [1, 3]
+    await uploader.aclose()
+
+
 async def test_one_trailing_timer_at_a_time_and_none_when_disabled() -> None:
     """However many flushes the throttle holds back, one timer is armed; with the trailing flush
     turned off, none is, and the change waits for the next flush."""
