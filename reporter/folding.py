@@ -266,13 +266,22 @@ class EventFolder:
                         state.trim_logs()
                         # The map's calls in flight, merged (`ProgressState.merge_row_counts`; not
                         # completed, so the stale-completion rule has nothing to undo).
-                        started, active, waiting, completed, message = _calls_in_flight(node, calls)
-                        node.started_rows = started
+                        # (`_calls_in_flight`, written out.)
+                        completed = node.completed or 0
+                        total = node.total or 0
+                        settled = completed + (node.failed or 0)
+                        room = total - settled if total > settled else 0
+                        active = (calls if calls < room else room) if total > 0 else calls
+                        started = node.started_rows or 0
+                        if settled + active > started:
+                            started = settled + active
+                        node.started_rows = started if total <= 0 or started < total else total
                         node.active_rows = active
-                        if waiting is not None:
-                            node.waiting_rows = waiting
+                        if total > 0:
+                            waiting = total - settled - active
+                            node.waiting_rows = waiting if waiting > 0 else 0
                         node.completed_rows = completed
-                        node.message = message
+                        node.message = _in_flight_message(active, settled, total)
                         node.updated_at = state.now_ms()
                         positions["progress"] = state.log_total_count
                         state.dirty = True
