@@ -422,7 +422,16 @@ def test_the_usual_tool_batch_line_takes_the_written_out_fold(line: str) -> None
     assert list(folder.state.logs) == [line]
     calls = int(line.split(": ")[1].split()[0])
     assert folder.state.nodes["enrich"].active_rows == calls
-    changed = [" " + line, line + " ", _padded("Executing tool batch b:1: 3 calls", _FOLD_LINE_BYTES + 1)]
+    changed = [
+        " " + line,
+        line + " ",
+        _padded("Executing tool batch b:1: 3 calls", _FOLD_LINE_BYTES + 1),
+        f"Executing tool batch b:1: {2**63 - 1} calls",  # 19 digits: the general path checks the bound
+        f"Executing tool batch b:1: {2**63} calls",
+        "Executing tool batch b:1: 3 calls é",
+        "Executing tool batch b:1: 3 calls \x00 x",
+        "Executing tool batch b:1: 3 calls starting map over 9 items",
+    ]
     for other in changed:
         folder.on_runner_event({"type": "log", "line": other, "source": "runner"})
     assert general == changed
