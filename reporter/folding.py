@@ -264,9 +264,9 @@ class EventFolder:
                         logs.append(line)
                         state.log_bytes += len(line)
                         state.trim_logs()
-                        # The map's calls in flight, merged (`ProgressState.merge_row_counts`; not
-                        # completed, so the stale-completion rule has nothing to undo).
-                        # (`_calls_in_flight`, written out.)
+                        # The map's calls in flight (`_calls_in_flight`), merged
+                        # (`ProgressState.merge_row_counts`; not completed, so the stale-completion
+                        # rule has nothing to undo).
                         completed = node.completed or 0
                         total = node.total or 0
                         settled = completed + (node.failed or 0)
